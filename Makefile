@@ -1,0 +1,78 @@
+# The interface users type. Every target is a thin call into `python -m tuning.harness`.
+# make help lists targets and variables.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+RUNS   ?= runs
+
+# Variables map to flags only when set, so the harness's own defaults stay in one place.
+flag = $(if $($(1)),--$(2) $($(1)))
+UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,nproc) \
+  $(call flag,MODEL,model) $(call flag,DATA,data) $(call flag,STEPS,steps) \
+  $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
+  $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
+  $(call flag,JOB,job) $(call flag,IMAGE,image) --runs $(RUNS) \
+  $(if $(RESUME),--resume) $(if $(DRY_RUN),--dry-run)
+
+.PHONY: help up down ps logs image test lint fmt clean
+.DEFAULT_GOAL := help
+
+help: ## list targets and variables
+	@echo "Targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@echo "Variables (make up):"
+	@echo "  GPUS=N          GPUs to use (default: all visible; 0 = CPU ranks on gloo)"
+	@echo "  LAYOUT=name     single (default) | per-rank | host"
+	@echo "  NPROC=n         CPU ranks when there is no GPU (default 2)"
+	@echo "  MODEL=dir       local Hugging Face model directory (default: the tiny model)"
+	@echo "  DATA=file       JSON Lines training data (default: the demo data)"
+	@echo "  STEPS=k         training steps (max_steps)"
+	@echo "  CONFIG=file     accelerate config (default: configs/accelerate/fsdp.yaml, cpu.yaml on CPU)"
+	@echo "  SEED=s          seed for init, data order and dropout"
+	@echo "  TIMEOUT=s       collective timeout (ddp_timeout)"
+	@echo "  NETWORK=mode    per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)"
+	@echo "  RESUME=1        resume from the last checkpoint in the run's output"
+	@echo "  MAX_RESTARTS=n  restart the group up to n times"
+	@echo "  DRY_RUN=1       print the Compose file and launch commands, run nothing"
+	@echo "  RUNS=dir        where runs are recorded (default runs/)"
+
+$(VENV)/.harness: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.train: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)" -e ".[train,bench,test]"
+	touch $@ $(VENV)/.harness
+
+HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
+
+up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
+	$(PY) -m tuning.harness up $(UP_FLAGS)
+
+down: $(VENV)/.harness ## remove every container, network and volume the harness labelled
+	$(PY) -m tuning.harness down
+
+ps: $(VENV)/.harness ## list the harness's containers and networks
+	$(PY) -m tuning.harness ps
+
+logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it ended)
+	$(PY) -m tuning.harness logs --runs $(RUNS) $(call flag,RUN,run-id)
+
+image: $(VENV)/.harness ## build the image if it is missing (REBUILD=1 to force)
+	$(PY) -m tuning.harness image $(if $(REBUILD),--rebuild)
+
+test: $(VENV)/.train ## the whole suite, container tests included
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.train ## ruff format --check and ruff check
+	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
+
+fmt: $(VENV)/.train ## format and fix with ruff
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+clean: ## remove the virtual environment and build outputs (keeps runs/)
+	rm -rf $(VENV) build

