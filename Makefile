@@ -16,7 +16,13 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,JOB,job) $(call flag,IMAGE,image) --runs $(RUNS) \
   $(if $(RESUME),--resume) $(if $(DRY_RUN),--dry-run)
 
-.PHONY: help up down ps logs image test lint fmt clean
+BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat)
+FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
+  $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
+KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
+  $(call flag,NAME,name) $(call flag,STEPS,steps) --runs $(RUNS)
+
+.PHONY: help up down ps logs image bench fault kube test lint fmt clean
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -37,6 +43,12 @@ help: ## list targets and variables
 	@echo "  MAX_RESTARTS=n  restart the group up to n times"
 	@echo "  DRY_RUN=1       print the Compose file and launch commands, run nothing"
 	@echo "  RUNS=dir        where runs are recorded (default runs/)"
+	@echo "Variables (bench, fault, kube):"
+	@echo "  REPEAT=r        bench: rounds over the layouts (default 3)"
+	@echo "  FAULT=kind      fault: kill term preempt crash pause slow delay loss partition oom no-show | all"
+	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
+	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"
+	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"
 
 $(VENV)/.harness: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +76,15 @@ logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it en
 
 image: $(VENV)/.harness ## build the image if it is missing (REBUILD=1 to force)
 	$(PY) -m tuning.harness image $(if $(REBUILD),--rebuild)
+
+bench: $(VENV)/.train ## the layouts side by side: host, single, per-rank isolated and shared
+	$(PY) -m tuning.harness bench $(BENCH_FLAGS)
+
+fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] [AT_STEP=k]
+	$(PY) -m tuning.harness fault $(FAULT_FLAGS)
+
+kube: $(VENV)/.train ## render the job as a Kubeflow PyTorchJob: [GPUS=N] [NODES=m] [IMAGE=..]
+	$(PY) -m tuning.harness kube $(KUBE_FLAGS)
 
 test: $(VENV)/.train ## the whole suite, container tests included
 	$(PY) -m pytest $(PYTEST_ARGS)

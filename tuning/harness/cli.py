@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import compose as compose_mod
 from . import engine, runs
 from .engine import HarnessError
-from .layout import KINDS, Layout, LayoutError
+from .layout import KINDS, PORT, Layout, LayoutError
 from .run import HOST_ASSETS, ROOT, ComposeNodes, HostNodes, execute, job_for, node_commands
 
 CONFIGS = ROOT / "configs"
@@ -75,44 +77,56 @@ def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
     return path
 
 
-def cmd_up(a: argparse.Namespace) -> int:
-    t0 = time.time()
-    run_id = a.run_id or runs.new_run_id()
+@dataclass
+class Spec:
+    """Everything a run needs, checked: what `up`, `bench` and `fault` all start from."""
+
+    layout: Layout
+    job: dict
+    accelerate_config: Path
+    runs_root: Path
+    grace: float
+
+
+def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
+    run_id = run_id or a.run_id or runs.new_run_id()
     runs_root = Path(a.runs).resolve()
-    run_dir = runs_root / run_id
-    layout = layout_from(a, run_id, run_dir)
+    layout = layout_from(a, run_id, runs_root / run_id)
+    if layout_changes:
+        layout = layout.with_(**layout_changes)
+    if layout.kind == "host" and layout.port == PORT:
+        layout = layout.with_(port=free_port())  # host ranks share the host's ports
     steps = _int_arg("STEPS", a.steps, 1)
     seed = _int_arg("SEED", a.seed, 0)
     timeout = _int_arg("TIMEOUT", a.timeout, 1)
-    acc_cfg = accelerate_config(a, layout)
     job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume)
-    commands = node_commands(layout)
+    return Spec(layout, job, accelerate_config(a, layout), runs_root, a.grace)
 
+
+def cmd_up(a: argparse.Namespace) -> int:
+    spec = spec_from(a)
     if a.dry_run:
-        if layout.kind != "host":
-            print(compose_mod.dump(compose_mod.render(layout)))
-        for name, cmd in commands.items():
+        if spec.layout.kind != "host":
+            print(compose_mod.dump(compose_mod.render(spec.layout)))
+        for name, cmd in node_commands(spec.layout).items():
             print(f"# {name}: {shlex.join(cmd['argv'])}")
         return 0
+    summary = start(spec)
+    return {"succeeded": 0, "interrupted": 130}.get(summary["status"], 1)
 
-    client = None
-    if layout.kind != "host":
-        client = engine.client()
-        engine.compose_cmd()
-        if layout.gpus and not engine.has_nvidia_runtime(client):
-            raise HarnessError(
-                f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
-                "Container Toolkit, or use GPUS=0 for CPU ranks"
-            )
-        engine.ensure_image(client, layout.image)
-    else:
-        _host_assets()
 
+def start(spec: Spec, on_tick=None) -> dict:
+    """Run one spec to its end and record it; returns the summary (also in summary.json)."""
+    t0 = time.time()
+    layout = spec.layout
+    client = prepare(layout)
+    commands = node_commands(layout)
     try:
-        run_dir = runs.create(runs_root, run_id)
+        run_dir = runs.create(spec.runs_root, layout.run_id)
     except FileExistsError:
-        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
-    runs.write_job(run_dir, job, acc_cfg)
+        raise HarnessError(f"{spec.runs_root / layout.run_id} exists; a run never writes over "
+                           "another") from None  # fmt: skip
+    runs.write_job(run_dir, spec.job, spec.accelerate_config)
     for name, cmd in commands.items():
         runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
     if layout.kind == "host":
@@ -122,13 +136,37 @@ def cmd_up(a: argparse.Namespace) -> int:
         _give_to_container_user(run_dir / "output", layout.user)
         nodes = ComposeNodes(layout, run_dir, client)
     kind = "GPU" if layout.gpus else "CPU"
-    print(f"harness: run {run_id}: layout {layout.kind}, {layout.world_size} {kind} rank(s) "
-          f"in {len(commands)} node(s); {run_dir}")  # fmt: skip
-    status, details = execute(layout, run_dir, nodes, job.get("max_steps"), a.grace, t0)
+    print(f"harness: run {layout.run_id}: layout {layout.kind}, {layout.world_size} {kind} "
+          f"rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
+    status, details = execute(
+        layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
+    )
     summary = write_summary(layout, run_dir, status, details, t0)
     print(f"harness: {status}; first loss {summary['first_loss']}, final loss "
           f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
-    return {"succeeded": 0, "interrupted": 130}.get(status, 1)
+    return summary
+
+
+def prepare(layout: Layout):
+    """The engine client with the image ready (None for LAYOUT=host, whose assets it makes)."""
+    if layout.kind == "host":
+        _host_assets()
+        return None
+    client = engine.client()
+    engine.compose_cmd()
+    if layout.gpus and not engine.has_nvidia_runtime(client):
+        raise HarnessError(
+            f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
+            "Container Toolkit, or use GPUS=0 for CPU ranks"
+        )
+    engine.ensure_image(client, layout.image)
+    return client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float) -> dict:
@@ -199,27 +237,36 @@ def cmd_image(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a run, shared by up, bench and fault (the Makefile's variables)."""
+    p.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
+    p.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
+    p.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
+    p.add_argument("--model", help="local model directory (default: the tiny model)")
+    p.add_argument("--data", help="JSON Lines training file (default: the demo data)")
+    p.add_argument("--steps", help="max_steps")
+    p.add_argument("--seed")
+    p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
+    p.add_argument("--config", help="accelerate config fixture")
+    p.add_argument("--job", default=str(CONFIGS / "jobs/demo.yaml"), help="job fixture")
+    p.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
+    p.add_argument("--max-restarts")
+    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
+    p.add_argument("--grace", type=float, default=60.0,
+                   help="seconds to wait for peers after a rank fails")  # fmt: skip
+    p.add_argument("--run-id")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="train one layout to the end")
-    up.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
-    up.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
-    up.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
-    up.add_argument("--model", help="local model directory (default: the tiny model)")
-    up.add_argument("--data", help="JSON Lines training file (default: the demo data)")
-    up.add_argument("--steps", help="max_steps")
-    up.add_argument("--seed")
-    up.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
-    up.add_argument("--config", help="accelerate config fixture")
-    up.add_argument("--job", default=str(CONFIGS / "jobs/demo.yaml"), help="job fixture")
-    up.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
-    up.add_argument("--max-restarts")
-    up.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
-    up.add_argument("--grace", type=float, default=60.0,
-                    help="seconds to wait for peers after a rank fails")  # fmt: skip
-    up.add_argument("--run-id")
+    add_run_flags(up)
     up.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    from . import bench, fault, kube  # they build on this module's spec_from and start
+
+    for ext in (bench, fault, kube):
+        ext.register(sub)  # each adds its subcommand, with add_run_flags where it runs jobs
     for s in sub.choices.values():
         s.add_argument("--runs", default=str(ROOT / "runs"))
         s.add_argument("--image", default="tuning-harness:latest")

@@ -64,7 +64,6 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         "volumes": volumes,
         "networks": [NETWORK],
         "shm_size": SHM_SIZE,
-        "ulimits": {"memlock": -1},
         # Training needs no capability; only the fault helper gets NET_ADMIN.
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
@@ -72,6 +71,9 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         "restart": "no",
     }
     if node.gpu_ids:
+        # NCCL pins host memory; unlimited memlock is its advice. CPU ranks (gloo) need
+        # none, and sandboxed engines refuse to raise it.
+        svc["ulimits"] = {"memlock": -1}
         svc["deploy"] = {
             "resources": {
                 "reservations": {

@@ -70,7 +70,8 @@ def compose_cmd() -> list[str]:
 
 def compose(project_file: Path, *args: str, check=True, capture=False, **kw):
     cmd = [*compose_cmd(), "-f", str(project_file), *args]
-    out = subprocess.run(cmd, text=True, capture_output=capture, **kw)
+    # Own session: Compose must not share our process group's signals (Ctrl-C is ours).
+    out = subprocess.run(cmd, text=True, capture_output=capture, start_new_session=True, **kw)
     if check and out.returncode != 0:
         err = (out.stderr or "").strip() if capture else ""
         raise HarnessError(f"`{' '.join(cmd)}` failed ({out.returncode}). {err}")

@@ -17,14 +17,15 @@ class Progress:
         self.drawn = 0
 
     def update(self, metrics: dict[int, list[dict]]) -> None:
-        last = {r: steps(lines)[-1] for r, lines in sorted(metrics.items()) if steps(lines)}
+        done = {r: steps(lines) for r, lines in sorted(metrics.items())}
         if self.tty:
-            self._redraw(last)
+            self._redraw({r: s[-1] for r, s in done.items() if s})
             return
-        for rank, s in last.items():
-            if self.seen.get(rank) != s["step"]:
-                self.seen[rank] = s["step"]
-                print(self._line(rank, s), file=self.stream, flush=True)
+        for rank, rank_steps in done.items():
+            for s in rank_steps:
+                if s["step"] > self.seen.get(rank, 0):
+                    self.seen[rank] = s["step"]
+                    print(self._line(rank, s), file=self.stream, flush=True)
 
     def _line(self, rank: int, s: dict) -> str:
         of = f"/{self.total}" if self.total else ""

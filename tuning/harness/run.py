@@ -53,7 +53,12 @@ class ComposeNodes:
         for name, ctr in self.containers.items():
             ctr.reload()
             s = ctr.attrs["State"]
-            state[name] = s["ExitCode"] if s["Status"] in ("exited", "dead") else None
+            ended = s["Status"] in ("exited", "dead") or (s["Status"] == "created" and s["Error"])
+            state[name] = (
+                (s["ExitCode"] or 128)
+                if ended and s["Error"]
+                else (s["ExitCode"] if ended else None)
+            )
         return state
 
     def details(self) -> dict[str, dict]:
@@ -62,7 +67,8 @@ class ComposeNodes:
             ctr.reload()
             s = ctr.attrs["State"]
             out[name] = {"container": ctr.name, "exit_code": s["ExitCode"],
-                         "oom_killed": s["OOMKilled"], "started_at": s["StartedAt"]}  # fmt: skip
+                         "oom_killed": s["OOMKilled"], "started_at": s["StartedAt"],
+                         "error": s["Error"] or None}  # fmt: skip
         return out
 
     def save_logs(self) -> None:
@@ -138,8 +144,11 @@ def node_commands(layout: Layout) -> dict[str, dict]:
 
 
 def execute(layout: Layout, run_dir: Path, nodes, total_steps: int | None, grace: float,
-            t0: float) -> tuple[str, dict]:  # fmt: skip
-    """Start, follow to the end, tear down. Returns (status, per-node details)."""
+            t0: float, on_tick=None) -> tuple[str, dict]:  # fmt: skip
+    """Start, follow to the end, tear down. Returns (status, per-node details).
+
+    `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
+    waits for a step there); it may return "stop" to end the follow early."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     status = "failed"
     progress = Progress(total_steps=total_steps)
@@ -148,8 +157,11 @@ def execute(layout: Layout, run_dir: Path, nodes, total_steps: int | None, grace
         nodes.start()
         failed_at = None
         while True:
-            progress.update(runs.read_metrics(output))
+            metrics = runs.read_metrics(output)
+            progress.update(metrics)
             state = nodes.poll()
+            if on_tick and on_tick(metrics, state, nodes) == "stop":
+                break
             if all(code is not None for code in state.values()):
                 status = "succeeded" if all(code == 0 for code in state.values()) else "failed"
                 break

@@ -1,0 +1,100 @@
+"""Shared fixtures for the trainer tests: a tiny model per architecture, demo data, a launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+CPU_CONFIG = ROOT / "configs" / "accelerate" / "cpu.yaml"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Builds tiny models on demand, once per session: tiny_models("gpt2") -> Path."""
+    from tuning.tiny_model import build
+
+    root = tmp_path_factory.mktemp("models")
+    made: dict[str, Path] = {}
+
+    def get(arch: str = "llama") -> Path:
+        if arch not in made:
+            made[arch] = build(root / arch, arch=arch, seed=0)
+        return made[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_models) -> Path:
+    return tiny_models("llama")
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> Path:
+    from tuning.demo_data import write
+
+    return write(tmp_path_factory.mktemp("data") / "demo.jsonl", n=512, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_cmd(trainer_args: list[str], nproc: int = 2) -> list[str]:
+    """The two-rank CPU recipe: MULTI_GPU fixture + ACCELERATE_USE_CPU=1 (see cpu.yaml)."""
+    return [
+        ACCELERATE, "launch", "--config_file", str(CPU_CONFIG),
+        "--num_processes", str(nproc), "--num_machines", "1", "--machine_rank", "0",
+        "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
+        "--rdzv_backend", "static", "--same_network",
+        "-m", "tuning.sft_trainer", *trainer_args,
+    ]  # fmt: skip
+
+
+def launch_env(**extra) -> dict:
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_launch(trainer_args: list[str], timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        launch_cmd(trainer_args),
+        cwd=ROOT,
+        env=launch_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_metrics(output_dir: Path, rank: int) -> list[dict]:
+    path = Path(output_dir) / "metrics" / f"rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def step_losses(output_dir: Path, rank: int) -> dict[int, float]:
+    """step -> loss; when a run was resumed in the same directory the latest line wins."""
+    return {r["step"]: r["loss"] for r in read_metrics(output_dir, rank) if r["event"] == "step"}

@@ -1,0 +1,228 @@
+"""The trainer's whole configuration: one dataclass, read from a job file and the command line.
+
+Precedence, lowest first: the defaults below, the job file (``--config FILE`` or the file named
+by ``SFT_TRAINER_CONFIG_JSON_PATH``; ``--config`` wins when both are given), command-line flags.
+Argument names are the ones fms-hf-tuning users type. Pure Python: no torch import here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
+
+
+class ConfigError(ValueError):
+    """A job file or argument the trainer refuses (reported without a traceback, exit 2)."""
+
+
+@dataclass
+class SFTConfig:
+    # model
+    model_name_or_path: str | None = None
+    tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
+    torch_dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
+    # data
+    training_data_path: str | None = None
+    validation_data_path: str | None = None
+    dataset_text_field: str | None = None
+    response_template: str | None = None
+    data_formatter_template: str | None = (
+        None  # e.g. "### Input: {{input}} \n\n## Label: {{output}}"
+    )
+    max_seq_length: int = 1024
+    # optimisation
+    output_dir: str | None = None
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    per_device_train_batch_size: int = 4
+    per_device_eval_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-5
+    lr_scheduler_type: str = "linear"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    gradient_checkpointing: bool = False
+    seed: int = 42
+    # logging, evaluation, checkpoints
+    logging_steps: int = 1
+    eval_strategy: str = "no"  # no | steps | epoch
+    eval_steps: int | None = None
+    save_strategy: str = "epoch"  # no | steps | epoch
+    save_steps: int = 500
+    save_total_limit: int | None = None
+    resume_from_checkpoint: str | None = None  # a path, or "true" for the latest in output_dir
+    # distributed
+    ddp_timeout: int = 1800  # seconds; the collective timeout
+    # PEFT
+    peft_method: str = "none"  # lora | none
+    r: int = 8
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    def validate(self, source: str = "arguments") -> SFTConfig:
+        for name in ("model_name_or_path", "training_data_path", "output_dir"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is required (set it in {source} or as --{name})")
+        if self.peft_method not in ("lora", "none"):
+            raise ConfigError(f"peft_method must be 'lora' or 'none', not {self.peft_method!r}")
+        for name in ("save_strategy", "eval_strategy"):
+            if getattr(self, name) not in ("no", "steps", "epoch"):
+                raise ConfigError(f"{name} must be no, steps or epoch, not {getattr(self, name)!r}")
+        if self.torch_dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ConfigError(
+                f"torch_dtype must be float32, bfloat16, float16 or auto, not {self.torch_dtype!r}"
+            )
+        if self.data_formatter_template and not self.response_template:
+            raise ConfigError(
+                "data_formatter_template needs a response_template to mask the prompt"
+            )
+        for name in (
+            "max_seq_length",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ConfigError("set max_steps > 0 or num_train_epochs > 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), not {self.warmup_ratio}")
+        if self.ddp_timeout < 1:
+            raise ConfigError(
+                f"ddp_timeout must be a positive number of seconds, not {self.ddp_timeout}"
+            )
+        return self
+
+    @property
+    def tokenizer_path(self) -> str:
+        return self.tokenizer_name_or_path or self.model_name_or_path
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(SFTConfig)}
+
+
+def _base_type(name: str):
+    """The plain type of a field: int, float, str, bool or list."""
+    hint = typing.get_type_hints(SFTConfig)[name]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.get_origin(hint) or hint
+
+
+def _parse_bool(text: str) -> bool:
+    low = str(text).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def coerce(name: str, value, source: str):
+    """Convert a value from a file or the command line to the field's type, or raise ConfigError."""
+    if name not in FIELDS:
+        raise ConfigError(f"unknown key {name!r} in {source}")
+    if value is None:
+        return None
+    kind = _base_type(name)
+    try:
+        if name == "resume_from_checkpoint":
+            if isinstance(value, bool):
+                return "true" if value else None
+            text = str(value)
+            return None if text.strip().lower() in ("false", "none", "") else text
+        if kind is bool:
+            return value if isinstance(value, bool) else _parse_bool(value)
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(f"not an integer: {value!r}")
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError(f"not a number: {value!r}")
+            return float(value)
+        if kind is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                return list(value)
+            raise ValueError(f"not a list of strings: {value!r}")
+        if not isinstance(value, str):
+            raise ValueError(f"not a string: {value!r}")
+        return value
+    except ValueError as exc:
+        raise ConfigError(f"bad value for {name!r} in {source}: {exc}") from None
+
+
+def load_file(path: str | os.PathLike) -> dict:
+    """Read a JSON or YAML job file into a dict of known, type-checked keys."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text) if text.strip() else {}
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except (ValueError, ImportError) as exc:  # json.JSONDecodeError and yaml.YAMLError
+        raise ConfigError(f"cannot parse job file {path}: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError is not a ValueError
+        raise ConfigError(f"cannot parse job file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"job file {path} must hold a mapping of argument names, not {type(data).__name__}"
+        )
+    return {key: coerce(key, value, f"job file {path}") for key, value in data.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tuning.sft_trainer",
+        description="SFT of a causal LM on the HF Trainer (fms-hf-tuning arguments).",
+        argument_default=argparse.SUPPRESS,  # only flags actually given override the job file
+        allow_abbrev=False,
+    )
+    parser.add_argument("--config", help=f"JSON or YAML job file (else ${CONFIG_ENV})")
+    for name, f in FIELDS.items():
+        kind = _base_type(name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        meta = "BOOL" if kind is bool else ("A,B,..." if kind is list else kind.__name__.upper())
+        parser.add_argument(f"--{name}", dest=name, metavar=meta, help=f"default: {default!r}")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None, environ: dict | None = None) -> SFTConfig:
+    """Defaults < job file < command line. Raises ConfigError for anything refused."""
+    environ = os.environ if environ is None else environ
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(argv)
+    if extra:
+        raise ConfigError(f"unknown argument(s): {' '.join(extra)}")
+    given = vars(ns)
+    config_path = given.pop("config", None) or environ.get(CONFIG_ENV) or None
+    values: dict = {}
+    source = "arguments"
+    if config_path:
+        values.update(load_file(config_path))
+        source = f"job file {config_path}"
+    for name, raw in given.items():
+        values[name] = coerce(name, raw, f"--{name}")
+    return SFTConfig(**values).validate(source)
+
+
+def to_dict(config: SFTConfig) -> dict:
+    return dataclasses.asdict(config)

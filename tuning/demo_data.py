@@ -1,0 +1,82 @@
+"""A deterministic, learnable demo data set.
+
+``python -m tuning.demo_data --out FILE [--n N] [--seed S]``
+
+Each record maps a few words to their fixed partners (animal -> colour, position by position),
+in the input/output shape. A tiny model's loss falls clearly within 50 steps. ``corpus()`` gives
+the text the tiny tokenizer is trained on, from the same generator, so every token is in vocab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+SOURCE = ["cat", "dog", "fox", "owl", "bee", "elk", "ant", "yak", "emu", "cod", "eel", "hen"]
+TARGET = [
+    "red",
+    "blue",
+    "green",
+    "gold",
+    "pink",
+    "gray",
+    "teal",
+    "navy",
+    "lime",
+    "rust",
+    "plum",
+    "jade",
+]
+MAPPING = dict(zip(SOURCE, TARGET, strict=True))
+PROMPT = "### Input: {words}\n\n## Label:"
+RESPONSE_TEMPLATE = "## Label:"
+FORMATTER_TEMPLATE = "### Input: {{input}}\n\n## Label: {{output}}"
+
+
+def records(n: int = 512, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(SOURCE) for _ in range(rng.randint(3, 6))]
+        out.append(
+            {
+                "input": PROMPT.format(words=" ".join(words)),
+                "output": " " + " ".join(MAPPING[w] for w in words),
+            }
+        )
+    return out
+
+
+def corpus() -> list[str]:
+    """Tokenizer training text: the prompt shapes and every word, many times over."""
+    lines = [r["input"] + r["output"] for r in records(256, seed=12345)]
+    lines += [FORMATTER_TEMPLATE, "### Input:", "## Label:", " ".join(SOURCE), " ".join(TARGET)]
+    return lines
+
+
+def write(out: str | Path, n: int = 512, seed: int = 0) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as fh:
+        for record in records(n, seed):
+            fh.write(json.dumps(record) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tuning.demo_data", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--out", required=True, help="JSONL file to write")
+    parser.add_argument("--n", type=int, default=512, help="number of records (default 512)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = write(args.out, args.n, args.seed)
+    print(f"wrote {args.n} records to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""Supervised fine-tuning of a causal LM on the HF Trainer: ``python -m tuning.sft_trainer``.
+
+Reads in one sitting, top to bottom: config -> output dirs -> data validated -> imports ->
+rendezvous -> model -> tokenized data -> Trainer.train -> summary. Everything tunable is in
+tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plain ``python``.
+
+Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else.
+Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
+i raise at the start of step k; SIGTERM makes every rank checkpoint at the next step boundary
+they agree on and exit 0 with status "preempted".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from tuning.config import ConfigError, SFTConfig, parse_args
+from tuning.data import Collator, DataError, load_examples, tokenize_examples
+from tuning.metrics import MetricsTrainerMixin, MetricsWriter, StepMetricsCallback, summarize
+
+EXIT_REFUSED = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    # 1. Config, output dirs (every rank, before anything races for them), data checked.
+    try:
+        cfg = parse_args(argv)
+    except ConfigError as exc:
+        print(f"sft_trainer: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    os.makedirs(os.path.join(cfg.output_dir, "metrics"), exist_ok=True)
+    writer = MetricsWriter(cfg.output_dir)
+    writer.phase("imports")  # the module's imports (torch, transformers) are done by now
+    status, error = "failed", None
+    try:
+        examples, eval_examples = _load_data(cfg)
+        status = _train(cfg, writer, examples, eval_examples)
+        return 0
+    except (ConfigError, DataError) as exc:
+        status, error = "refused", str(exc)
+        print(f"sft_trainer: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        writer.bind_from_env()
+        writer.log(
+            "end", status=status, **({"error": error} if status != "completed" and error else {})
+        )
+        writer.close()
+
+
+def _load_data(cfg: SFTConfig):
+    fmt = dict(
+        dataset_text_field=cfg.dataset_text_field,
+        response_template=cfg.response_template,
+        data_formatter_template=cfg.data_formatter_template,
+    )
+    train = load_examples(cfg.training_data_path, **fmt)
+    val = load_examples(cfg.validation_data_path, **fmt) if cfg.validation_data_path else None
+    return train, val
+
+
+def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> str:
+    # 2. Rendezvous. Without a GPU, accelerate must be told to use gloo (ACCELERATE_USE_CPU=1),
+    # and the collective timeout (ddp_timeout) is set here, because accelerate's CPU path drops it.
+    on_gpu = torch.cuda.is_available() and os.environ.get(
+        "ACCELERATE_USE_CPU", "0"
+    ).lower() not in ("1", "true")
+    if not on_gpu:
+        os.environ["ACCELERATE_USE_CPU"] = "1"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        if on_gpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(
+            backend="cuda:nccl,cpu:gloo" if on_gpu else "gloo",
+            timeout=timedelta(seconds=cfg.ddp_timeout),
+        )
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    writer.bind(rank, world_size)
+    writer.phase("rendezvous")
+    preempt = Preemption(world_size, torch.device("cuda") if on_gpu else torch.device("cpu"))
+
+    # 3. Model and tokenizer, from any local directory; no architecture assumed.
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+        cfg.torch_dtype, "auto"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=dtype)
+    if cfg.peft_method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        targets = cfg.target_modules
+        lora = LoraConfig(
+            r=cfg.r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=targets[0] if targets == ["all-linear"] else targets,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+    writer.phase("model_loaded")
+
+    # 4. Data: tokenized with prompt and padding masked to -100.
+    train_ds = tokenize_examples(examples, tokenizer, cfg.max_seq_length, cfg.training_data_path)
+    eval_ds = None
+    if eval_examples is not None:
+        eval_ds = tokenize_examples(
+            eval_examples, tokenizer, cfg.max_seq_length, cfg.validation_data_path
+        )
+    writer.phase("data_ready")
+
+    # 5. Train.
+    resume = cfg.resume_from_checkpoint
+    if resume is not None and resume.lower() == "true":
+        resume = get_last_checkpoint(cfg.output_dir)  # None: nothing saved yet, start afresh
+    args = TrainingArguments(
+        output_dir=cfg.output_dir,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float < 1 is a ratio
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        eval_strategy=cfg.eval_strategy if eval_ds is not None else "no",
+        eval_steps=cfg.eval_steps,
+        save_strategy=cfg.save_strategy,
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        ddp_timeout=cfg.ddp_timeout,
+        ddp_find_unused_parameters=False,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=not sys.stderr.isatty(),
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
+    )
+    metrics = StepMetricsCallback(writer)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        data_collator=Collator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[metrics, FaultHooks(rank, preempt)],
+    )
+    metrics.trainer = trainer
+    trainer.train(resume_from_checkpoint=resume)
+
+    # 6. Summary (every rank joins the reduction; rank 0 writes it).
+    status = "preempted" if preempt.stopped else "completed"
+    summary = summarize(metrics.steps, world_size, status, "cuda" if on_gpu else "cpu")
+    if rank == 0:
+        with open(os.path.join(cfg.output_dir, "train_summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=2)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return status
+
+
+class SFTTrainer(MetricsTrainerMixin, Trainer):
+    """The HF Trainer plus per-rank step metrics (tuning.metrics)."""
+
+
+class Preemption:
+    """SIGTERM sets a flag; the ranks agree on it through a MAX all-reduce issued at one step's
+    end and read at the next, so no step waits on it and every rank stops at the same step."""
+
+    def __init__(self, world_size: int, device):
+        self.world_size, self.device = world_size, device
+        self.requested = False
+        self.stopped = False
+        self._work = self._buf = None
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        self.requested = True
+
+    def agreed(self) -> bool:
+        if self.world_size == 1:
+            return self.requested
+        seen = False
+        if self._work is not None:
+            self._work.wait()
+            seen = bool(self._buf.item())
+        self._buf = torch.tensor([int(self.requested)], device=self.device)
+        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, async_op=True)
+        return seen
+
+    def drain(self) -> None:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+
+
+class FaultHooks(TrainerCallback):
+    """HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK, and checkpoint-and-stop on SIGTERM."""
+
+    def __init__(self, rank: int, preempt: Preemption):
+        self.rank, self.preempt = rank, preempt
+        at = os.environ.get("HARNESS_CRASH_AT_STEP")
+        self.crash_at = int(at) if at else None
+        self.crash_rank = int(os.environ.get("HARNESS_CRASH_RANK", "0"))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        step = state.global_step + 1
+        if self.crash_at is not None and step == self.crash_at and self.rank == self.crash_rank:
+            raise RuntimeError(f"injected crash at step {step}")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.preempt.agreed() and not self.preempt.stopped:
+            self.preempt.stopped = True
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.preempt.drain()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""A tiny, randomly initialised causal LM and a fast tokenizer, built offline.
+
+``python -m tuning.tiny_model --out DIR [--arch llama|gpt2|granite|mistral] [--seed S]``
+
+The model (2 layers, hidden 64, dropout 0) is initialised from a seeded config, and the BPE
+tokenizer is trained on the demo data's corpus (tuning.demo_data.corpus), so the directory loads
+with AutoModelForCausalLM / AutoTokenizer under HF_HUB_OFFLINE=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+ARCHS = ("llama", "gpt2", "granite", "mistral")
+SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+VOCAB_SIZE = 384
+
+
+def build_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=SPECIAL["unk_token"]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=512, **SPECIAL)
+
+
+def build_config(arch: str, tokenizer, layers: int = 2, hidden: int = 64):
+    from transformers import AutoConfig
+
+    ids = {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if arch == "gpt2":
+        return AutoConfig.for_model(
+            "gpt2", n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
+        )  # fmt: skip
+    common = dict(
+        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        attention_dropout=0.0, tie_word_embeddings=False, **ids,
+    )  # fmt: skip
+    if arch == "mistral":
+        common["sliding_window"] = None
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    return AutoConfig.for_model(arch, **common)
+
+
+def build(out: str | Path, arch: str = "llama", seed: int = 0) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tuning.demo_data import corpus
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(corpus())
+    config = build_config(arch, tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tuning.tiny_model", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--out", required=True, help="directory to write the model and tokenizer to"
+    )
+    parser.add_argument("--arch", choices=ARCHS, default="llama")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = build(args.out, args.arch, args.seed)
+    print(f"wrote a tiny {args.arch} model to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
