@@ -98,3 +98,46 @@ def read_metrics(output_dir: Path, rank: int) -> list[dict]:
 def step_losses(output_dir: Path, rank: int) -> dict[int, float]:
     """step -> loss; when a run was resumed in the same directory the latest line wins."""
     return {r["step"]: r["loss"] for r in read_metrics(output_dir, rank) if r["event"] == "step"}
+
+
+# --- Container tests -------------------------------------------------------------------------
+# They never skip: with no engine they fail and say why (CI must prove the containers).
+# A quick inner loop deselects them: pytest -m "not docker".
+
+
+@pytest.fixture(scope="session")
+def harness_image() -> str:
+    """The harness image, built through the same path `make up` takes if it is missing."""
+    out = subprocess.run(
+        [PYTHON, "-m", "tuning.harness", "image"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, f"the harness image is not available:\n{out.stdout}{out.stderr}"
+    return "tuning-harness:latest"
+
+
+def harness(*args: str, runs: Path, timeout: float = 600, env: dict | None = None):
+    """Run `python -m tuning.harness ARGS --runs RUNS` as a user would; returns the process."""
+    return subprocess.run(
+        [PYTHON, "-m", "tuning.harness", *args, "--runs", str(runs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def leftovers(run_id: str | None = None) -> list[str]:
+    """Containers, networks and volumes labelled by the harness (for one run, or any)."""
+    label = f"harness.run={run_id}" if run_id else "harness.run"
+    found = []
+    for kind in ("container", "network", "volume"):
+        extra = ["-a"] if kind == "container" else []
+        out = subprocess.run(
+            ["docker", kind, "ls", *extra, "-q", "--filter", f"label={label}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found += [f"{kind} {x}" for x in out.stdout.split()]
+    return found
