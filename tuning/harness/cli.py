@@ -263,9 +263,9 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="train one layout to the end")
     add_run_flags(up)
     up.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    from . import bench, fault, kube  # they build on this module's spec_from and start
+    from . import bench, examples, fault, kube  # they build on spec_from and start
 
-    for ext in (bench, fault, kube):
+    for ext in (bench, fault, kube, examples):
         ext.register(sub)  # each adds its subcommand, with add_run_flags where it runs jobs
     for s in sub.choices.values():
         s.add_argument("--runs", default=str(ROOT / "runs"))

@@ -121,6 +121,7 @@ class HostNodes:
 def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
             timeout: int | None, resume: bool) -> dict:  # fmt: skip
     job = yaml.safe_load(base_job.read_text()) or {}
+    job.setdefault("torch_dtype", "bfloat16" if layout.gpus else "float32")  # fms's GPU default
     job.update(
         model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
         training_data_path=layout.data_path(str(HOST_ASSETS / "demo.jsonl")),

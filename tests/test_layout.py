@@ -1,0 +1,160 @@
+"""The layout model, its Compose rendering and the launcher's command, checked statically."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuning import launch
+from tuning.harness import compose, examples
+from tuning.harness.layout import Layout, LayoutError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def services(kind: str, gpus: int, **kw) -> dict:
+    return compose.render(Layout(kind=kind, gpus=gpus, run_id="t", **kw))["services"]
+
+
+def gpu_ids(svc: dict) -> list[str]:
+    (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
+    assert dev["driver"] == "nvidia" and dev["capabilities"] == ["gpu"] and "count" not in dev
+    return dev["device_ids"]
+
+
+def test_single_gets_every_gpu_in_one_service():
+    svcs = services("single", 4)
+    assert list(svcs) == ["trainer"]
+    assert gpu_ids(svcs["trainer"]) == ["0", "1", "2", "3"]
+    env = svcs["trainer"]["environment"]
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("1", "4", "4")
+
+
+def test_per_rank_pins_one_gpu_per_service_and_rendezvous_on_rank0():
+    svcs = services("per-rank", 4)
+    assert list(svcs) == ["rank0", "rank1", "rank2", "rank3"]
+    for i, svc in enumerate(svcs.values()):
+        assert gpu_ids(svc) == [str(i)]
+        env = svc["environment"]
+        assert env["MASTER_ADDR"] == "rank0" and env["PET_NODE_RANK"] == env["RANK"] == str(i)
+        assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("4", "1", "4")
+        assert svc["labels"]["harness.ranks"] == str(i)
+
+
+@pytest.mark.parametrize("kind", ["single", "per-rank"])
+def test_nccl_needs_shm_and_memlock_and_the_network_is_internal(kind):
+    doc = compose.render(Layout(kind=kind, gpus=2, run_id="t"))
+    for svc in doc["services"].values():
+        assert svc["shm_size"] == "2gb"
+        assert svc["ulimits"] == {"memlock": -1}
+        assert svc["labels"]["harness.run"] == "t"
+        assert svc["cap_drop"] == ["ALL"] and "privileged" not in svc
+        assert not any("docker.sock" in v["source"] for v in svc["volumes"])
+    assert doc["networks"]["train"] == {"internal": True, "labels": {"harness.run": "t"}}
+
+
+def test_cpu_ranks_have_no_gpu_reservation():
+    for svc in services("per-rank", 0, nproc=3).values():
+        assert "deploy" not in svc and svc["environment"]["HARNESS_DEVICE"] == "cpu"
+    assert len(services("per-rank", 0, nproc=3)) == 3
+
+
+def test_per_rank_shared_joins_rank0_namespaces():
+    svcs = services("per-rank", 0, network="shared")
+    assert svcs["rank0"]["ipc"] == "shareable"
+    assert svcs["rank1"]["network_mode"] == "service:rank0"
+    assert svcs["rank1"]["ipc"] == "service:rank0"
+    assert svcs["rank1"]["environment"]["MASTER_ADDR"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [({"kind": "ring"}, "LAYOUT='ring'"), ({"gpus": -1}, "GPUS=-1"), ({"nproc": 0}, "NPROC=0")],
+)
+def test_bad_layouts_say_what_is_wrong(changes, message):
+    with pytest.raises(LayoutError, match=message):
+        Layout(**changes)
+
+
+def test_checked_in_examples_equal_the_render():
+    for path, text in examples.rendered().items():
+        assert path.is_file(), f"{path} missing: run `python -m tuning.harness examples`"
+        assert path.read_text() == text, f"{path} is stale: run `python -m tuning.harness examples`"
+
+
+@pytest.mark.docker
+def test_compose_accepts_every_checked_in_file():
+    for path in sorted(examples.DIR.glob("*.yaml")):
+        out = subprocess.run(["docker", "compose", "-f", str(path), "config", "-q"],
+                             capture_output=True, text=True)  # fmt: skip
+        assert out.returncode == 0, f"{path}: {out.stderr}"
+
+
+def test_launcher_single_node():
+    env = Layout(kind="single", gpus=4, run_id="t").nodes()[0].env
+    argv, extra = launch.command(env, ["--config", "/job/job.yaml"])
+    assert argv[:2] == ["accelerate", "launch"]
+    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
+    assert flags["--num_processes"] == "4" and flags["--num_machines"] == "1"
+    assert flags["--config_file"] == "/job/accelerate.yaml"
+    assert "--multi_gpu" not in argv and "ACCELERATE_USE_CPU" not in extra
+    assert argv[-4:] == ["-m", "tuning.sft_trainer", "--config", "/job/job.yaml"]
+
+
+def test_launcher_reads_the_pytorchjob_contract():
+    # RANK is a NODE rank in a PyTorchJob; the launcher maps it to machine_rank.
+    env = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "2",
+           "RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1"}  # fmt: skip
+    argv, extra = launch.command(env, [])
+    i = argv.index
+    assert argv[i("--machine_rank") + 1] == "1" and argv[i("--num_processes") + 1] == "2"
+    assert argv[i("--main_process_ip") + 1] == "job-master-0"
+    assert argv[i("--main_process_port") + 1] == "23456"
+    assert argv[i("--rdzv_backend") + 1] == "static" and "--same_network" in argv
+    # No GPU device here: the CPU recipe (machine.md's trap) is chosen by itself.
+    assert extra["ACCELERATE_USE_CPU"] == "1" and "--multi_gpu" in argv
+
+
+def test_launcher_refuses_a_node_rank_outside_the_job():
+    with pytest.raises(SystemExit, match="outside PET_NNODES=2"):
+        launch.command({"PET_NNODES": "2", "PET_NODE_RANK": "2"}, [])
+
+
+def test_host_side_never_imports_torch_and_container_side_never_imports_docker():
+    host = (
+        "import sys, tuning.harness.cli, tuning.harness.report, tuning.harness.kube,"
+        " tuning.harness.bench, tuning.harness.fault; tuning.harness.cli.parser();"
+        " assert 'torch' not in sys.modules, 'host side imported torch'"
+    )
+    box = ("import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"
+           " assert 'docker' not in sys.modules, 'container side imported docker'")  # fmt: skip
+    for code in (host, box):
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+
+
+def test_image_requirements_match_the_train_extra():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    lines = (ROOT / "docker/requirements.txt").read_text().splitlines()
+    image = {x.split(">")[0].split("=")[0].strip() for x in lines if x and not x.startswith("#")}
+    train = {x.split(">")[0].split("=")[0].strip() for x in extra["train"]}
+    assert image == train
+
+
+def test_dry_run_prints_the_file_and_commands_and_starts_nothing(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "tuning.harness", "up", "--dry-run", "--layout", "per-rank",
+         "--gpus", "0", "--nproc", "2", "--runs", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load(out.stdout.split("\n# ")[0])
+    assert set(doc["services"]) == {"rank0", "rank1"}
+    assert "# rank1: accelerate launch" in out.stdout and "--machine_rank 1" in out.stdout
+    assert list(tmp_path.iterdir()) == []
