@@ -141,3 +141,18 @@ def leftovers(run_id: str | None = None) -> list[str]:
         )
         found += [f"{kind} {x}" for x in out.stdout.split()]
     return found
+
+
+_skipped_docker: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and "docker" in report.keywords:
+        _skipped_docker.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # In CI the container tests are the point: one skipped is a red run, not a green one.
+    if os.environ.get("CI") and _skipped_docker and exitstatus == 0:
+        print(f"\nCI: {len(_skipped_docker)} container test(s) skipped: {_skipped_docker}")
+        session.exitstatus = 1

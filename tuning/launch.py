@@ -15,6 +15,8 @@ Harness extras, all optional:
   HARNESS_DEVICE                    cpu | gpu (default: gpu when /dev/nvidia0 exists)
   HARNESS_MAX_RESTARTS              torchrun --max-restarts
   HARNESS_ENTRY                     module to run (default tuning.sft_trainer; bench: tuning.probe)
+  HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
+                                    trainer's (bench: the probe's --out, --max-bytes ...)
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str],
     if restarts:
         argv += ["--max_restarts", str(restarts)]
     argv += ["-m", env.get("HARNESS_ENTRY") or "tuning.sft_trainer"]
+    if env.get("HARNESS_ENTRY_ARGS"):
+        trainer_args = shlex.split(env["HARNESS_ENTRY_ARGS"])
     return argv + list(trainer_args), extra
 
 

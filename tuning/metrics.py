@@ -46,6 +46,16 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def memory_peaks() -> dict:
+    """This rank's peak memory so far: RSS, and on CUDA the allocator's peak (step lines)."""
+    out = {"peak_rss_bytes": peak_rss_bytes()}
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+    return out
+
+
 class MetricsWriter:
     """Appends JSON lines to metrics/rank<N>.jsonl. Lines written before ``bind`` (before the
     rank is known from torch.distributed) are buffered with their original times."""
@@ -166,7 +176,7 @@ class StepMetricsCallback(TrainerCallback):
             "step_s": round(now - self._t0, 6),
             "samples": rec["samples"],
         }
-        self.writer.log("step", **step)
+        self.writer.log("step", **step, **memory_peaks())
         self.steps.append({**step, "loss_sum": rec["loss_sum"], "loss_tokens": rec["loss_tokens"]})
         self.trainer._reset_step_record()
         self._t0 = time.perf_counter()

@@ -17,8 +17,8 @@ Input schema (a plain dict, JSON-serialisable)
             {
               "run_id": "20260101-120000-host",     # optional
               "phases": {                 # seconds each; null = not applicable / not seen
-                "container_start_s": null, "imports_s": 3.1, "rendezvous_s": 0.4,
-                "model_load_s": 1.2, "first_step_s": 0.9
+                "container_start_s": null, "launcher_s": 2.0, "imports_s": 3.1,
+                "rendezvous_s": 0.4, "model_load_s": 1.2, "first_step_s": 0.9
               },
               "step_s": [[...], [...]],   # per rank: step times after warm-up (seconds)
               "tokens": [[...], [...]],   # per rank: tokens per step, aligned with step_s
@@ -67,7 +67,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-PHASES = ("container_start_s", "imports_s", "rendezvous_s", "model_load_s", "first_step_s")
+PHASES = ("container_start_s", "launcher_s", "imports_s", "rendezvous_s", "model_load_s",
+          "first_step_s")  # fmt: skip
 REFERENCES = ("host", "single")
 MIB = 1024 * 1024
 
@@ -456,7 +457,7 @@ def markdown(report: dict, derived: dict) -> str:
     lines += [
         "",
         "first step s: launch to first step, the median over repeats of the summed phases "
-        "(container start, imports, rendezvous, model load, first step). step s: steady steps "
+        "(container start, launcher, imports, rendezvous, model load, first step). step s: steady steps "
         "after warm-up, slowest rank per step, pooled over repeats. tokens/s: all ranks' "
         "tokens over the slowest rank's time, median over repeats. busbw: nccl-tests bus "
         "bandwidth of all_reduce at the largest probed size, median over repeats. peak memory: "

@@ -1,0 +1,96 @@
+"""`make up` on a real engine: both layouts train 2 CPU ranks to the end, in real containers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, leftovers
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+STEPS = 12
+
+
+def make_up(runs: Path, layout: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    out = subprocess.run(
+        ["make", "--no-print-directory", "up", f"LAYOUT={layout}", "GPUS=0", "NPROC=2",
+         f"STEPS={STEPS}", "SEED=7", f"RUNS={runs}", *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    run = (runs / "latest").resolve()
+    return out, json.loads((run / "summary.json").read_text()), run
+
+
+@pytest.fixture(scope="module")
+def trained(harness_image, tmp_path_factory) -> dict[str, tuple]:
+    """One `make up` per layout, shared by the tests below."""
+    return {
+        layout: make_up(tmp_path_factory.mktemp(layout), layout)
+        for layout in ("single", "per-rank")
+    }
+
+
+@pytest.mark.parametrize("layout", ["single", "per-rank"])
+def test_make_up_trains_to_the_end(trained, layout):
+    out, summary, _ = trained[layout]
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert summary["status"] == "succeeded" and summary["layout"] == layout
+    assert summary["world_size"] == 2 and summary["steps"] == STEPS
+    assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]
+    assert [r["exit_code"] for r in summary["ranks"]] == [0, 0]
+    assert summary["final_loss"] < summary["first_loss"] - 0.5
+    for key in ("time_to_first_step_s", "steady_step_s", "tokens_per_s"):
+        assert summary[key] > 0
+    # Progress was shown as plain lines (not a terminal), one per rank and step.
+    assert f"rank1 step {STEPS}/{STEPS}" in out.stdout
+    assert not leftovers(summary["run_id"])
+
+
+def test_per_rank_really_ran_one_container_per_rank(trained):
+    _, per_rank, _ = trained["per-rank"]
+    containers = {r["rank"]: r["container"] for r in per_rank["ranks"]}
+    assert len(set(containers.values())) == 2
+    assert containers[0].endswith("-rank0-1") and containers[1].endswith("-rank1-1")
+    _, single, _ = trained["single"]
+    assert len({r["container"] for r in single["ranks"]}) == 1
+
+
+def test_run_directory_records_the_run(trained):
+    _, summary, run = trained["per-rank"]
+    assert run.name == summary["run_id"]
+    for name in ("compose.yaml", "job/job.yaml", "job/accelerate.yaml", "summary.json",
+                 "ranks/rank0.launch.json", "ranks/rank1.launch.json", "logs/rank0.log",
+                 "logs/rank1.log", "output/metrics/rank0.jsonl", "output/metrics/rank1.jsonl",
+                 "output/train_summary.json"):  # fmt: skip
+        assert (run / name).is_file(), name
+    launch = json.loads((run / "ranks/rank1.launch.json").read_text())
+    assert "--machine_rank" in launch["argv"] and launch["env"]["PET_NODE_RANK"] == "1"
+    assert "harness-launch: accelerate launch" in (run / "logs/rank1.log").read_text()
+    assert (run.parent / "latest").resolve() == run.resolve()
+
+
+def test_layout_changes_the_plumbing_not_the_math(trained):
+    single = dict(map(tuple, trained["single"][1]["losses"]))
+    per_rank = dict(map(tuple, trained["per-rank"][1]["losses"]))
+    assert single.keys() == per_rank.keys() and len(single) == STEPS
+    for step in single:
+        assert abs(single[step] - per_rank[step]) <= 1e-5, (step, single[step], per_rank[step])
+
+
+def test_make_down_removes_what_a_dead_harness_left(harness_image, tmp_path):
+    """A harness killed mid-run leaves containers; `make down` removes them, twice safely."""
+    run_id = "leftover-test"
+    subprocess.run(["docker", "network", "create", "--internal", "--label",
+                    f"harness.run={run_id}", f"harness-{run_id}"], check=True,
+                   capture_output=True)  # fmt: skip
+    subprocess.run(["docker", "run", "-d", "--label", f"harness.run={run_id}",
+                    "--network", f"harness-{run_id}", "--entrypoint", "sleep",
+                    harness_image, "300"], check=True, capture_output=True)  # fmt: skip
+    assert len(leftovers(run_id)) == 2
+    for _ in range(2):
+        out = subprocess.run(["make", "--no-print-directory", "down"], cwd=ROOT,
+                             capture_output=True, text=True)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    assert leftovers() == []
