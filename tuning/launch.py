@@ -14,6 +14,8 @@ Harness extras, all optional:
   ACCELERATE_CONFIG                 accelerate config fixture (default: by device)
   HARNESS_DEVICE                    cpu | gpu (default: gpu when /dev/nvidia0 exists)
   HARNESS_MAX_RESTARTS              torchrun --max-restarts
+  HARNESS_RDZV_TIMEOUT              seconds the static rendezvous waits for every node
+                                    (torchrun --rdzv_conf timeout=s; its default is 600)
   HARNESS_ENTRY                     module to run (default tuning.sft_trainer; bench: tuning.probe)
   HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
                                     trainer's (bench: the probe's --out, --max-bytes ...)
@@ -106,6 +108,9 @@ def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str],
     restarts = _int(env, "HARNESS_MAX_RESTARTS", default=0)
     if restarts:
         argv += ["--max_restarts", str(restarts)]
+    rdzv_timeout = _int(env, "HARNESS_RDZV_TIMEOUT", default=0)
+    if rdzv_timeout:
+        argv += ["--rdzv_conf", f"timeout={rdzv_timeout}"]
     argv += ["-m", env.get("HARNESS_ENTRY") or "tuning.sft_trainer"]
     if env.get("HARNESS_ENTRY_ARGS"):
         trainer_args = shlex.split(env["HARNESS_ENTRY_ARGS"])

@@ -6,7 +6,8 @@ tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plai
 
 Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else.
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
-i raise at the start of step k; SIGTERM makes every rank checkpoint at the next step boundary
+i raise at the start of step k; HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
+its end, no CPU) so a fault can land at a chosen step; SIGTERM makes every rank checkpoint at the next step boundary
 they agree on and exit 0 with status "preempted".
 """
 
@@ -16,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -230,6 +232,7 @@ class FaultHooks(TrainerCallback):
         at = os.environ.get("HARNESS_CRASH_AT_STEP")
         self.crash_at = int(at) if at else None
         self.crash_rank = int(os.environ.get("HARNESS_CRASH_RANK", "0"))
+        self.step_sleep = float(os.environ.get("HARNESS_STEP_SLEEP") or 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
         step = state.global_step + 1
@@ -237,6 +240,8 @@ class FaultHooks(TrainerCallback):
             raise RuntimeError(f"injected crash at step {step}")
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
         if self.preempt.agreed() and not self.preempt.stopped:
             self.preempt.stopped = True
             control.should_save = True

@@ -457,9 +457,9 @@ def markdown(report: dict, derived: dict) -> str:
     lines += [
         "",
         "first step s: launch to first step, the median over repeats of the summed phases "
-        "(container start, launcher, imports, rendezvous, model load, first step). step s: steady steps "
-        "after warm-up, slowest rank per step, pooled over repeats. tokens/s: all ranks' "
-        "tokens over the slowest rank's time, median over repeats. busbw: nccl-tests bus "
+        "(container start, launcher, imports, rendezvous, model load, first step). step s: "
+        "steady steps after warm-up, slowest rank per step, pooled over repeats. tokens/s: all "
+        "ranks' tokens over the slowest rank's time, median over repeats. busbw: nccl-tests bus "
         "bandwidth of all_reduce at the largest probed size, median over repeats. peak memory: "
         "max over ranks and repeats. Ratios: repeat i against repeat i of the reference (same "
         "round), then the median of the ratios.",
