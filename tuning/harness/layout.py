@@ -58,7 +58,10 @@ class Layout:
     run_dir: str = "runs/example"  # host path; job/ and output/ live under it
     user: str = CONTAINER_UID
     max_restarts: int = 0
-    extra_env: tuple[tuple[str, str], ...] = ()  # passed through (e.g. HF_TOKEN by name)
+    extra_env: tuple[tuple[str, str], ...] = ()  # harness variables for the ranks
+    # Secrets (HF_TOKEN, ...) travel by NAME: rendered files say `NAME: null`, and Compose
+    # (or the host launcher) takes the value from the harness's environment at start.
+    secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -101,7 +104,7 @@ class Layout:
             for name, rank, nproc, ids in shape
         ]
 
-    def node_env(self, master: str, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
+    def node_env(self, master: str, nnodes: int, nproc: int, node_rank: int) -> dict:
         env = contract_env(master, self.port, nnodes, nproc, node_rank)
         env.update(
             HARNESS_DEVICE=self.device,
@@ -111,6 +114,7 @@ class Layout:
         if self.max_restarts:
             env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)
         env.update(self.extra_env)
+        env.update(dict.fromkeys(self.secrets))
         return env
 
     # Paths as the ranks see them: inside the container, or on the host for LAYOUT=host.

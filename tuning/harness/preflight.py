@@ -1,0 +1,85 @@
+"""Checks a run's inputs on the host before anything starts, so a mistake costs a second and
+a clear message instead of a container that dies in its log.
+
+The job and data are checked by the trainer's own pure-Python code (tuning.config,
+tuning.data: no torch), so the host and the ranks can never disagree about what is valid.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tuning.config import ConfigError, SFTConfig, coerce
+from tuning.data import DataError, load_examples
+
+from .engine import HarnessError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+CHECK_ACCELERATE = (
+    "import sys\n"
+    "from accelerate.commands.config.config_args import load_config_from_file\n"
+    "try:\n    load_config_from_file(sys.argv[1])\n"
+    "except Exception as e:\n    print(e); sys.exit(1)\n"
+)
+
+
+def check_job(job: dict, source: str) -> SFTConfig:
+    try:
+        values = {key: coerce(key, value, source) for key, value in job.items()}
+        return SFTConfig(**values).validate(source)
+    except ConfigError as e:
+        raise HarnessError(f"{e}; fix the job file (JOB=...) or its variable") from None
+
+
+def check_model(path: str | None) -> None:
+    if not path:
+        return
+    model = Path(path)
+    if not (model / "config.json").is_file():
+        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model directory")
+    if not any((model / name).is_file() for name in TOKENIZER_FILES):
+        raise HarnessError(
+            f"MODEL={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
+            "tokenizer.save_pretrained(MODEL), or set tokenizer_name_or_path in the job"
+        )
+
+
+def check_data(path: str | None, cfg: SFTConfig) -> None:
+    if not path:
+        return
+    try:
+        load_examples(path, cfg.dataset_text_field, cfg.response_template,
+                      cfg.data_formatter_template)  # fmt: skip
+    except DataError as e:
+        raise HarnessError(f"DATA: {e}") from None
+
+
+def check_accelerate_config(path: Path, image: str | None) -> None:
+    """Run accelerate's own loader on a user's config (unknown keys raise there): in the
+    image, or in this environment for LAYOUT=host."""
+    if image:
+        cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
+               "-v", f"{path.resolve()}:/cfg.yaml:ro", image, "-c", CHECK_ACCELERATE,
+               "/cfg.yaml"]  # fmt: skip
+    else:
+        cmd = [sys.executable, "-c", CHECK_ACCELERATE, str(path)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        lines = out.stdout.strip().splitlines() or out.stderr.strip().splitlines()[-1:]
+        why = lines[0] if lines else f"exit code {out.returncode}"
+        raise HarnessError(f"CONFIG={path}: accelerate refuses it: {why}")
+
+
+def check_runs_dir(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as e:
+        raise HarnessError(
+            f"runs directory {root} is not writable ({e.strerror}); make it writable or point "
+            "RUNS=<dir> at one that is"
+        ) from None
