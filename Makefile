@@ -13,7 +13,7 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,MODEL,model) $(call flag,DATA,data) $(call flag,STEPS,steps) \
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
-  $(call flag,JOB,job) $(call flag,IMAGE,image) --runs $(RUNS) \
+  $(call flag,JOB,job) $(call flag,IMAGE,image) $(call flag,RUN_ID,run-id) --runs $(RUNS) \
   $(if $(RESUME),--resume) $(if $(DRY_RUN),--dry-run)
 
 BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat)

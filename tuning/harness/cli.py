@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,12 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compose as compose_mod
-from . import engine, runs
+from . import engine, preflight, runs
 from .engine import HarnessError
 from .layout import KINDS, PORT, Layout, LayoutError
 from .run import HOST_ASSETS, ROOT, ComposeNodes, HostNodes, execute, job_for, node_commands
 
 CONFIGS = ROOT / "configs"
+SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
+
+
+def load_env_file(path: Path = ROOT / ".env") -> None:
+    """Secrets may live in a git-ignored .env (NAME=value lines); the environment wins."""
+    if not path.is_file():
+        return
+    for line in path.read_text().splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name in SECRET_NAMES and not name.startswith("#"):
+            os.environ.setdefault(name, value.strip().strip("'\""))
 
 
 def _int_arg(name: str, raw: str | None, minimum: int) -> int | None:
@@ -57,8 +69,10 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
     model = _existing("MODEL", a.model, "dir")
     if model and not (Path(model) / "config.json").is_file():
         raise HarnessError(f"MODEL={a.model} has no config.json: not a Hugging Face model dir")
+    secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
     try:
         return Layout(
+            secrets=secrets,
             kind=a.layout, gpus=gpus, nproc=nproc, run_id=run_id, image=a.image,
             network=a.network, model=model, data=_existing("DATA", a.data, "file"),
             run_dir=str(run_dir), max_restarts=_int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
@@ -86,12 +100,16 @@ class Spec:
     accelerate_config: Path
     runs_root: Path
     grace: float
+    user_config: bool = False  # CONFIG given by the user: accelerate checks it before start
+    services: list[str] | None = None  # Compose services to start (None: every node)
+    resume_from: Path | None = None  # a previous run whose checkpoints the run starts from
 
 
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
     run_id = run_id or a.run_id or runs.new_run_id()
     runs_root = Path(a.runs).resolve()
     layout = layout_from(a, run_id, runs_root / run_id)
+    preflight.check_runs_dir(runs_root)
     if layout_changes:
         layout = layout.with_(**layout_changes)
     if layout.kind == "host" and layout.port == PORT:
@@ -100,7 +118,14 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     seed = _int_arg("SEED", a.seed, 0)
     timeout = _int_arg("TIMEOUT", a.timeout, 1)
     job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume)
-    return Spec(layout, job, accelerate_config(a, layout), runs_root, a.grace)
+    cfg = preflight.check_job(job, f"job file {a.job}")
+    preflight.check_model(layout.model)
+    preflight.check_data(layout.data, cfg)
+    # RESUME=1 continues the newest run (runs/latest, read now: start() moves it).
+    previous = (runs_root / "latest").resolve() if a.resume else None
+    resume_from = previous if previous and previous.is_dir() else None
+    return Spec(layout, job, accelerate_config(a, layout), runs_root, a.grace,
+                resume_from=resume_from, user_config=bool(a.config))  # fmt: skip
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -120,13 +145,19 @@ def start(spec: Spec, on_tick=None) -> dict:
     t0 = time.time()
     layout = spec.layout
     client = prepare(layout)
+    if spec.user_config:
+        preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
     commands = node_commands(layout)
     try:
         run_dir = runs.create(spec.runs_root, layout.run_id)
     except FileExistsError:
         raise HarnessError(f"{spec.runs_root / layout.run_id} exists; a run never writes over "
                            "another") from None  # fmt: skip
+    except PermissionError as e:
+        raise HarnessError(str(e)) from None
     runs.write_job(run_dir, spec.job, spec.accelerate_config)
+    if spec.resume_from:
+        _take_checkpoints(spec.resume_from, run_dir / "output", layout)
     for name, cmd in commands.items():
         runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
     if layout.kind == "host":
@@ -134,7 +165,7 @@ def start(spec: Spec, on_tick=None) -> dict:
     else:
         (run_dir / "compose.yaml").write_text(compose_mod.dump(compose_mod.render(layout)))
         _give_to_container_user(run_dir / "output", layout.user)
-        nodes = ComposeNodes(layout, run_dir, client)
+        nodes = ComposeNodes(layout, run_dir, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
     print(f"harness: run {layout.run_id}: layout {layout.kind}, {layout.world_size} {kind} "
           f"rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
@@ -142,6 +173,8 @@ def start(spec: Spec, on_tick=None) -> dict:
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
     )
     summary = write_summary(layout, run_dir, status, details, t0)
+    if status == "failed":
+        explain_failure(run_dir, summary)
     print(f"harness: {status}; first loss {summary['first_loss']}, final loss "
           f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
     return summary
@@ -182,6 +215,37 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
                **runs.summarize(metrics, t0), "ranks": ranks}  # fmt: skip
     runs.write_json(run_dir / "summary.json", summary)
     return summary
+
+
+def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
+    """RESUME=1: hard-link the previous run's checkpoints into this run's output (copies if
+    links cannot be made), so the trainer's resume_from_checkpoint=true finds the last one."""
+    found = sorted((previous / "output").glob("checkpoint-*"))
+    if not found:
+        print(f"harness: RESUME=1 but {previous.name} has no checkpoint; starting afresh")
+        return
+    for ckpt in found:
+        try:
+            shutil.copytree(ckpt, output / ckpt.name, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(output / ckpt.name, ignore_errors=True)
+            shutil.copytree(ckpt, output / ckpt.name)
+        if layout.kind != "host":
+            for path in [output / ckpt.name, *(output / ckpt.name).rglob("*")]:
+                _give_to_container_user(path, layout.user)
+    print(f"harness: resuming from {previous.name}: {', '.join(c.name for c in found)}")
+
+
+def explain_failure(run_dir: Path, summary: dict) -> None:
+    """Say why ranks failed: their own error lines, else the end of their logs."""
+    for node in dict.fromkeys(r["node"] for r in summary["ranks"] if r.get("exit_code")):
+        log = run_dir / f"logs/{node}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        errors = [x for x in lines if "error:" in x.lower() or x.startswith(("Error", "OSError"))]
+        shown = list(dict.fromkeys(errors))[-5:] or lines[-10:]
+        print(f"harness: {node} failed; from {log}:", file=sys.stderr)
+        for line in shown:
+            print(f"  {line}", file=sys.stderr)
 
 
 def _give_to_container_user(path: Path, user: str) -> None:
@@ -286,6 +350,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    load_env_file()
     try:
         return a.fn(a)
     except HarnessError as e:

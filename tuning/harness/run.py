@@ -35,8 +35,9 @@ def _raise_interrupted(signum, _frame):
 
 
 class ComposeNodes:
-    def __init__(self, layout: Layout, run_dir: Path, client):
+    def __init__(self, layout: Layout, run_dir: Path, client, services: list[str] | None = None):
         self.layout, self.run_dir, self.c = layout, run_dir, client
+        self.services = list(services or [])  # Compose services to start; empty: every one
         self.file = run_dir / "compose.yaml"
         self.containers: dict[str, object] = {}
         self.issued_at: float | None = None
@@ -44,7 +45,7 @@ class ComposeNodes:
     def start(self) -> None:
         self.issued_at = time.time()  # the moment `compose up` is issued (bench: container start)
         engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
-                       "--quiet-pull", capture=True)  # fmt: skip
+                       "--quiet-pull", *self.services, capture=True)  # fmt: skip
         for ctr in self.c.containers.list(
             all=True, filters={"label": f"{compose_mod.LABEL}={self.layout.run_id}"}
         ):
@@ -97,7 +98,8 @@ class HostNodes:
     def start(self) -> None:
         log = open(self.run_dir / "logs/host.log", "wb")
         bindir = str(Path(sys.executable).parent)
-        env = {**os.environ, **self.env, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+        env = {**os.environ, **{k: v for k, v in self.env.items() if v is not None}}
+        env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
         self.issued_at = time.time()
         self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
