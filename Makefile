@@ -20,7 +20,8 @@ BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
-  $(call flag,NAME,name) $(call flag,STEPS,steps) --runs $(RUNS)
+  $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
+  $(if $(REHEARSE),--rehearse)
 
 .PHONY: help up down ps logs image bench fault kube test lint fmt clean
 .DEFAULT_GOAL := help
@@ -49,15 +50,16 @@ help: ## list targets and variables
 	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
 	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"
 	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"
+	@echo "  REHEARSE=1      kube: also run the PyTorchJob's pods here, as Compose services"
 
 $(VENV)/.harness: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e ".[kube]"
 	touch $@
 
 $(VENV)/.train: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" -e ".[train,bench,test]"
+	$(PY) -m pip install -q "$(TORCH)" -e ".[train,bench,test,kube]"
 	touch $@ $(VENV)/.harness
 
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
@@ -83,7 +85,7 @@ bench: $(VENV)/.train ## the layouts side by side: host, single, per-rank isolat
 fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] [AT_STEP=k]
 	$(PY) -m tuning.harness fault $(FAULT_FLAGS)
 
-kube: $(VENV)/.train ## render the job as a Kubeflow PyTorchJob: [GPUS=N] [NODES=m] [IMAGE=..]
+kube: $(VENV)/.harness ## render the job as a Kubeflow PyTorchJob: [GPUS=N] [NODES=m] [IMAGE=..]
 	$(PY) -m tuning.harness kube $(KUBE_FLAGS)
 
 test: $(VENV)/.train ## the whole suite, container tests included

@@ -5,6 +5,7 @@ Compose runs the lifecycle (up, down); the SDK inspects, waits, reads logs and e
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -115,12 +116,29 @@ def pick_base(c: docker.DockerClient, log=print) -> str:
     return BASE_OFFLINE
 
 
+def source_digest() -> str:
+    """A digest of everything the image is built from, so a code change means a rebuild
+    (a cheap one: the layers with torch come first and stay cached)."""
+    h = hashlib.sha256()
+    files = [ROOT / "docker/Dockerfile", ROOT / "docker/requirements.txt", ROOT / "pyproject.toml"]
+    files += sorted((ROOT / "configs").rglob("*")) + sorted((ROOT / "tuning").rglob("*.py"))
+    for path in files:
+        if path.is_file():
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=print) -> str:
-    """Build the harness image if it is missing (or when asked). Returns the base used."""
+    """Build the harness image if it is missing or older than the sources (or when asked).
+    Returns the base it was built from."""
+    digest = source_digest()
     if image_present(c, tag) and not rebuild:
-        base = c.images.get(tag).labels.get("harness.base", "?")
-        log(f"image: {tag} present (base {base})")
-        return base
+        labels = c.images.get(tag).labels
+        base = labels.get("harness.base", "?")
+        if labels.get("harness.source") == digest:
+            log(f"image: {tag} present (base {base})")
+            return base
+        log(f"image: the sources changed since {tag} was built; rebuilding")
     base = pick_base(c, log)
     wheels = ROOT / "build/wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -131,7 +149,8 @@ def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=pr
               "torch==2.13.0", "-r", str(ROOT / "docker/requirements.txt")])  # fmt: skip
     log(f"image: building {tag} FROM {base}" + (" with no network" if offline else ""))
     cmd = ["docker", "build", "-f", "docker/Dockerfile", "-t", tag,
-           "--build-arg", f"BASE_IMAGE={base}", "--label", f"harness.base={base}"]  # fmt: skip
+           "--build-arg", f"BASE_IMAGE={base}", "--label", f"harness.base={base}",
+           "--label", f"harness.source={digest}"]  # fmt: skip
     if offline:
         cmd += ["--network", "none"]
     _run([*cmd, "."], cwd=ROOT)

@@ -1,16 +1,373 @@
-"""`make kube` (scaffold; being built)."""
+"""`make kube`: the run as a Kubeflow PyTorchJob (kubeflow.org/v1), and a local rehearsal of it.
+
+Three steps, each built on the one before:
+
+1. `JobLayout`: the layout model (layout.py) with a PyTorchJob's shape: `replicas` pods of
+   `per_pod` ranks each (GPUs per pod, or CPU ranks when GPUS=0), job name and image.
+2. `render()`: the PyTorchJob and the ConfigMap holding the job config (job.yaml and
+   accelerate.yaml, as `up` writes them), built from the Training Operator's own SDK models
+   (`kubeflow-training`) and the `kubernetes` client models, so field names and types are
+   theirs. `dump()` writes them as one YAML file for `kubectl apply -f`.
+3. `operator_pods()`: what the Training Operator makes of that object (pod names, node ranks
+   and the environment it injects), read from the object itself. `rehearse()` runs those pods
+   as Compose services with exactly that environment, the image's own entrypoint and the
+   ConfigMap's content at /job, through the same follow/teardown code as `up`.
+
+The SDKs are imported only here, lazily: the rest of the CLI works without the `kube` extra,
+and nothing on this side imports torch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
 
+import yaml
+
+from . import cli, engine, runs
+from . import compose as compose_mod
 from .engine import HarnessError
+from .layout import CONTAINER_UID, JOB_DIR, OUTPUT_DIR, Layout, LayoutError, Node, contract_env
+from .run import ComposeNodes, execute, job_for, node_commands
+
+KIND = "pytorchjob"
+API_VERSION = "kubeflow.org/v1"
+CONTAINER = "pytorch"  # the operator finds the training container by this name
+PORT_NAME = "pytorchjob-port"  # ... and the rendezvous port by this one
+PORT = 23456  # the operator's default for that port
+SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
+MANIFEST = "pytorchjob.yaml"
+NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
+
+
+@dataclass(frozen=True)
+class JobLayout(Layout):
+    """A PyTorchJob on the layout model: `replicas` pods (Master + Workers), `per_pod` ranks
+    in each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so
+    world size, device and the job paths come from `Layout`. `pods` are the nodes as the
+    operator makes them (`operator_pods`); empty until the job is rendered."""
+
+    kind: str = KIND
+    port: int = PORT
+    name: str = "sft"
+    replicas: int = 1
+    pods: tuple[Node, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The layout model's own checks, on the fields it knows; then the job's.
+        Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
+        if self.kind != KIND:
+            raise LayoutError(f"a JobLayout is kind {KIND!r}, not {self.kind!r}")
+        if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
+            raise LayoutError(
+                f"NAME={self.name!r}: a PyTorchJob name here is lower-case letters, digits and "
+                f"'-', starts with a letter, at most {NAME_MAX} characters; e.g. NAME=sft-demo"
+            )
+        if self.replicas < 1:
+            raise LayoutError(f"NODES={self.replicas} must be at least 1")
+        if self.world_size % self.replicas:
+            raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
+
+    @property
+    def per_pod(self) -> int:
+        return self.world_size // self.replicas
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus // self.replicas
+
+    def nodes(self) -> list[Node]:
+        return list(self.pods)
+
+
+def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
+    """GPUS and NPROC as `make kube` means them: per pod."""
+    per_pod = gpus_per_pod or nproc_per_pod
+    try:
+        return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+# --- Rendering ------------------------------------------------------------------------------
+
+
+def _sdk():
+    try:
+        import kubeflow.training as kf
+        import kubernetes.client as k8s
+    except ImportError as e:
+        raise HarnessError(
+            f"the Kubeflow Training SDK is missing ({e}); install the kube extra: "
+            "`.venv/bin/pip install -e '.[kube]'` (kubeflow-training 1.9)"
+        ) from None
+    return kf, k8s
+
+
+def config_map_name(layout: JobLayout) -> str:
+    return f"{layout.name}-job"
+
+
+def render(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple[object, object]:
+    """(ConfigMap, PyTorchJob) as SDK model objects."""
+    kf, k8s = _sdk()
+    labels = {compose_mod.LABEL: layout.run_id, "app.kubernetes.io/name": layout.name}
+    config_map = k8s.V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=k8s.V1ObjectMeta(name=config_map_name(layout), labels=labels),
+        data={"job.yaml": yaml.safe_dump(job, sort_keys=False), "accelerate.yaml": accelerate_yaml},
+    )
+    uid, gid = (int(x) for x in layout.user.split(":"))
+    gpus = layout.gpus_per_pod
+    container = k8s.V1Container(
+        name=CONTAINER,
+        image=layout.image,
+        image_pull_policy="IfNotPresent",
+        # No `command`: the image's ENTRYPOINT (python -m tuning.launch), as under Compose.
+        args=["--config", f"{JOB_DIR}/job.yaml"],
+        env=[k8s.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml")],
+        ports=[k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")],
+        resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)})
+        if gpus
+        else None,
+        volume_mounts=[
+            k8s.V1VolumeMount(name="job", mount_path=JOB_DIR, read_only=True),
+            k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+            k8s.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
+        ],
+        # As the Compose services: the image's non-root user, no capabilities.
+        security_context=k8s.V1SecurityContext(
+            run_as_user=uid,
+            run_as_group=gid,
+            run_as_non_root=True,
+            allow_privilege_escalation=False,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        ),
+    )
+    template = k8s.V1PodTemplateSpec(
+        metadata=k8s.V1ObjectMeta(labels=labels),
+        spec=k8s.V1PodSpec(
+            containers=[container],
+            volumes=[
+                k8s.V1Volume(
+                    name="job",
+                    config_map=k8s.V1ConfigMapVolumeSource(name=config_map_name(layout)),
+                ),
+                k8s.V1Volume(
+                    name="dshm",
+                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT),
+                ),
+                # Checkpoints and metrics; swap for a ReadWriteMany PVC to keep them.
+                k8s.V1Volume(name="output", empty_dir=k8s.V1EmptyDirVolumeSource()),
+            ],
+        ),
+    )
+    # Static rendezvous: a pod that restarts alone cannot rejoin its peers, so a failed pod
+    # fails the job (as `restart: "no"` under Compose) and the operator removes the rest.
+    specs = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy="Never",
+                                                   template=template)}  # fmt: skip
+    if layout.replicas > 1:
+        specs["Worker"] = kf.KubeflowOrgV1ReplicaSpec(
+            replicas=layout.replicas - 1, restart_policy="Never", template=template
+        )
+    job_obj = kf.KubeflowOrgV1PyTorchJob(
+        api_version=API_VERSION,
+        kind="PyTorchJob",
+        metadata=k8s.V1ObjectMeta(name=layout.name, labels=labels),
+        spec=kf.KubeflowOrgV1PyTorchJobSpec(
+            pytorch_replica_specs=specs,
+            nproc_per_node=str(layout.per_pod),
+            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running", backoff_limit=0),
+        ),
+    )
+    return config_map, job_obj
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the ConfigMap's files) as literal blocks, readable in the YAML."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(*objects) -> str:
+    """The objects as one YAML stream, serialized by the kubernetes client's ApiClient."""
+    _, k8s = _sdk()
+    api = k8s.ApiClient()
+    docs = [api.sanitize_for_serialization(obj) for obj in objects]
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def load(text: str) -> tuple[object, object]:
+    """(ConfigMap, PyTorchJob) back from `dump`'s YAML, through the SDK's deserializer."""
+    kf, _ = _sdk()
+    from kubeflow.training.utils.utils import FakeResponse
+
+    api = kf.ApiClient()
+    by_kind = {d["kind"]: d for d in yaml.safe_load_all(text) if d}
+    return (
+        api.deserialize(FakeResponse(by_kind["ConfigMap"]), "V1ConfigMap"),
+        api.deserialize(FakeResponse(by_kind["PyTorchJob"]), "KubeflowOrgV1PyTorchJob"),
+    )
+
+
+# --- What the operator does with it ---------------------------------------------------------
+
+
+def _int_or(raw: str | None, default: int) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def operator_pods(job) -> list[Node]:
+    """The pods the Training Operator (release-1.9) creates for a PyTorchJob object: names
+    `<job>-master-0`, `<job>-worker-<i>`, node rank (master 0, worker i -> i + 1), and each
+    pod's `pytorch` container environment: its own `env`, then what the operator appends
+    (anchors.md). Everything is read from the object; nothing from the harness."""
+    name = job.metadata.name
+    specs = job.spec.pytorch_replica_specs or {}
+    if "Master" not in specs:
+        raise HarnessError(f"PyTorchJob {name} has no Master replica; MASTER_ADDR needs one")
+    master = specs["Master"]
+    port = None
+    for ctr in master.template.spec.containers:
+        if ctr.name == CONTAINER:
+            port = next((p.container_port for p in ctr.ports or [] if p.name == PORT_NAME), None)
+    if port is None:
+        raise HarnessError(
+            f"PyTorchJob {name}: the Master has no container {CONTAINER!r} with a port named "
+            f"{PORT_NAME!r}; the operator refuses it"
+        )
+    raw_nproc = job.spec.nproc_per_node or "auto"
+    nproc = _int_or(raw_nproc, 1)  # "auto" (and anything not a number) counts as 1
+    order = [("master", master)] + ([("worker", specs["Worker"])] if "Worker" in specs else [])
+    nnodes = sum(spec.replicas if spec.replicas is not None else 1 for _, spec in order)
+    master_addr = f"{name}-master-0"
+    pods = []
+    for rtype, spec in order:
+        replicas = spec.replicas if spec.replicas is not None else 1
+        ctr = next(c for c in spec.template.spec.containers if c.name == CONTAINER)
+        gpus = _int_or(((ctr.resources and ctr.resources.limits) or {}).get("nvidia.com/gpu"), 0)
+        for index in range(replicas):
+            rank = index + (1 if rtype == "worker" else 0)
+            env = {e.name: e.value for e in ctr.env or []}
+            env.update(contract_env(master_addr, port, nnodes, nproc, rank))
+            env["PET_NPROC_PER_NODE"] = raw_nproc  # verbatim, "auto" included
+            ids = tuple(str(rank * gpus + g) for g in range(gpus))  # host GPUs, rehearsal only
+            pods.append(Node(f"{name}-{rtype}-{index}", rank, nproc, ids, env))
+    return pods
+
+
+# --- The rehearsal: the operator's pods as Compose services ---------------------------------
+
+
+def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float) -> dict:
+    """Run the pods `operator_pods` makes of `job_obj` as Compose services and follow them
+    to the end, as `up` does. `run_dir` exists; returns the summary."""
+    t0 = time.time()
+    image = next(
+        c.image for c in job_obj.spec.pytorch_replica_specs["Master"].template.spec.containers
+        if c.name == CONTAINER
+    )  # fmt: skip
+    pods = operator_pods(job_obj)
+    layout = layout.with_(image=image, pods=tuple(pods))
+    if layout.gpus and engine.gpu_count() < layout.gpus:
+        raise HarnessError(
+            f"a rehearsal of {layout.replicas} pod(s) x {layout.gpus_per_pod} GPU(s) needs "
+            f"{layout.gpus} GPUs here; rehearse with GPUS=0 (CPU ranks, NPROC per pod)"
+        )
+    client = cli.prepare(layout)
+    for key, text in (config_map.data or {}).items():  # the ConfigMap volume, as kubelet would
+        (run_dir / "job" / key).write_text(text)
+    for name, cmd in node_commands(layout).items():
+        runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
+    (run_dir / "compose.yaml").write_text(compose_mod.dump(compose_mod.render(layout)))
+    cli._give_to_container_user(run_dir / "output", layout.user)
+    print(f"harness: rehearsing PyTorchJob {layout.name}: pods {', '.join(p.name for p in pods)}"
+          f"; {layout.world_size} rank(s); {run_dir}")  # fmt: skip
+    steps = yaml.safe_load(config_map.data["job.yaml"]).get("max_steps")
+    nodes = ComposeNodes(layout, run_dir, client)
+    status, details = execute(layout, run_dir, nodes, steps, grace, t0)
+    summary = cli.write_summary(layout, run_dir, status, details, t0)
+    summary["pytorchjob"] = {"name": layout.name, "manifest": str(run_dir / MANIFEST),
+                             "pods": [p.name for p in pods]}  # fmt: skip
+    runs.write_json(run_dir / "summary.json", summary)
+    print(f"harness: rehearsal {status}; first loss {summary['first_loss']}, final loss "
+          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+    return summary
+
+
+# --- The command ----------------------------------------------------------------------------
 
 
 def register(sub) -> None:
-    p = sub.add_parser("kube", help="(not built yet)")
+    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob (and rehearse it)")
+    p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
+    p.add_argument("--nodes", help="pods: Master + NODES-1 Workers (default 1)")
+    p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
+    p.add_argument("--name", default="sft", help="the PyTorchJob's name (pods <name>-master-0...)")
+    p.add_argument("--steps", help="max_steps")
+    p.add_argument("--seed")
+    p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
+    p.add_argument("--config", help="accelerate config fixture")
+    p.add_argument("--job", default=str(cli.CONFIGS / "jobs/demo.yaml"), help="job fixture")
+    p.add_argument("--rehearse", action="store_true",
+                   help="then run it here as the operator would: Compose services named as its "
+                        "pods, with the environment it injects")  # fmt: skip
+    p.add_argument("--grace", type=float, default=60.0,
+                   help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
+    p.add_argument("--run-id")
     p.set_defaults(fn=run)
 
 
 def run(a: argparse.Namespace) -> int:
-    raise HarnessError("kube is not built yet")
+    nodes = cli._int_arg("NODES", a.nodes, 1) or 1
+    gpus = cli._int_arg("GPUS", a.gpus, 0)
+    if gpus is None:
+        gpus = engine.gpu_count()
+    nproc = cli._int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
+    run_id = a.run_id or runs.new_run_id()
+    runs_root = Path(a.runs).resolve()
+    layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
+                        run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
+    job = job_for(layout, Path(a.job), cli._int_arg("STEPS", a.steps, 1),
+                  cli._int_arg("SEED", a.seed, 0), cli._int_arg("TIMEOUT", a.timeout, 1),
+                  False)  # fmt: skip
+    accelerate_yaml = cli.accelerate_config(a, layout).read_text()
+    config_map, job_obj = render(layout, job, accelerate_yaml)
+    text = dump(config_map, job_obj)
+
+    run_dir = Path(layout.run_dir)
+    try:
+        if a.rehearse:
+            runs.create(runs_root, run_id)  # a run starts: `latest` moves, as for `up`
+        else:
+            run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
+    except PermissionError as e:
+        raise HarnessError(str(e)) from None
+    manifest = run_dir / MANIFEST
+    manifest.write_text(text)
+    shape = f"Master 1 + Worker {nodes - 1}" if nodes > 1 else "Master 1"
+    per_pod = f"{gpus} x nvidia.com/gpu" if gpus else f"{nproc} CPU rank(s), no GPU"
+    print(f"harness: PyTorchJob {layout.name}: {shape}; nprocPerNode {layout.per_pod} "
+          f"({per_pod} per pod); world size {layout.world_size}; image {layout.image}")  # fmt: skip
+    print(f"harness: apply with `kubectl apply -f {manifest}` (a ConfigMap and the PyTorchJob)")
+    print(manifest, flush=True)
+    if not a.rehearse:
+        return 0
+    summary = rehearse(layout, run_dir, config_map, job_obj, a.grace)
+    return {"succeeded": 0, "interrupted": 130}.get(summary["status"], 1)

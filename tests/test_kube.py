@@ -1,0 +1,232 @@
+"""`make kube`: the PyTorchJob rendering, read back through the SDK, and its local rehearsal."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, harness, leftovers
+
+from tuning.harness import kube, runs
+from tuning.harness.engine import HarnessError
+from tuning.harness.layout import IMAGE_MODEL, contract_env
+
+CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
+FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
+CPU = (ROOT / "configs/accelerate/cpu.yaml").read_text()
+
+
+def rendered(gpus: int, nodes: int, nproc: int = 1, name: str = "tj", **job) -> str:
+    layout = kube.job_layout(gpus, nproc, nodes, name=name, run_id="r1", run_dir="/tmp/r1")
+    job = {"max_steps": 3, "output_dir": "/output", **job}
+    return kube.dump(*kube.render(layout, job, FSDP if gpus else CPU))
+
+
+def make_kube(tmp_path: Path, *args: str) -> tuple[Path, object, object]:
+    """`python -m tuning.harness kube ARGS` as make runs it; (manifest, ConfigMap, job)."""
+    out = harness("kube", *args, runs=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    manifest = Path(out.stdout.strip().splitlines()[-1])  # the path is the last line
+    assert manifest.is_file() and manifest.parent.parent == tmp_path
+    return (manifest, *kube.load(manifest.read_text()))
+
+
+def only_container(replica):
+    (ctr,) = replica.template.spec.containers
+    return ctr
+
+
+def check_pod(replica, config_map, gpus: int, image: str = "tuning-harness:latest") -> None:
+    spec = replica.template.spec
+    ctr = only_container(replica)
+    assert ctr.name == "pytorch" and ctr.image == image
+    assert ctr.command is None  # the image's own entrypoint (python -m tuning.launch)
+    assert ctr.args == ["--config", "/job/job.yaml"]
+    assert [(p.name, p.container_port) for p in ctr.ports] == [("pytorchjob-port", 23456)]
+    if gpus:
+        assert ctr.resources.limits == {"nvidia.com/gpu": str(gpus)}
+    else:
+        assert ctr.resources is None
+    mounts = {m.mount_path: m for m in ctr.volume_mounts}
+    volumes = {v.name: v for v in spec.volumes}
+    shm = volumes[mounts["/dev/shm"].name]
+    assert shm.empty_dir.medium == "Memory" and shm.empty_dir.size_limit == "2Gi"
+    job_vol = volumes[mounts["/job"].name]
+    assert mounts["/job"].read_only and job_vol.config_map.name == config_map.metadata.name
+    assert mounts["/output"].name in volumes
+    assert ctr.security_context.run_as_user == 1000 and ctr.security_context.run_as_non_root
+    assert replica.restart_policy == "Never"
+
+
+def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
+    manifest, config_map, job = make_kube(tmp_path, "--gpus", "4", "--nodes", "2",
+                                          "--name", "ft", "--steps", "7")  # fmt: skip
+    assert type(job).__name__ == "KubeflowOrgV1PyTorchJob"
+    assert (job.api_version, job.kind, job.metadata.name) == ("kubeflow.org/v1", "PyTorchJob", "ft")
+    specs = job.spec.pytorch_replica_specs
+    assert sorted(specs) == ["Master", "Worker"]
+    assert (specs["Master"].replicas, specs["Worker"].replicas) == (1, 1)
+    assert job.spec.nproc_per_node == "4"
+    for replica in specs.values():
+        check_pod(replica, config_map, gpus=4)
+    # The ConfigMap holds the job as `up` writes it: the image's assets, /output, STEPS.
+    assert sorted(config_map.data) == ["accelerate.yaml", "job.yaml"]
+    job_yaml = yaml.safe_load(config_map.data["job.yaml"])
+    assert job_yaml["max_steps"] == 7 and job_yaml["output_dir"] == "/output"
+    assert job_yaml["model_name_or_path"] == IMAGE_MODEL
+    assert config_map.data["accelerate.yaml"] == FSDP  # the GPU default, as for `up`
+    # Pods on Kube start with the operator's environment only: no harness variables.
+    env = {e.name for e in only_container(specs["Master"]).env}
+    assert env == {"ACCELERATE_CONFIG"} and manifest.name == "pytorchjob.yaml"
+    assert not (manifest.parent / "compose.yaml").exists()  # rendering runs nothing
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_one_node_is_one_master_with_every_rank(gpus):
+    config_map, job = kube.load(rendered(gpus, 1))
+    specs = job.spec.pytorch_replica_specs
+    assert list(specs) == ["Master"] and specs["Master"].replicas == 1
+    assert job.spec.nproc_per_node == str(gpus)
+    check_pod(specs["Master"], config_map, gpus=gpus)
+
+
+def test_cpu_job_has_no_gpu_limit_and_the_cpu_recipe(tmp_path):
+    _, config_map, job = make_kube(tmp_path, "--gpus", "0", "--nodes", "3", "--nproc", "2",
+                                   "--image", "registry.example/tuning:1")  # fmt: skip
+    specs = job.spec.pytorch_replica_specs
+    assert (specs["Master"].replicas, specs["Worker"].replicas) == (1, 2)
+    assert job.spec.nproc_per_node == "2"
+    for replica in specs.values():
+        check_pod(replica, config_map, gpus=0, image="registry.example/tuning:1")
+    assert config_map.data["accelerate.yaml"] == CPU
+
+
+@pytest.mark.parametrize(
+    ("nodes", "nproc", "pods"),
+    [(2, 1, ["tj-master-0", "tj-worker-0"]), (1, 2, ["tj-master-0"]),
+     (3, 2, ["tj-master-0", "tj-worker-0", "tj-worker-1"])],
+)  # fmt: skip
+def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods):
+    _, job = kube.load(rendered(0, nodes, nproc))
+    got = kube.operator_pods(job)
+    assert [p.name for p in got] == pods
+    for rank, pod in enumerate(got):
+        assert (pod.node_rank, pod.nproc) == (rank, nproc)
+        assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG"}
+        assert not any(k.startswith("HARNESS_") for k in pod.env)
+        assert pod.env == {
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "PYTHONUNBUFFERED": "1",
+            "MASTER_ADDR": "tj-master-0", "PET_MASTER_ADDR": "tj-master-0",
+            "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
+            "WORLD_SIZE": str(nodes * nproc), "PET_NNODES": str(nodes),
+            "PET_NPROC_PER_NODE": str(nproc), "RANK": str(rank), "PET_NODE_RANK": str(rank),
+        }  # fmt: skip
+
+
+def test_operator_environment_is_read_from_the_object():
+    _, job = kube.load(rendered(2, 2))
+    master = job.spec.pytorch_replica_specs["Master"]
+    only_container(master).ports[0].container_port = 31000
+    job.spec.pytorch_replica_specs["Worker"].replicas = 3
+    job.spec.nproc_per_node = "auto"
+    pods = kube.operator_pods(job)
+    assert len(pods) == 4 and pods[-1].name == "tj-worker-2"
+    env = pods[-1].env
+    assert (env["MASTER_PORT"], env["PET_NNODES"], env["RANK"]) == ("31000", "4", "3")
+    # "auto" goes through verbatim (the launcher counts GPUs); WORLD_SIZE counts it as 1.
+    assert (env["PET_NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("auto", "4")
+    assert pods[1].gpu_ids == ("2", "3")  # a rehearsal on a GPU host pins each pod's share
+    only_container(master).ports[0].name = "http"
+    with pytest.raises(HarnessError, match="pytorchjob-port"):
+        kube.operator_pods(job)
+
+
+def test_manifest_is_plain_yaml_for_kubectl():
+    docs = list(yaml.safe_load_all(rendered(4, 2)))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    job = docs[1]
+    assert job["spec"]["nprocPerNode"] == "4"  # a string, as the CRD's schema says
+    assert job["spec"]["runPolicy"] == {"backoffLimit": 0, "cleanPodPolicy": "Running"}
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["volumes"][1] == {"emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"},
+                                 "name": "dshm"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--name", "Bad_Name"], "NAME='Bad_Name'"), (["--nodes", "0"], "NODES=0"),
+     (["--gpus", "x"], "GPUS='x'")],
+)  # fmt: skip
+def test_bad_flags_are_refused_with_a_reason(tmp_path, args, message):
+    out = harness("kube", "--gpus", "1", *args, runs=tmp_path, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_rendering_does_not_import_torch(tmp_path):
+    # The SDKs come in only when `kube` runs; neither they nor it bring torch.
+    code = ("import sys; from tuning.harness import cli; cli.parser();"
+            " assert 'kubeflow' not in sys.modules, 'the CLI imported the SDK up front';"
+            " assert cli.main(['kube', '--gpus', '2', '--runs', sys.argv[1]]) == 0;"
+            " assert 'kubeflow.training' in sys.modules;"
+            " assert 'torch' not in sys.modules, 'kube imported torch'")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+
+
+# --- The rehearsal: the operator's pods as containers, trained through ------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize(("nodes", "nproc"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path, nodes, nproc):
+    run_id = f"kube-{nodes}x{nproc}-" + runs.new_run_id()
+    out = harness("kube", "--rehearse", "--gpus", "0", "--nodes", str(nodes), "--nproc",
+                  str(nproc), "--name", "tj", "--steps", "3", "--run-id", run_id,
+                  runs=tmp_path, timeout=600)  # fmt: skip
+    run_dir = tmp_path / run_id
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "succeeded" and summary["layout"] == "pytorchjob"
+        pods = ["tj-master-0"] + [f"tj-worker-{i}" for i in range(nodes - 1)]
+        assert summary["pytorchjob"]["pods"] == pods
+        # Each rank ran in the pod the operator would have put it in, and saw the whole world.
+        assert [(r["rank"], r["node"]) for r in summary["ranks"]] == [
+            (rank, pods[rank // nproc]) for rank in range(2)
+        ]
+        for r in summary["ranks"]:
+            assert re.fullmatch(rf"harness-{run_id}-{r['node']}-\d+", r["container"])
+            assert r["exit_code"] == 0
+        for rank in range(2):
+            lines = (run_dir / f"output/metrics/rank{rank}.jsonl").read_text().splitlines()
+            seen = {json.loads(x)["world_size"] for x in lines}
+            assert seen == {2}, f"rank {rank} saw world sizes {seen}"
+        # The services are the operator's pods: its names, exactly its environment.
+        _, job = kube.load((run_dir / "pytorchjob.yaml").read_text())
+        services = yaml.safe_load((run_dir / "compose.yaml").read_text())["services"]
+        assert list(services) == pods
+        for pod in kube.operator_pods(job):
+            svc = services[pod.name]
+            assert svc["hostname"] == pod.name and svc["environment"] == pod.env
+            assert svc["labels"]["harness.run"] == run_id
+            assert svc["labels"]["harness.node"] == pod.name
+        # The ConfigMap's content is what /job held.
+        config_map, _ = kube.load((run_dir / "pytorchjob.yaml").read_text())
+        for key, text in config_map.data.items():
+            assert (run_dir / "job" / key).read_text() == text
+        # The image's entrypoint took the CPU recipe itself and met the master by its pod name.
+        for pod in pods:
+            log = (run_dir / f"logs/{pod}.log").read_text()
+            assert "--main_process_ip tj-master-0 --main_process_port 23456" in log
+            assert "--config_file /job/accelerate.yaml" in log and "--multi_gpu" in log
+    finally:
+        assert leftovers(run_id) == []
