@@ -158,3 +158,14 @@ def test_dry_run_prints_the_file_and_commands_and_starts_nothing(tmp_path):
     assert set(doc["services"]) == {"rank0", "rank1"}
     assert "# rank1: accelerate launch" in out.stdout and "--machine_rank 1" in out.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_code_change_never_reinstalls_torch():
+    # Layers after a changed COPY are rebuilt: the dependency install must come before the
+    # code is copied in, and the image must run as its non-root user with one entrypoint.
+    lines = [x.strip() for x in (ROOT / "docker/Dockerfile").read_text().splitlines()]
+    install = next(i for i, x in enumerate(lines) if "-r /tmp/requirements.txt" in x)
+    code = lines.index("COPY tuning/ tuning/")
+    assert install < code
+    assert "USER tuner" in lines and lines[-1].startswith("ENTRYPOINT")
+    assert any("python -m tuning.launch" in x.replace('", "', " ") for x in lines)
