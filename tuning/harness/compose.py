@@ -28,7 +28,7 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
         services["rank0"]["ipc"] = "shareable"
         for node in nodes[1:]:
             svc = services[node.name]
-            del svc["networks"], svc["hostname"], svc["shm_size"]
+            del svc["networks"], svc["hostname"], svc["shm_size"], svc["extra_hosts"]
             svc["network_mode"] = "service:rank0"
             svc["ipc"] = "service:rank0"
             svc["depends_on"] = ["rank0"]
@@ -63,6 +63,10 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         },
         "volumes": volumes,
         "networks": [NETWORK],
+        # c10d looks up the name of each store client; a loopback client shows as
+        # ::ffff:127.0.0.1, which /etc/hosts lacks, and Docker's DNS on an internal network
+        # takes 10 s to fail that lookup (make bench: rendezvous 10 s in one container).
+        "extra_hosts": {"localhost": "::ffff:127.0.0.1"},
         "shm_size": SHM_SIZE,
         # Training needs no capability; only the fault helper gets NET_ADMIN.
         "cap_drop": ["ALL"],

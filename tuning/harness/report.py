@@ -464,9 +464,17 @@ def markdown(report: dict, derived: dict) -> str:
         "max over ranks and repeats. Ratios: repeat i against repeat i of the reference (same "
         "round), then the median of the ratios.",
         "",
-        "## Goals",
+        "## Launch to first step, by part",
+        "",
+        "Seconds, each part's median over repeats (n/a: not applicable or not seen); the "
+        "medians of the parts need not add up to the median of the sums above.",
         "",
     ]
+    for name in order:
+        ph = derived["layouts"][name]["phases_s"]
+        parts = (f"{p.removesuffix('_s').replace('_', ' ')} {_f(ph[p], '.3f')}" for p in PHASES)
+        lines += [f"{name}: {', '.join(parts)}", ""]
+    lines += ["## Goals", ""]
     for g in derived["goals"]:
         tag = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[g["met"]]
         lines.append(f"- {tag}: {g['sentence']}")

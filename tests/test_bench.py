@@ -1,0 +1,289 @@
+"""`make bench` on a real engine: a small bench over all four layouts (2 CPU ranks, few steps,
+one round, probe up to 1 MiB), its report recomputed from report.json's raw samples, and a
+SIGINT in the middle of a bench. The pure parts (phases, Docker times, the plan) run fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from conftest import PYTHON, ROOT, harness, leftovers
+from test_report import close, parse_table, recompute
+
+from tuning.harness import bench, report
+
+LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
+STEPS = 10
+PROBE_MAX = 1024 * 1024
+SIZES = [1024 * 2**k for k in range(11)]  # 1 KiB .. 1 MiB
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_bench(harness_image, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("bench")
+    t0 = time.monotonic()
+    out = harness("bench", "--gpus", "0", "--nproc", "2", "--repeat", "1", "--steps", str(STEPS),
+                  "--probe-max-bytes", str(PROBE_MAX), "--probe-seconds", "0.5",
+                  runs=runs, timeout=1200)  # fmt: skip
+    took = time.monotonic() - t0
+    dirs = [p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert len(dirs) == 1, dirs
+    doc = json.loads((dirs[0] / "report.json").read_text())
+    print(f"small bench: {took:.0f} s")
+    return out, dirs[0], doc
+
+
+def _raw(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "derived"}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_bench_writes_three_files_and_prints_the_table(small_bench):
+    out, bench_dir, doc = small_bench
+    paths = [bench_dir / f"report.{e}" for e in ("json", "md", "png")]
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    for p in paths:
+        assert f"bench: {p}" in out.stdout
+    assert "| " + " | ".join(report.TABLE_HEADER) + " |" in out.stdout
+    assert [lay["name"] for lay in doc["layouts"]] == LAYOUTS
+    runs = doc["meta"]["runs"]
+    # One round: every layout's training, then every layout's probe, in that order.
+    assert [(r["layout"], r["what"]) for r in runs] == [(n, "train") for n in LAYOUTS] + [
+        (n, "probe") for n in LAYOUTS
+    ]
+    assert all(r["status"] == "succeeded" for r in runs)
+    assert doc["meta"]["interrupted"] is False and doc["meta"]["job"]["max_steps"] == STEPS
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_every_figure_in_report_md_comes_from_report_json(small_bench):
+    _, bench_dir, doc = small_bench
+    md = (bench_dir / "report.md").read_text()
+    raw = _raw(doc)
+    want = recompute(raw)  # test_report's independent (numpy) recomputation
+    table = parse_table(md)
+    assert list(table) == LAYOUTS
+    for name, cells in table.items():
+        w = want["rows"][name]
+        close(cells[1], w["first"], 3)
+        m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[2])
+        close(m[1], w["step"], 4)
+        close(m[2], w["p10"], 4)
+        close(m[3], w["p90"], 4)
+        m = re.fullmatch(r"(\S+) \(per rank (\S+), (\S+)\)", cells[3])
+        close(m[1], w["tok"], 1)
+        close(m[2], w["tok_rank"][0], 1)
+        close(m[3], w["tok_rank"][1], 1)
+        close(cells[4], w["bus"], 3)
+        close(cells[5], w["mem"], 1)
+        assert cells[6] == w["transport"]
+        close(cells[7], w["step_host"], 3)
+        close(cells[8], w["step_single"], 3)
+        close(cells[9], w["bus_single"], 3)
+    goals = [ln for ln in md.splitlines() if ln.startswith("- ")]
+    assert len(goals) == 3
+    close(re.search(r"steady step time ratio (\S+) ", goals[0])[1], want["goals"]["step"], 3)
+    close(re.search(r"at largest size ratio (\S+) ", goals[1])[1], want["goals"]["bus"], 3)
+    close(re.search(r"launch-to-first-step (\S+) s ", goals[2])[1], want["goals"]["launch"], 3)
+    assert goals[0].startswith("- MET" if want["goals"]["step"] <= 1.03 else "- MISSED")
+    assert goals[1].startswith("- MET" if want["goals"]["bus"] >= 0.95 else "- MISSED")
+    assert goals[2].startswith("- MET" if want["goals"]["launch"] <= 2.0 else "- MISSED")
+    # The launch-to-first-step parts, each a median over repeats of the raw phases.
+    for lay in raw["layouts"]:
+        line = next(ln for ln in md.splitlines() if ln.startswith(f"{lay['name']}: "))
+        shown = dict(re.findall(r"([a-z ]+) (n/a|[-\d.]+)(?:, |$)", line.split(": ", 1)[1]))
+        for part in report.PHASES:
+            vals = [r["phases"][part] for r in lay["repeats"] if r["phases"][part] is not None]
+            text = shown[part.removesuffix("_s").replace("_", " ")]
+            if vals:
+                close(text, float(np.median(vals)), 3)
+            else:
+                assert text == "n/a" and part == "container_start_s" and lay["name"] == "host"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_phases_are_seen_and_add_up_to_issue_to_first_step(small_bench):
+    _, bench_dir, doc = small_bench
+    for lay in doc["layouts"]:
+        (rep,) = lay["repeats"]
+        ph = rep["phases"]
+        for part in report.PHASES:
+            if part == "container_start_s" and lay["name"] == "host":
+                assert ph[part] is None
+            else:
+                assert ph[part] is not None and ph[part] >= -0.05, (lay["name"], part, ph)
+        # The parts telescope: their sum is the end of step 1 minus the moment of launch.
+        run_dir = bench_dir / rep["run_id"]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        issued = summary["ranks"][0]["issued_at"]
+        first = max(
+            next(json.loads(x) for x in p.read_text().splitlines() if '"step"' in x)["time"]
+            for p in (run_dir / "output/metrics").glob("rank*.jsonl")
+        )
+        assert sum(v for v in ph.values() if v is not None) == pytest.approx(
+            first - issued, abs=0.01
+        )
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_report_png_is_valid_with_both_panels(small_bench):
+    _, bench_dir, doc = small_bench
+    data = (bench_dir / "report.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">I4s", data[8:16]) == (13, b"IHDR")
+    assert struct.unpack(">II", data[16:24]) == (1200, 480)
+    fig = report.figure(_raw(doc))
+    speed, bandwidth = fig.axes
+    assert len(speed.patches) == len(LAYOUTS)  # a bar per layout
+    assert len(bandwidth.lines) == len(LAYOUTS)  # a busbw curve per layout
+    assert all(len(line.get_xdata()) == len(SIZES) for line in bandwidth.lines)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_probe_in_every_layout_is_correct_and_busbw_is_algbw_for_two_ranks(small_bench):
+    _, _, doc = small_bench
+    for lay in doc["layouts"]:
+        (rep,) = lay["repeats"]
+        probe = rep["probe"]
+        assert probe["world_size"] == 2 and probe["backend"] == "gloo" and probe["correct"]
+        assert [s["bytes"] for s in probe["samples"]] == SIZES
+        for s in probe["samples"]:
+            assert s["correct"], (lay["name"], s)
+            assert s["busbw_GBps"] == pytest.approx(s["algbw_GBps"], rel=1e-12)  # 2(n-1)/n = 1
+            assert s["busbw_GBps"] > 0
+        assert len(probe["transport"]) == 2
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_every_layout_saw_world_size_two_and_left_nothing(small_bench):
+    _, _, doc = small_bench
+    for lay in doc["layouts"]:
+        (rep,) = lay["repeats"]
+        assert rep["world_size_seen"] == [2, 2], lay["name"]
+        assert rep["probe"]["world_size"] == 2
+        assert [len(s) for s in rep["step_s"]] == [STEPS - 2, STEPS - 2]  # after warm-up
+        assert all(m and m > 10 * MIB for m in rep["peak_memory_bytes"])
+    for r in doc["meta"]["runs"]:
+        assert not leftovers(r["run_id"]), r
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sigint_during_bench_stops_the_run_leaves_nothing_and_writes_the_report(
+    harness_image, tmp_path
+):
+    bench_id = "sigint-bench"
+    run = f"{bench_id}-r1-single"
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tuning.harness", "bench", "--gpus", "0", "--nproc", "2", "--steps", "400",
+         "--repeat", "2", "--layouts", "single,per-rank-shared", "--run-id", bench_id,
+         "--runs", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        metrics = tmp_path / bench_id / run / "output/metrics/rank0.jsonl"
+        deadline = time.monotonic() + 300
+        while not (metrics.is_file() and '"step"' in metrics.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.5)
+        assert leftovers(run)  # the run's containers are up
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    doc = json.loads((tmp_path / bench_id / "report.json").read_text())
+    assert doc["meta"]["interrupted"] is True
+    assert [(r["run_id"], r["status"]) for r in doc["meta"]["runs"]] == [(run, "interrupted")]
+    assert all(not lay["repeats"] for lay in doc["layouts"])  # partial figures left out
+    assert (tmp_path / bench_id / "report.md").is_file()
+    # Nothing of the bench runs: not the interrupted run, and no later run was started.
+    assert not leftovers(run)
+    made = (tmp_path / bench_id).iterdir()
+    assert sorted(p.name for p in made if p.is_dir() and not p.is_symlink()) == [run]
+
+
+# ---------------------------------------------------------------------------------------
+# Fast: no engine
+# ---------------------------------------------------------------------------------------
+
+
+def test_parse_docker_time():
+    assert bench.parse_docker_time("1970-01-01T00:00:10.250000000Z") == pytest.approx(10.25)
+    assert bench.parse_docker_time("1970-01-01T01:00:10+01:00") == pytest.approx(10.0)
+    assert bench.parse_docker_time("0001-01-01T00:00:00Z") is None  # never started
+    assert bench.parse_docker_time(None) is None
+
+
+def _line(event, time_, t, **kw):
+    return {"event": event, "time": time_, "t": t, **kw}
+
+
+def test_phases_telescope_and_take_the_slowest_rank():
+    def rank(imports, rendezvous, loaded, step, start):
+        return [_line("phase", imports, imports - start, name="imports"),
+                _line("phase", rendezvous, rendezvous - start, name="rendezvous"),
+                _line("phase", loaded, loaded - start, name="model_loaded"),
+                _line("step", step, step - start, step=1)]  # fmt: skip
+
+    metrics = {
+        0: rank(105.0, 106.0, 107.0, 108.0, 102.0),
+        1: rank(105.5, 106.1, 106.5, 108.2, 102.5),
+    }
+    started = ("1970-01-01T00:01:40.5Z", "1970-01-01T00:01:41Z")
+    nodes = [
+        {"issued_at": 100.0, "container": f"c{i}", "started_at": s} for i, s in enumerate(started)
+    ]
+    ph = bench.phases(metrics, nodes, fix=0.0)
+    assert tuple(ph) == report.PHASES
+    assert ph == {
+        "container_start_s": 1.0,  # the later container
+        "launcher_s": 1.5,  # ranks' processes started at 102.0 and 102.5
+        "imports_s": 3.0,
+        "rendezvous_s": 0.6,
+        "model_load_s": 0.9,
+        "first_step_s": 1.2,
+    }
+    assert sum(ph.values()) == pytest.approx(108.2 - 100.0)
+    host = bench.phases(metrics, [{"issued_at": 100.0, "container": None}], fix=0.25)
+    assert host["container_start_s"] is None and host["launcher_s"] == 2.75
+
+
+def test_dry_run_plans_alternating_rounds_and_the_probe_under_the_same_launcher(tmp_path):
+    out = harness("bench", "--gpus", "0", "--repeat", "2", "--run-id", "dry", "--dry-run",
+                  "--probe-max-bytes", "4096", runs=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    planned = re.findall(r"round (\d): (\S+) (train|probe) -> (\S+)", out.stdout)
+    want = [(str(r), n, w, f"dry-r{r}-{n}" + ("-probe" if w == "probe" else ""))
+            for r in (1, 2) for w in ("train", "probe") for n in LAYOUTS]  # fmt: skip
+    assert planned == want
+    assert "-m tuning.probe --out /output --min-bytes 1024 --max-bytes 4096" in out.stdout
+    assert not (tmp_path / "dry").exists()  # a dry run leaves nothing behind
+
+
+def test_launcher_runs_the_entry_with_its_own_arguments():
+    from tuning import launch
+
+    env = {"HARNESS_DEVICE": "cpu", "PET_NPROC_PER_NODE": "2", "HARNESS_ENTRY": "tuning.probe",
+           "HARNESS_ENTRY_ARGS": "--out '/a dir' --max-bytes 4096"}  # fmt: skip
+    argv, _ = launch.command(env, ["--config", "/job/job.yaml"])
+    assert argv[-6:] == ["-m", "tuning.probe", "--out", "/a dir", "--max-bytes", "4096"]
+    argv, _ = launch.command({"HARNESS_DEVICE": "cpu"}, ["--config", "/job/job.yaml"])
+    assert argv[-4:] == ["-m", "tuning.sft_trainer", "--config", "/job/job.yaml"]
