@@ -14,9 +14,9 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
   $(call flag,JOB,job) $(call flag,IMAGE,image) $(call flag,RUN_ID,run-id) --runs $(RUNS) \
-  $(if $(RESUME),--resume) $(if $(DRY_RUN),--dry-run)
+  $(if $(RESUME),--resume)
 
-BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat)
+BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(if $(DRY_RUN),--dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
@@ -65,7 +65,7 @@ $(VENV)/.train: pyproject.toml
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
-	$(PY) -m tuning.harness up $(UP_FLAGS)
+	$(PY) -m tuning.harness up $(UP_FLAGS) $(if $(DRY_RUN),--dry-run)
 
 down: $(VENV)/.harness ## remove every container, network and volume the harness labelled
 	$(PY) -m tuning.harness down

@@ -7,8 +7,8 @@ tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plai
 Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else.
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
 i raise at the start of step k; HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
-its end, no CPU) so a fault can land at a chosen step; SIGTERM makes every rank checkpoint at the next step boundary
-they agree on and exit 0 with status "preempted".
+its end, no CPU) so a fault can land at a chosen step; SIGTERM makes every rank checkpoint at
+the next step boundary they agree on and exit 0 with status "preempted".
 """
 
 from __future__ import annotations

@@ -1,0 +1,186 @@
+"""`make fault`: every kind in both layouts on 2 CPU ranks, and Ctrl-C during `make up`.
+
+Each fault run asserts its outcome, exit codes, error signature, the bound (TIMEOUT + 15 s from
+the fault), the resume where it applies, and that nothing labelled by the run is left.
+The quick tests at the top need no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT, harness, leftovers
+
+from tuning import launch
+from tuning.harness import fault_record
+from tuning.harness.fault import KINDS, LAYOUTS
+
+TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
+BOUND = TIMEOUT + 15
+BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
+DOCKER = [pytest.mark.docker, pytest.mark.fault, pytest.mark.slow]
+
+
+# --- no engine needed ---------------------------------------------------------------------
+def test_signatures():
+    sig = fault_record.signature
+    assert sig("RuntimeError: injected crash at step 12") == "injected crash"
+    assert (
+        sig("Read error [10.0.0.3]:55973: Connection reset by peer") == "Connection reset by peer"
+    )
+    assert sig("Timed out waiting 15000ms for recv operation to complete") == "collective timeout"
+    assert sig("DistStoreError: Timed out after 21 seconds waiting for clients. 1/2 clients "
+               "joined.") == "rendezvous timeout"  # fmt: skip
+    assert sig("DistStoreError: wait timeout after 15000ms, keys: /default_pg/0//cpu//0/1") == (
+        "process-group timeout"
+    )
+    assert sig("all fine") is None
+    assert fault_record.is_timeout("Timed out waiting") and not fault_record.is_timeout("reset")
+
+
+def test_torchrun_failure_table_is_read():
+    log = (
+        "Root Cause (first observed failure):\n[0]:\n  host      : trainer\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 11)\n"
+    )
+    assert fault_record._FAILURE.findall(log) == [("1", "-9")]
+
+
+def test_rdzv_timeout_reaches_torchrun():
+    env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0",
+           "HARNESS_DEVICE": "cpu", "HARNESS_RDZV_TIMEOUT": "17"}  # fmt: skip
+    argv, _ = launch.command(env, [])
+    assert argv[argv.index("--rdzv_conf") + 1] == "timeout=17"
+    argv, _ = launch.command({k: v for k, v in env.items() if k != "HARNESS_RDZV_TIMEOUT"}, [])
+    assert "--rdzv_conf" not in argv
+
+
+# --- on the engine ------------------------------------------------------------------------
+def run_fault(kind: str, layout: str, runs: Path, *extra: str) -> dict:
+    t = time.monotonic()
+    out = harness("fault", "--fault", kind, "--layout", layout, "--timeout", str(TIMEOUT),
+                  *extra, runs=runs, timeout=400)  # fmt: skip
+    record = json.loads((runs / "latest" / "fault.json").read_text())
+    record["_wall_s"] = time.monotonic() - t
+    record["_out"] = out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert record["leftovers"] == [] and leftovers(record["run_id"]) == []
+    return record
+
+
+def by_rank(record: dict) -> dict[int, dict]:
+    return {x["rank"]: x for x in record["ranks"]}
+
+
+def check_failed_fast(rec: dict) -> None:
+    assert rec["outcome"] == "failed fast", rec["_out"]
+    assert rec["fault_to_end_s"] <= BOUND, rec["timeline"]
+    assert rec["goal_met"] is True
+    started = [x for x in rec["ranks"] if x["end_t"] is not None]  # no-show: one never did
+    assert started and all(
+        x["exit_code"] not in (None, 0) or x["end_status"] == "failed" for x in started
+    ), rec["ranks"]
+
+
+def resume_continues(rec: dict, layout: str, runs: Path) -> None:
+    """`make up RESUME=1` after the fault: starts from the newest checkpoint, loss goes on."""
+    ckpts = [c for c in rec["checkpoints"] if c["complete"]]
+    assert ckpts, rec["checkpoints"]
+    last = max(c["step"] for c in ckpts)
+    out = harness("up", "--layout", layout, "--resume", "--steps", str(last + 6), runs=runs,
+                  timeout=400)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((runs / "latest" / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and leftovers(summary["run_id"]) == []
+    assert summary["losses"][0][0] == last + 1, summary["losses"]
+    fault_losses = dict(json.loads((runs / rec["run_id"] / "summary.json").read_text())["losses"])
+    assert summary["losses"][0][1] < 0.8 * fault_losses[1]  # continues, not from scratch
+
+
+CASES = [(k, lay) for k in KINDS for lay in LAYOUTS]
+
+
+@pytest.mark.parametrize("kind,layout", CASES, ids=[f"{k}-{lay}" for k, lay in CASES])
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_fault(kind, layout, harness_image, tmp_path):
+    rec = run_fault(kind, layout, tmp_path)
+    per_rank = layout == "per-rank"
+    if kind == "partition" and not per_rank:
+        assert rec["status"] == "not applicable" and "loopback" in rec["reason"]
+        return
+    if kind in ("delay", "loss"):
+        if rec["status"] == "unsupported":  # this sandbox's kernel has no sch_netem
+            assert rec["reason"].startswith("netem not supported by this kernel: ")
+            return
+        assert rec["goal_met"] is True, rec
+        return
+    assert rec["status"] == "done", rec["_out"]
+    ranks, target, peer = by_rank(rec), by_rank(rec)[1], by_rank(rec)[0]
+    if kind == "kill":
+        check_failed_fast(rec)
+        assert target["signal"] == 9 and target["signature"] == "SIGKILL"
+        assert target["exit_code"] == (137 if per_rank else -9)
+        assert peer["signature"] in BROKEN
+    elif kind == "crash":
+        check_failed_fast(rec)
+        assert target["signature"] == "injected crash" and target["exit_code"] == 1
+        assert peer["signature"] in BROKEN
+    elif kind == "oom":
+        check_failed_fast(rec)
+        assert target["oom_killed"] and target["signature"] == "OOM-killed"
+        assert target["signal"] == 9 and target["exit_code"] == (1 if per_rank else -9)
+    elif kind == "partition":
+        check_failed_fast(rec)
+        assert peer["signature"] in BROKEN | {"collective timeout"}
+    elif kind == "no-show":
+        check_failed_fast(rec) if per_rank else None
+        if per_rank:
+            assert peer["signature"] == "rendezvous timeout" and target["exit_code"] is None
+        else:  # frozen before joining: the peer times out building the process group
+            assert rec["goal_met"] is True and peer["signature"] == "process-group timeout"
+        assert peer["last_step"] is None
+    elif kind == "pause":
+        assert rec["outcome"] == "hung (detected)" and rec["hang_detected_s"] <= BOUND
+        assert peer["signature"] == "collective timeout" and rec["goal_met"] is True
+    elif kind in ("term", "preempt"):
+        assert rec["outcome"] == "preempted" and rec["goal_met"] is True
+        assert all(x["end_status"] == "preempted" for x in ranks.values())
+        assert any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
+        resume_continues(rec, layout, tmp_path)
+    elif kind == "slow":
+        assert rec["outcome"] == "finished" and rec["goal_met"] is True
+        ratios = [s["ratio"] for s in rec["slowdown"].values()]
+        assert all(r and r > 1.2 for r in ratios), rec["slowdown"]  # the peer waits as well
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_ctrl_c_leaves_nothing(layout, harness_image, tmp_path):
+    """SIGINT to the harness mid-run (what Ctrl-C on `make up` sends): summary says so."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tuning.harness", "up", "--layout", layout, "--steps", "5000",
+         "--runs", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    metrics = tmp_path / "latest" / "output" / "metrics" / "rank0.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and '"event": "step"' in metrics.read_text():
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    summary = json.loads((tmp_path / "latest" / "summary.json").read_text())
+    assert proc.returncode == 130, out
+    assert summary["status"] == "interrupted" and summary["steps"] >= 1
+    assert leftovers(summary["run_id"]) == []
