@@ -132,7 +132,8 @@ def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=pr
     """Build the harness image if it is missing or older than the sources (or when asked).
     Returns the base it was built from."""
     digest = source_digest()
-    if image_present(c, tag) and not rebuild:
+    old = c.images.get(tag).id if image_present(c, tag) else None
+    if old and not rebuild:
         labels = c.images.get(tag).labels
         base = labels.get("harness.base", "?")
         if labels.get("harness.source") == digest:
@@ -154,6 +155,11 @@ def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=pr
     if offline:
         cmd += ["--network", "none"]
     _run([*cmd, "."], cwd=ROOT)
+    if old and old != c.images.get(tag).id:
+        try:  # the image this build replaced, unless a container still uses it
+            c.images.remove(old)
+        except docker.errors.APIError:
+            pass
     return base
 
 
