@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
-from test_report import close, parse_table, recompute
+from test_report import assert_table_matches, close, recompute
 
 from tuning.harness import bench, report
 
@@ -71,26 +71,8 @@ def test_every_figure_in_report_md_comes_from_report_json(small_bench):
     _, bench_dir, doc = small_bench
     md = (bench_dir / "report.md").read_text()
     raw = _raw(doc)
-    want = recompute(raw)  # test_report's independent (numpy) recomputation
-    table = parse_table(md)
-    assert list(table) == LAYOUTS
-    for name, cells in table.items():
-        w = want["rows"][name]
-        close(cells[1], w["first"], 3)
-        m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[2])
-        close(m[1], w["step"], 4)
-        close(m[2], w["p10"], 4)
-        close(m[3], w["p90"], 4)
-        m = re.fullmatch(r"(\S+) \(per rank (\S+), (\S+)\)", cells[3])
-        close(m[1], w["tok"], 1)
-        close(m[2], w["tok_rank"][0], 1)
-        close(m[3], w["tok_rank"][1], 1)
-        close(cells[4], w["bus"], 3)
-        close(cells[5], w["mem"], 1)
-        assert cells[6] == w["transport"]
-        close(cells[7], w["step_host"], 3)
-        close(cells[8], w["step_single"], 3)
-        close(cells[9], w["bus_single"], 3)
+    assert_table_matches(md, raw, LAYOUTS)  # test_report's independent recomputation
+    want = recompute(raw)
     goals = [ln for ln in md.splitlines() if ln.startswith("- ")]
     assert len(goals) == 3
     close(re.search(r"steady step time ratio (\S+) ", goals[0])[1], want["goals"]["step"], 3)

@@ -8,6 +8,7 @@ The quick tests at the top need no engine.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -183,4 +184,38 @@ def test_ctrl_c_leaves_nothing(layout, harness_image, tmp_path):
     summary = json.loads((tmp_path / "latest" / "summary.json").read_text())
     assert proc.returncode == 130, out
     assert summary["status"] == "interrupted" and summary["steps"] >= 1
+    assert leftovers(summary["run_id"]) == []
+
+
+# MAX_RESTARTS: crash once, the group comes back from the last checkpoint and finishes.
+# HARNESS_IMAGE picks another tag (so a run here does not rebuild an image CI is using).
+IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_crash_recovers_with_max_restarts(layout, tmp_path):
+    built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
+    assert built.returncode == 0, built.stdout + built.stderr
+    steps = 30  # the demo job saves every 10 steps: checkpoint-10 exists before the crash at 12
+    rec = run_fault("crash", layout, tmp_path / "fault", "--steps", str(steps),
+                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
+    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
+    assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
+    assert len(rec["restarts"]) == 1, rec["restarts"]
+    by = "harness" if layout == "per-rank" else "torchrun"
+    assert rec["restarts"][0]["by"] == by
+    summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
+    assert summary["steps"] == steps and len(summary["restarts"]) == 1
+    resumed = max(c["step"] for c in rec["checkpoints"] if c["before_fault"] and c["complete"])
+    # The same job uninterrupted (same seed and steps): the losses after the restart match.
+    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
+                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    plain = dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+    after = {s: loss for s, loss in summary["losses"] if s > resumed}
+    assert len(after) == steps - resumed
+    assert all(abs(loss - plain[s]) < 1e-4 for s, loss in after.items()), (after, plain)
     assert leftovers(summary["run_id"]) == []

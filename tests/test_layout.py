@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tuning import launch
-from tuning.harness import compose, examples
+from tuning.harness import compose, engine, examples
 from tuning.harness.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_checked_in_examples_equal_the_render():
 @pytest.mark.docker
 def test_compose_accepts_every_checked_in_file():
     for path in sorted(examples.DIR.glob("*.yaml")):
-        out = subprocess.run(["docker", "compose", "-f", str(path), "config", "-q"],
+        out = subprocess.run([*engine.compose_cmd(), "-f", str(path), "config", "-q"],
                              capture_output=True, text=True)  # fmt: skip
         assert out.returncode == 0, f"{path}: {out.stderr}"
 

@@ -185,6 +185,31 @@ def close(text: str, value: float, decimals: int):
 # ---------------------------------------------------------------------------------------
 
 
+def assert_table_matches(md: str, raw: dict, order: list[str]) -> dict[str, list[str]]:
+    """Every figure of report.md's table, recomputed independently from the raw samples."""
+    want = recompute(raw)
+    table = parse_table(md)
+    assert list(table) == order  # rows in run order
+    for name, cells in table.items():
+        w = want["rows"][name]
+        close(cells[1], w["first"], 3)
+        mm = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[2])
+        close(mm[1], w["step"], 4)
+        close(mm[2], w["p10"], 4)
+        close(mm[3], w["p90"], 4)
+        mt = re.fullmatch(r"(\S+) \(per rank (\S+), (\S+)\)", cells[3])
+        close(mt[1], w["tok"], 1)
+        close(mt[2], w["tok_rank"][0], 1)
+        close(mt[3], w["tok_rank"][1], 1)
+        close(cells[4], w["bus"], 3)
+        close(cells[5], w["mem"], 1)
+        assert cells[6] == w["transport"]
+        close(cells[7], w["step_host"], 3)
+        close(cells[8], w["step_single"], 3)
+        close(cells[9], w["bus_single"], 3)
+    return table
+
+
 @pytest.fixture
 def written(tmp_path):
     rep = make_report()
@@ -204,26 +229,7 @@ def test_every_table_figure_recomputed_from_raw_samples(written):
     assert doc["layouts"] == json.loads(json.dumps(rep["layouts"]))  # raw samples kept verbatim
     assert "derived" in doc
     raw = {k: v for k, v in doc.items() if k != "derived"}  # recompute ignores derived
-    want = recompute(raw)
-    table = parse_table(m.read_text())
-    assert list(table) == ORDER  # rows in run order
-    for name, cells in table.items():
-        w = want["rows"][name]
-        close(cells[1], w["first"], 3)
-        mm = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[2])
-        close(mm[1], w["step"], 4)
-        close(mm[2], w["p10"], 4)
-        close(mm[3], w["p90"], 4)
-        mt = re.fullmatch(r"(\S+) \(per rank (\S+), (\S+)\)", cells[3])
-        close(mt[1], w["tok"], 1)
-        close(mt[2], w["tok_rank"][0], 1)
-        close(mt[3], w["tok_rank"][1], 1)
-        close(cells[4], w["bus"], 3)
-        close(cells[5], w["mem"], 1)
-        assert cells[6] == w["transport"]
-        close(cells[7], w["step_host"], 3)
-        close(cells[8], w["step_single"], 3)
-        close(cells[9], w["bus_single"], 3)
+    table = assert_table_matches(m.read_text(), raw, ORDER)
     assert table["host"][7] == "1.000" and table["single"][8] == "1.000"
     assert table["per-rank-isolated"][6] == "gloo/eth0" and table["host"][6] == "gloo/lo"
 

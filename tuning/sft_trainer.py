@@ -6,7 +6,8 @@ tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plai
 
 Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else.
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
-i raise at the start of step k; HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
+i raise at the start of step k, once per output_dir (a marker in <output_dir>/.harness/ lets a
+restarted group pass it); HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
 its end, no CPU) so a fault can land at a chosen step; SIGTERM makes every rank checkpoint at
 the next step boundary they agree on and exit 0 with status "preempted".
 """
@@ -14,6 +15,7 @@ the next step boundary they agree on and exit 0 with status "preempted".
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -94,6 +96,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         dist.init_process_group(
             backend="cuda:nccl,cpu:gloo" if on_gpu else "gloo",
             timeout=timedelta(seconds=cfg.ddp_timeout),
+            **_restart_store(world, cfg.ddp_timeout),
         )
     rank = dist.get_rank() if dist.is_initialized() else 0
     world_size = dist.get_world_size() if dist.is_initialized() else 1
@@ -189,6 +192,19 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
     return status
 
 
+def _restart_store(world: int, timeout: int) -> dict:
+    """After a torchrun restart (--max_restarts) under the static rendezvous, the agent keeps
+    ONE store for every attempt, so a restarted group would read the last attempt's gloo
+    addresses (connectFullMesh: Connection refused). A prefix per attempt keeps them apart."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+    if not attempt or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=False, timeout=timedelta(seconds=timeout))  # fmt: skip
+    return {"store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
+            "rank": int(os.environ["RANK"]), "world_size": world}  # fmt: skip
+
+
 class SFTTrainer(MetricsTrainerMixin, Trainer):
     """The HF Trainer plus per-rank step metrics (tuning.metrics)."""
 
@@ -237,6 +253,14 @@ class FaultHooks(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         step = state.global_step + 1
         if self.crash_at is not None and step == self.crash_at and self.rank == self.crash_rank:
+            # Once per run: a group restarted from a checkpoint (MAX_RESTARTS) must get past it.
+            marker = os.path.join(
+                args.output_dir, ".harness", f"crashed-step{step}-rank{self.rank}"
+            )
+            if os.path.exists(marker):
+                return
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            open(marker, "w").close()
             raise RuntimeError(f"injected crash at step {step}")
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -252,4 +276,12 @@ class FaultHooks(TrainerCallback):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and closed by now (metrics, checkpoints, the process group).
+    # Skip the interpreter's teardown: torch's C++ threads have aborted it here now and then
+    # ("terminate called without an active exception", exit -6), turning a finished rank
+    # into a failed one and leaving its peer's launcher waiting in torchrun's exit barrier.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

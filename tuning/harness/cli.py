@@ -117,7 +117,8 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     steps = _int_arg("STEPS", a.steps, 1)
     seed = _int_arg("SEED", a.seed, 0)
     timeout = _int_arg("TIMEOUT", a.timeout, 1)
-    job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume)
+    # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
+    job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume or layout.max_restarts > 0)
     cfg = preflight.check_job(job, f"job file {a.job}")
     preflight.check_model(layout.model)
     preflight.check_data(layout.data, cfg)
@@ -172,7 +173,11 @@ def start(spec: Spec, on_tick=None) -> dict:
     status, details = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
     )
-    summary = write_summary(layout, run_dir, status, details, t0)
+    # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
+    restarts = getattr(nodes, "restarts", None) or runs.restarts_seen(
+        runs.read_metrics(run_dir / "output")
+    )
+    summary = write_summary(layout, run_dir, status, details, t0, restarts)
     if status == "failed":
         explain_failure(run_dir, summary)
     print(f"harness: {status}; first loss {summary['first_loss']}, final loss "
@@ -202,7 +207,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float) -> dict:
+def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float,
+                  restarts: list[dict] = ()) -> dict:  # fmt: skip
     metrics = runs.read_metrics(run_dir / "output")
     seen = runs.world_sizes_seen(metrics)
     ranks = []
@@ -212,7 +218,8 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
             ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r)})
     summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
                "device": layout.device, "world_size": layout.world_size, "status": status,
-               **runs.summarize(metrics, t0), "ranks": ranks}  # fmt: skip
+               **runs.summarize(metrics, t0), "ranks": ranks,
+               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts]}  # fmt: skip
     runs.write_json(run_dir / "summary.json", summary)
     return summary
 

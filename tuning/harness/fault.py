@@ -98,7 +98,8 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
         raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
     sleep = float(env["HARNESS_STEP_SLEEP"])
     base = {"run_id": run_id, "kind": kind, "layout": layout_kind, **k,
-            "world_size": layout.world_size, "step_sleep_s": sleep}  # fmt: skip
+            "max_restarts": layout.max_restarts, "world_size": layout.world_size,
+            "step_sleep_s": sleep}  # fmt: skip
     reason = NOT_APPLICABLE.get((kind, layout_kind))
     if kind == "partition" and layout_kind == "per-rank" and layout.network == "shared":
         reason = SHARED_NET + "there is no link between ranks to cut. Use NETWORK=isolated."
@@ -117,7 +118,8 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
     if kind == "no-show" and layout_kind == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
-    follow = Follow(kind, layout_kind, target, {**k, "world_size": layout.world_size}, run_id)
+    knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts}
+    follow = Follow(kind, layout_kind, target, knobs, run_id)
     summary = start(spec, on_tick=follow)
     follow.finished_at = follow.finished_at or time.time()
     run_dir = spec.runs_root / run_id
@@ -188,7 +190,9 @@ class Follow:
         self.heals: list = []
         self.last_step_seen = (0, self.t0)
         self.rank_ended: dict[int, float] = {}
+        self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
+        self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -198,9 +202,10 @@ class Follow:
     def __call__(self, metrics, state, nodes):
         now = time.time()
         for name, code in state.items():
-            if code is not None and name not in self.ended:
-                self.ended[name] = now
+            if code is not None and (name not in self.ended or self.running.get(name)):
+                self.ended[name] = now  # its latest exit (MAX_RESTARTS may start it again)
                 self.event(f"{name} exited with {code}", now)
+            self.running[name] = code is None
         for rank, lines in metrics.items():
             end = next((x for x in lines if x.get("event") == "end"), None)
             if end and rank not in self.rank_ended:
@@ -208,8 +213,8 @@ class Follow:
                 sig = fault_record.signature(end.get("error") or "")
                 self.event(f"rank {rank} ended: {end['status']}" + (f" ({sig})" if sig else ""),
                            end["time"])  # fmt: skip
-        if all(code is not None for code in state.values()):
-            self.finished_at = now
+        # None again when the harness restarts the group (per-rank MAX_RESTARTS)
+        self.finished_at = now if all(code is not None for code in state.values()) else None
         if self.injected_at is None:
             try:
                 self.maybe_inject(metrics, nodes, now)
@@ -377,23 +382,37 @@ class Follow:
                 self.event(f"hang detected: {why}", now)
                 self.stopped_by = "hang detected"
                 return self.stop()
+        done = self.done_ranks(metrics)
         if (
             self.kind != "slow"  # a throttled launcher is slow to exit, not stuck
-            and len(self.rank_ended) == self.world_size
-            and now - max(self.rank_ended.values()) > LINGER_S
+            and len(done) == self.world_size
+            and now - max(done.values()) > LINGER_S
         ):
             # Every worker is done but a launcher lingers: torchelastic's exit barrier waits
             # (300 s) for an agent that was signalled away.
             self.event(f"every rank ended {LINGER_S} s ago but a launcher still runs; stopping it")
             self.stopped_by = "launcher lingered"
             return self.stop()
-        long = self.kind in ("slow", "term", "preempt")
+        long = self.kind in ("slow", "term", "preempt") or self.max_restarts > 0
         deadline = self.injected_at + (LONG_DEADLINE_S if long else self.timeout + SLACK_S)
         if now > deadline:
             self.event(f"deadline (fault + {deadline - self.injected_at:.0f} s): stopping")
             self.stopped_by = "deadline"
             return self.stop()
         return None
+
+    def done_ranks(self, metrics) -> dict[int, float]:
+        """Ranks whose last line is their end and that will not come back: it completed, or
+        its trainer already started more than MAX_RESTARTS times (the group restarts on a
+        failure)."""
+        out = {}
+        for rank, lines in metrics.items():
+            if not lines or lines[-1].get("event") != "end":
+                continue
+            starts = sum((x.get("event"), x.get("name")) == ("phase", "imports") for x in lines)
+            if lines[-1].get("status") in ("completed", "preempted") or starts > self.max_restarts:
+                out[rank] = lines[-1]["time"]
+        return out
 
     def hang(self, metrics, now: float) -> str | None:
         for rank, lines in metrics.items():

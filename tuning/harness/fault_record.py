@@ -59,6 +59,9 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
             ranks.append(_rank(r, node, d, log, failures, metrics.get(r, []), follow, t0))
     job_end = max([*follow.ended.values(), follow.finished_at or 0]) or None
     outcome = _outcome(base["kind"], follow, ranks, fault_at, job_end, base["timeout_s"])
+    restarts = summary.get("restarts") or []
+    if outcome == "finished" and restarts and summary.get("status") == "succeeded":
+        outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
     bound = base["timeout_s"] + 15
     fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
     detect = round(follow.detected_at - fault_at, 2) if follow.detected_at and fault_at else None
@@ -79,6 +82,8 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         else None,
         "bound_s": bound,
         "run_status": summary.get("status"),
+        "restarts": restarts,
+        "steps_reached": max((x for x, _ in summary.get("losses") or []), default=None),
         "ranks": ranks,
         "timeline": follow.timeline,
         "leftovers": left,
@@ -155,6 +160,8 @@ def _outcome(kind, follow, ranks, fault_at, job_end, timeout) -> str:
 def _goal(rec: dict) -> bool | None:
     kind, outcome, left = rec["kind"], rec["outcome"], not rec["leftovers"]
     bound = rec["bound_s"]
+    if rec.get("max_restarts") and kind in ("kill", "crash"):
+        return left and outcome == "recovered" and rec["steps_reached"] == rec["steps"]
     if kind in ("kill", "crash", "partition", "oom", "no-show"):
         return left and outcome == "failed fast" and rec["fault_to_end_s"] <= bound
     if kind in ("pause", "delay", "loss"):

@@ -111,8 +111,8 @@ class Layout:
             HARNESS_RUN_ID=self.run_id,
             ACCELERATE_CONFIG=f"{self.job_dir}/accelerate.yaml",
         )
-        if self.max_restarts:
-            env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)
+        if self.max_restarts and self.kind != "per-rank":  # per-rank: the harness restarts
+            env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)  # every container instead
         env.update(self.extra_env)
         env.update(dict.fromkeys(self.secrets))
         return env

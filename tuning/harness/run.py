@@ -41,6 +41,9 @@ class ComposeNodes:
         self.file = run_dir / "compose.yaml"
         self.containers: dict[str, object] = {}
         self.issued_at: float | None = None
+        # per-rank MAX_RESTARTS: the harness restarts the whole group (torchrun does in single)
+        self.restarts_left = layout.max_restarts if layout.kind == "per-rank" else 0
+        self.restarts: list[dict] = []
 
     def start(self) -> None:
         self.issued_at = time.time()  # the moment `compose up` is issued (bench: container start)
@@ -63,6 +66,19 @@ class ComposeNodes:
                 else (s["ExitCode"] if ended else None)
             )
         return state
+
+    def restart(self, state: dict[str, int | None]) -> None:
+        """A node failed: stop every rank container, start them all again (as a JobSet
+        recreates every pod); the trainers resume from the newest checkpoint in /output."""
+        self.restarts_left -= 1
+        failed = {name: code for name, code in state.items() if code not in (None, 0)}
+        t = time.time()
+        print(f"harness: {', '.join(f'{n} exited {c}' for n, c in failed.items())}; restarting "
+              f"every rank ({self.restarts_left} restart(s) left)", file=sys.stderr)  # fmt: skip
+        engine.compose(self.file, "stop", "--timeout", "5", capture=True)
+        engine.compose(self.file, "start", *self.services, capture=True)
+        self.restarts.append({"time": round(t, 3), "by": "harness", "failed": failed,
+                              "restarted_s": round(time.time() - t, 2)})  # fmt: skip
 
     def details(self) -> dict[str, dict]:
         out = {}
@@ -170,10 +186,15 @@ def execute(layout: Layout, run_dir: Path, nodes, total_steps: int | None, grace
             state = nodes.poll()
             if on_tick and on_tick(metrics, state, nodes) == "stop":
                 break
+            failed = any(code not in (None, 0) for code in state.values())
+            if failed and getattr(nodes, "restarts_left", 0) > 0:
+                nodes.restart(state)
+                failed_at = None
+                continue
             if all(code is not None for code in state.values()):
                 status = "succeeded" if all(code == 0 for code in state.values()) else "failed"
                 break
-            if failed_at is None and any(code not in (None, 0) for code in state.values()):
+            if failed_at is None and failed:
                 failed_at = time.monotonic()  # peers should fail too; don't wait forever
             if failed_at and time.monotonic() - failed_at > grace:
                 print(f"harness: a rank failed and the others were still running after "

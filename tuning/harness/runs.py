@@ -74,8 +74,9 @@ def steps(lines: list[dict]) -> list[dict]:
 
 
 def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
-    """Training figures of a run from its ranks' metric lines (rank 0 is the reference)."""
-    rank0 = steps(metrics.get(0, []))
+    """Training figures of a run from its ranks' metric lines (rank 0 is the reference).
+    A group restarted from a checkpoint logs some steps again: the latest line of a step wins."""
+    rank0 = list({s["step"]: s for s in steps(metrics.get(0, []))}.values())
     losses = [[s["step"], s["loss"]] for s in rank0]
     warm = [s for s in rank0 if s["step"] > WARMUP_STEPS] or rank0
     warm_steps = {s["step"] for s in warm}
@@ -93,6 +94,30 @@ def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
         "steady_step_s": statistics.median(s["step_s"] for s in warm) if warm else None,
         "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
     }
+
+
+def restarts_seen(metrics: dict[int, list[dict]]) -> list[dict]:
+    """Restarts of the group, from the metrics: every start of a rank's trainer logs the
+    "imports" phase first, so a rank with n of them was restarted n - 1 times. Each restart:
+    when the first rank came back, and which ranks had failed (their end line's error)."""
+    attempts: dict[int, list[list[dict]]] = {}
+    for r, lines in metrics.items():
+        runs_of_rank: list[list[dict]] = []
+        for x in lines:
+            if (x.get("event"), x.get("name")) == ("phase", "imports") or not runs_of_rank:
+                runs_of_rank.append([])
+            runs_of_rank[-1].append(x)
+        attempts[r] = runs_of_rank
+    out = []
+    for k in range(1, max((len(a) for a in attempts.values()), default=0)):
+        back = [a[k][0]["time"] for a in attempts.values() if len(a) > k]
+        failed = {}
+        for r, a in sorted(attempts.items()):
+            end = next((x for x in a[k - 1] if x.get("event") == "end"), None)
+            if end is None or end.get("status") != "completed":
+                failed[str(r)] = (end or {}).get("error") or "no end line"
+        out.append({"time": min(back), "by": "torchrun", "failed": failed})
+    return out
 
 
 def world_sizes_seen(metrics: dict[int, list[dict]]) -> dict[int, int | None]:
