@@ -23,7 +23,7 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(if $(REHEARSE),--rehearse)
 
-.PHONY: help up down ps logs image bench fault kube test lint fmt clean
+.PHONY: help up down ps logs image bench fault kube test lint fmt clean fms-lock
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -62,6 +62,14 @@ $(VENV)/.train: pyproject.toml
 	$(PY) -m pip install -q "$(TORCH)" -e ".[train,bench,test,kube]"
 	touch $@ $(VENV)/.harness
 
+# fms-hf-tuning 3.2.2 in an environment of its own (its `tuning` package collides with ours),
+# pinned by docker/fms.lock: tests/test_fms_parity.py runs fms's data preprocessing there.
+FMS_VENV ?= .venv-fms
+$(FMS_VENV)/.done: docker/fms.lock
+	test -x $(FMS_VENV)/bin/python || $(PYTHON) -m venv $(FMS_VENV)
+	$(FMS_VENV)/bin/pip install -q -c docker/fms.lock fms-hf-tuning==3.2.2
+	touch $@
+
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
@@ -87,6 +95,9 @@ fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] 
 
 kube: $(VENV)/.harness ## render the job as a Kubeflow PyTorchJob: [GPUS=N] [NODES=m] [IMAGE=..]
 	$(PY) -m tuning.harness kube $(KUBE_FLAGS)
+
+fms-lock: $(VENV)/.harness ## regenerate docker/fms.lock: fms-hf-tuning 3.2.2, every package pinned
+	$(PY) docker/fms_lock.py > docker/fms.lock.new && mv docker/fms.lock.new docker/fms.lock
 
 test: $(VENV)/.train ## the whole suite, container tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
