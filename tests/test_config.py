@@ -52,7 +52,7 @@ def test_flags_named_as_fms_users_type_them():
 def test_defaults():
     cfg = parse_args(REQUIRED, environ={})
     assert cfg.torch_dtype == "float32" and cfg.peft_method == "none"
-    assert cfg.target_modules == ["all-linear"] and cfg.max_steps == -1
+    assert cfg.target_modules is None and cfg.max_steps == -1
     assert cfg.resume_from_checkpoint is None
 
 
@@ -185,3 +185,38 @@ def test_accelerate_loader_rejects_unknown_key(tmp_path):
     bad.write_text(yaml.safe_dump({**data, "max_restarts": 3}))
     with pytest.raises(ValueError, match="max_restarts"):
         load_config_from_file(str(bad))
+
+
+def test_fms_command_line_forms():
+    cfg = parse_args(
+        REQUIRED + ["--target_modules", "q_proj", "v_proj", "--gradient_checkpointing",
+                    "--peft_method", "LORA", "--response_template", "\\n### Label:",
+                    "--data_formatter_template", "{{input}}\\n\\n### Label: {{output}}",
+                    "--use_flash_attn", "false", "--include_tokens_per_second"],
+        environ={},
+    )  # fmt: skip
+    assert cfg.target_modules == ["q_proj", "v_proj"] and cfg.gradient_checkpointing is True
+    assert cfg.peft_method == "lora"
+    assert cfg.response_template == "\n### Label:"  # unescaped as fms does
+    assert cfg.data_formatter_template == "{{input}}\n\n### Label: {{output}}"
+
+
+def test_fms_job_json_keys(tmp_path):
+    job = _job(tmp_path, ".json", {**JOB, "use_flash_attn": False, "packing": False,
+                                   "include_tokens_per_second": True, "save_model_dir": "s",
+                                   "trackers": ["file_logger"], "bf16": False,
+                                   "resume_from_checkpoint": False})  # fmt: skip
+    cfg = parse_args(["--config", str(job)], environ={})
+    assert cfg.save_model_dir == "s" and cfg.resume_from_checkpoint == "false"
+
+
+@pytest.mark.parametrize(
+    "extra, word",
+    [({"packing": True}, "packing"), ({"trackers": ["aim"]}, "aim"), ({"bf16": True}, "bf16"),
+     ({"peft_method": "PT"}, "prompt tuning"), ({"use_dora": True}, "use_dora"),
+     ({"chat_template": "{{x}}"}, "chat_template")],
+)  # fmt: skip
+def test_fms_keys_that_change_training_are_refused_by_name(tmp_path, extra, word):
+    job = _job(tmp_path, ".json", {**JOB, **extra})
+    with pytest.raises(ConfigError, match=word):
+        parse_args(["--config", str(job)], environ={})

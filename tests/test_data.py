@@ -51,7 +51,7 @@ def test_text_field_with_response_template(tmp_path, tokenizer):
     text = "### Input: owl hen\n\n## Label: gold jade"
     path = _write(tmp_path, [{"text": "### Input: fox\n\n## Label: green"}, {"text": text}])
     examples = load_examples(path, dataset_text_field="text", response_template=RESPONSE_TEMPLATE)
-    row = tokenize_example(examples[1], tokenizer, 64)
+    row = tokenize_example(examples[1], tokenizer, 64, RESPONSE_TEMPLATE)
     assert row["index"] == 1
     assert _decode_labels(tokenizer, row) == " gold jade</s>"
     masked = [
@@ -73,7 +73,7 @@ def test_data_formatter_template(tmp_path, tokenizer):
         path, data_formatter_template=FORMATTER_TEMPLATE, response_template=RESPONSE_TEMPLATE
     )
     assert example.text == "### Input: cat eel\n\n## Label: red rust"
-    row = tokenize_example(example, tokenizer, 64)
+    row = tokenize_example(example, tokenizer, 64, RESPONSE_TEMPLATE)
     assert _decode_labels(tokenizer, row) == " red rust</s>"
 
 
@@ -194,3 +194,18 @@ def test_demo_data_is_deterministic_and_in_vocab(tmp_path, tokenizer):
     assert a != _write(tmp_path, records(50, seed=2), "c.jsonl").read_text()
     ids = tokenizer(a)["input_ids"]
     assert tokenizer.unk_token_id not in ids
+
+
+def test_json_array_and_template_forms(tmp_path, tokenizer):
+    rows = [{"Tweet text": "cat dog", "text_label": "red"}, {"Tweet text": "owl", "text_label": 3}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows, indent=2))
+    legacy = "### Text: {{Tweet text}}\n\n## Label: {{text_label}}"
+    jinja = "### Text: {{ element['Tweet text'] }}\n\n## Label: {{text_label}}"
+    for template in (legacy, jinja):
+        a, b = load_examples(path, None, RESPONSE_TEMPLATE, template)
+        assert a.text == "### Text: cat dog\n\n## Label: red" and b.line == 6
+        assert b.text == "### Text: owl\n\n## Label: 3"
+    path.write_text('[{"input": "a", "output": "b"},\n 7]')
+    with pytest.raises(DataError, match=r"t.json:2: expected a JSON object"):
+        load_examples(path)

@@ -2,7 +2,12 @@
 
 Precedence, lowest first: the defaults below, the job file (``--config FILE`` or the file named
 by ``SFT_TRAINER_CONFIG_JSON_PATH``; ``--config`` wins when both are given), command-line flags.
-Argument names are the ones fms-hf-tuning users type. Pure Python: no torch import here.
+Argument names, types and defaults are fms-hf-tuning 3.2.2's (its HfArgumentParser over
+ModelArguments, DataArguments, TrainingArguments, LoraConfig, trackers): bare ``--flag`` for a
+boolean, ``--target_modules q_proj v_proj``, ``peft_method LORA``, ``\\n`` typed in a template
+unescaped as fms does. fms keys this trainer does not implement are in NO_OP_KEYS (accepted:
+they change nothing here) or REFUSED_KEYS (refused, by name, unless left at fms's default).
+Pure Python: no torch import here.
 """
 
 from __future__ import annotations
@@ -17,6 +22,111 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
+# fms unescapes these (DataArguments.__post_init__): "\\n" typed in a flag or a JSON is a newline
+UNESCAPED = ("data_formatter_template", "response_template")
+PEFT_METHODS = ("lora", "none")
+
+# fms keys that change nothing in this trainer: accepted with any value, and why.
+NO_OP_KEYS = {
+    "use_flash_attn": "attention kernel only; the model's default attention is used",
+    "flash_attn_implementation": "attention kernel only (with use_flash_attn)",
+    "include_tokens_per_second": "an HF speed metric; tokens/s is in train_summary.json",
+    "include_num_input_tokens_seen": "an HF counter; tokens are in the step metrics",
+    "log_level": "logging verbosity",
+    "log_level_replica": "logging verbosity",
+    "logging_dir": "TensorBoard directory; no reporter runs here",
+    "logging_first_step": "HF log lines only",
+    "logging_nan_inf_filter": "HF log lines only",
+    "disable_tqdm": "progress bar only",
+    "run_name": "a tracker's run name",
+    "experiment": "a tracker's experiment name",
+    "exp_metadata": "metadata for a tracker",
+    "run_uri_export_path": "where a tracker writes its run URI",
+    "cache_dir": "download cache; models and data are local directories here",
+    "overwrite_output_dir": "not read by the HF Trainer",
+    "do_train": "not read by the HF Trainer",
+    "do_eval": "not read by the HF Trainer",
+    "do_predict": "not read by the HF Trainer",
+    "skip_memory_metrics": "HF memory metrics only",
+    "save_safetensors": "file format of checkpoints (always safetensors here)",
+    "dataloader_pin_memory": "host-to-device copy speed only",
+    "dataloader_persistent_workers": "worker reuse only (no loader workers here)",
+    "remove_unused_columns": "this trainer's collator makes exactly the model's columns",
+    "local_rank": "set by the launcher",
+    "num_train_dataset_shards": "only with do_dataprocessing_only (refused)",
+    "num_eval_dataset_shards": "only with do_dataprocessing_only (refused)",
+    "prompt_tuning_init": "only with peft_method pt (refused)",
+    "num_virtual_tokens": "only with peft_method pt (refused)",
+    "prompt_tuning_init_text": "only with peft_method pt (refused)",
+    "aim_experiment": "aim tracker only (refused)",
+    "aim_repo": "aim tracker only (refused)",
+    "aim_remote_server_ip": "aim tracker only (refused)",
+    "aim_remote_server_port": "aim tracker only (refused)",
+    "aim_url": "aim tracker only (refused)",
+    "mlflow_experiment": "mlflow tracker only (refused)",
+    "mlflow_tracking_uri": "mlflow tracker only (refused)",
+    "clearml_project": "clearml tracker only (refused)",
+    "clearml_task": "clearml tracker only (refused)",
+    "scanner_output_filename": "hf_resource_scanner tracker only (refused)",
+}
+
+# fms keys (and HF TrainingArguments fms passes through) that would change training and that
+# this trainer does not implement: fms's default -> accepted; anything else -> refused.
+REFUSED_KEYS = {
+    # fms ModelArguments / DataArguments
+    "embedding_size_multiple_of": 1,
+    "instruction_template": None,
+    "chat_template": None,
+    "dataset_conversation_field": None,
+    "dataset_image_field": None,
+    "data_config_path": None,
+    "add_special_tokens": None,
+    "do_dataprocessing_only": False,
+    # fms TrainingArguments
+    "packing": False,
+    "enable_reduce_loss_sum": False,
+    # fms extras: quantization, acceleration plugins, trainer controller, aLoRA
+    "quantization_method": "none",
+    "dequantize": True,
+    "trainer_controller_config_file": None,
+    "alora_invocation_string": None,
+    "padding_free": None,
+    "multipack": None,
+    "fast_moe": None,
+    "fused_lora": None,
+    "fast_kernels": None,
+    "auto_gptq": None,
+    "bitsandbytes": None,
+    # HF TrainingArguments
+    "bf16": False,
+    "fp16": False,
+    "tf32": None,
+    "torch_compile": False,
+    "deepspeed": None,
+    "fsdp": "",
+    "fsdp_config": None,
+    "gradient_checkpointing_kwargs": None,
+    "group_by_length": False,
+    "auto_find_batch_size": False,
+    "ignore_data_skip": False,
+    "neftune_noise_alpha": None,
+    "label_smoothing_factor": 0.0,
+    "eval_on_start": False,
+    "push_to_hub": False,
+    "report_to": "none",
+    "use_cpu": False,
+    # peft LoraConfig (fms's LoraConfig extends it)
+    "bias": "none",
+    "use_rslora": False,
+    "use_dora": False,
+    "fan_in_fan_out": False,
+    "modules_to_save": None,
+    "exclude_modules": None,
+    "layers_to_transform": None,
+    "layers_pattern": None,
+    "trainable_token_indices": None,
+    "init_lora_weights": True,
+}
 
 
 class ConfigError(ValueError):
@@ -37,7 +147,7 @@ class SFTConfig:
     data_formatter_template: str | None = (
         None  # e.g. "### Input: {{input}} \n\n## Label: {{output}}"
     )
-    max_seq_length: int = 1024
+    max_seq_length: int = 4096  # fms's default; the tokenizer's model_max_length caps it
     # optimisation
     output_dir: str | None = None
     num_train_epochs: float = 1.0
@@ -48,18 +158,29 @@ class SFTConfig:
     learning_rate: float = 1e-5
     lr_scheduler_type: str = "linear"
     warmup_ratio: float = 0.0
+    warmup_steps: int = 0
+    optim: str = "adamw_torch"  # fms's default, passed to the HF Trainer
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = False
     seed: int = 42
     # logging, evaluation, checkpoints
-    logging_steps: int = 1
+    logging_strategy: str = "epoch"  # fms's default: no | steps | epoch
+    logging_steps: float = 1
     eval_strategy: str = "no"  # no | steps | epoch
     eval_steps: int | None = None
     save_strategy: str = "epoch"  # no | steps | epoch
     save_steps: int = 500
     save_total_limit: int | None = None
-    resume_from_checkpoint: str | None = None  # a path, or "true" for the latest in output_dir
+    # fms: unset or "true" resumes from the latest checkpoint in output_dir (if any), "false"
+    # starts afresh, anything else is a checkpoint path
+    resume_from_checkpoint: str | None = None
+    save_model_dir: str | None = None  # the final model is saved here too (trainer.save_model)
+    trackers: list[str] = field(default_factory=lambda: ["file_logger"])
+    training_logs_filename: str = "training_logs.jsonl"  # fms's file logger, in output_dir
     # distributed
     ddp_timeout: int = 1800  # seconds; the collective timeout
     # PEFT
@@ -67,15 +188,39 @@ class SFTConfig:
     r: int = 8
     lora_alpha: int = 32
     lora_dropout: float = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    target_modules: list[str] | None = None  # None: peft's default for the architecture
 
     def validate(self, source: str = "arguments") -> SFTConfig:
         for name in ("model_name_or_path", "training_data_path", "output_dir"):
             if not getattr(self, name):
                 raise ConfigError(f"{name} is required (set it in {source} or as --{name})")
-        if self.peft_method not in ("lora", "none"):
-            raise ConfigError(f"peft_method must be 'lora' or 'none', not {self.peft_method!r}")
-        for name in ("save_strategy", "eval_strategy"):
+        if self.peft_method not in PEFT_METHODS:
+            what = {"pt": "prompt tuning", "alora": "activated LoRA"}.get(self.peft_method)
+            raise ConfigError(
+                f"peft_method {self.peft_method!r}"
+                + (f" ({what}) is not implemented by this trainer" if what else " is unknown")
+                + "; use lora or none (fms-hf-tuning itself runs pt and alora)"
+            )
+        for name, default in REFUSED_KEYS.items():
+            value = getattr(self, name)
+            if not _is_default(value, default):
+                raise ConfigError(
+                    f"{name}={value!r} in {source} would change training and is not implemented"
+                    f" by this trainer; remove it (fms's default is {default!r}) or run"
+                    " fms-hf-tuning itself"
+                )
+        for name in self.trackers or []:
+            if name != "file_logger":
+                raise ConfigError(
+                    f"tracker {name!r} (trackers in {source}) is not available in this trainer:"
+                    " only file_logger, which writes training_logs.jsonl to output_dir"
+                )
+        if self.dataset_text_field and self.data_formatter_template:
+            raise ConfigError(
+                "dataset_text_field and data_formatter_template are mutually exclusive (as in"
+                " fms): set one"
+            )
+        for name in ("save_strategy", "eval_strategy", "logging_strategy"):
             if getattr(self, name) not in ("no", "steps", "epoch"):
                 raise ConfigError(f"{name} must be no, steps or epoch, not {getattr(self, name)!r}")
         if self.torch_dtype not in ("float32", "bfloat16", "float16", "auto"):
@@ -108,11 +253,50 @@ class SFTConfig:
         return self.tokenizer_name_or_path or self.model_name_or_path
 
 
+# fms's keys that this trainer does not implement are fields too (any value; validate()
+# refuses the REFUSED_KEYS ones away from fms's default), so a job file round-trips.
+SFTConfig = dataclasses.make_dataclass(
+    "SFTConfig",
+    [(k, typing.Any, field(default=None)) for k in NO_OP_KEYS]
+    + [(k, typing.Any, field(default=d)) for k, d in REFUSED_KEYS.items()],
+    bases=(SFTConfig,),
+)
+SFTConfig.__module__ = __name__
 FIELDS = {f.name: f for f in dataclasses.fields(SFTConfig)}
+EXTRA_KEYS = set(NO_OP_KEYS) | set(REFUSED_KEYS)
+
+
+def _norm(value):
+    """A value from a file or a flag, compared loosely with a default: 'false' == False,
+    'None' == '' == [] == None, '1.0' == 1."""
+    if isinstance(value, list | tuple):
+        return None if not value else (_norm(value[0]) if len(value) == 1 else list(value))
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in ("", "none", "null"):
+            return None
+        if low in ("true", "false"):
+            return low == "true"
+        try:
+            return float(low)
+        except ValueError:
+            return low
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _is_default(value, default) -> bool:
+    a, b = _norm(value), _norm(default)
+    if b in (None, False):
+        return a in (None, False)
+    return a == b
 
 
 def _base_type(name: str):
     """The plain type of a field: int, float, str, bool or list."""
+    if name in EXTRA_KEYS:
+        return typing.Any
     hint = typing.get_type_hints(SFTConfig)[name]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
@@ -136,11 +320,23 @@ def coerce(name: str, value, source: str):
         return None
     kind = _base_type(name)
     try:
+        if kind is typing.Any:  # a key listed in NO_OP_KEYS / REFUSED_KEYS: kept as given
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return "true" if not value else (value[0] if len(value) == 1 else value)
+            return value
         if name == "resume_from_checkpoint":
             if isinstance(value, bool):
-                return "true" if value else None
-            text = str(value)
-            return None if text.strip().lower() in ("false", "none", "") else text
+                return "true" if value else "false"
+            text = str(value).strip()
+            return None if text.lower() in ("none", "") else text
+        if name == "peft_method":
+            return str(value).strip().lower()  # fms: type=str.lower
+        if name in UNESCAPED and isinstance(value, str):
+            return value.encode("utf-8").decode("unicode_escape")  # as fms's DataArguments
+        if isinstance(value, list) and kind is not list:  # a flag given once, as nargs
+            if len(value) != 1:
+                raise ValueError(f"expected one value, got {len(value)}: {value!r}")
+            value = value[0]
         if kind is bool:
             return value if isinstance(value, bool) else _parse_bool(value)
         if kind is int:
@@ -153,9 +349,10 @@ def coerce(name: str, value, source: str):
             return float(value)
         if kind is list:
             if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
+                value = [value]
             if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-                return list(value)
+                # fms: --target_modules q_proj v_proj; here also q_proj,v_proj
+                return [p.strip() for v in value for p in v.split(",") if p.strip()]
             raise ValueError(f"not a list of strings: {value!r}")
         if not isinstance(value, str):
             raise ValueError(f"not a string: {value!r}")
@@ -200,8 +397,18 @@ def build_parser() -> argparse.ArgumentParser:
     for name, f in FIELDS.items():
         kind = _base_type(name)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        meta = "BOOL" if kind is bool else ("A,B,..." if kind is list else kind.__name__.upper())
-        parser.add_argument(f"--{name}", dest=name, metavar=meta, help=f"default: {default!r}")
+        if kind is typing.Any:
+            why = NO_OP_KEYS.get(name) or "refused unless fms's default"
+            parser.add_argument(f"--{name}", dest=name, nargs="*", help=f"fms key: {why}")
+        elif kind is bool:  # fms (HfArgumentParser): a bare --flag means true
+            parser.add_argument(f"--{name}", dest=name, nargs="?", const="true", metavar="BOOL",
+                                help=f"default: {default!r}")  # fmt: skip
+        elif kind is list:
+            parser.add_argument(f"--{name}", dest=name, nargs="+", metavar="NAME",
+                                help=f"default: {default!r}")  # fmt: skip
+        else:
+            meta = kind.__name__.upper()
+            parser.add_argument(f"--{name}", dest=name, metavar=meta, help=f"default: {default!r}")
     return parser
 
 

@@ -1,13 +1,20 @@
-"""JSON Lines training data: three shapes, validated before training, tokenized with loss masks.
+"""Training data: three shapes, validated before training, tokenized and masked as fms-hf-tuning
+3.2.2 does it (tests/test_fms_parity.py compares the two token for token).
 
-Shapes (chosen from the config):
-  (a) ``dataset_text_field`` [+ ``response_template``]: loss only on tokens after the template
-      (on every token when no template is given);
-  (b) ``input``/``output`` fields (the default): the input is masked;
-  (c) ``data_formatter_template`` over the record's fields, e.g.
-      ``"### Input: {{input}} \\n\\n## Label: {{output}}"``, with ``response_template``.
-Masked prompt tokens and padding carry label -100, so they never count in the loss.
-Every record carries an ``index`` (its line's position in the dataset); the collator turns it into
+Files: JSON Lines, or a JSON array of objects (fms's ``twitter_complaints_small.json``), any suffix.
+Shapes (chosen from the config, as fms chooses them):
+  (a) ``dataset_text_field`` + ``response_template``: the field's text plus the EOS token;
+  (b) ``input``/``output`` fields (the default): ``input [+ " "] + output + EOS``, input masked;
+  (c) ``data_formatter_template`` over the record's fields, with ``response_template``:
+      ``{{input}}``, ``{{element['Tweet text']}}`` (fms's Jinja form) and ``{{Tweet text}}`` (a
+      field name with spaces, fms's older form) are filled; other Jinja needs ``jinja2``.
+Masking, as fms: (b) labels are -100 over as many tokens as the input alone tokenizes to;
+(a, c) like trl's DataCollatorForCompletionOnlyLM with fms's template ids
+(``encode(response_template)[2:]``): everything up to the end of the template's LAST occurrence
+in the token ids is -100, and a record where it is not found (e.g. truncated away) is all -100.
+A template absent from a record's text altogether is refused here, with its file and line.
+Pad-token ids in (a, c) labels are -100 (as DataCollatorForLanguageModeling does).
+Every record carries an ``index`` (its position in the dataset); the collator turns it into
 ``sample_index`` so the trainer can log which samples a rank used, and never feeds it to the model.
 """
 
@@ -15,11 +22,20 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 IGNORE_INDEX = -100
-TEMPLATE_FIELD = re.compile(r"\{\{\s*([^{}\s]+)\s*\}\}")
+PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ELEMENT_ITEM = re.compile(r"""element\s*\[\s*(['"])(.*?)\1\s*\]""", re.S)
+ELEMENT_ATTR = re.compile(r"element\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+LEGACY_KEY = re.compile(r"""[^'"\[\]().|%,+*/~=<>!{}]+""")  # {{Tweet text}}: a name, not Jinja
+# The names fms puts beside the record's fields when it renders a template
+# (tokenizer.special_tokens_map); until the tokenizer is known they render as these defaults.
+SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                 "mask_token", "additional_special_tokens")  # fmt: skip
 
 
 class DataError(ValueError):
@@ -28,18 +44,66 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Example:
-    """One validated record: either prompt/response pieces or a text with the response's start."""
+    """One validated record: input/output pieces, or a text (rendered from a template)."""
 
     index: int
     line: int
     prompt: str | None = None  # shape (b)
     response: str | None = None  # shape (b)
-    text: str | None = None  # shapes (a) and (c)
-    response_start: int = 0  # character offset in text where the loss starts (a, c)
+    text: str | None = None  # shapes (a) and (c), rendered with placeholder special tokens
+    template: str | None = None  # shapes (a, c): re-rendered with the tokenizer's special tokens
+    record: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def render(self, special_tokens: dict | None) -> str:
+        if self.template is None:
+            return self.text
+        return render_template(self.template, self.record, special_tokens or {})
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
-    """Parse a JSON Lines file into (line number, record) pairs; refuse anything malformed."""
+def _read_array(path: Path, text: str) -> list[tuple[int, dict]]:
+    """A JSON array of objects, each with the line its object starts on."""
+    decoder = json.JSONDecoder()
+    records = []
+    pos = text.index("[") + 1
+
+    def skip(p):
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    def line_of(p):
+        return text.count("\n", 0, p) + 1
+
+    pos = skip(pos)
+    if pos < len(text) and text[pos] == "]":
+        return records
+    while True:
+        try:
+            record, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
+            ) from None
+        if not isinstance(record, dict):
+            raise DataError(
+                f"{path}:{line_of(pos)}: expected a JSON object in the array, "
+                f"got {type(record).__name__}"
+            )
+        records.append((line_of(pos), record))
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]":
+            if skip(pos + 1) != len(text):
+                raise DataError(f"{path}:{line_of(pos)}: text after the end of the JSON array")
+            return records
+        raise DataError(f"{path}:{line_of(pos)}: malformed JSON array: expected ',' or ']'")
+
+
+def read_records(path: str | Path) -> list[tuple[int, dict]]:
+    """Parse JSON Lines or a JSON array into (line number, record) pairs; refuse anything
+    malformed, naming the file and line."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -50,22 +114,30 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{path}:{number}: malformed JSON: {exc.msg} (column {exc.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-        records.append((number, record))
+    if text.lstrip().startswith("["):
+        records = _read_array(path, text)
+    else:
+        records = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(
+                    f"{path}:{number}: malformed JSON: {exc.msg} (column {exc.colno})"
+                ) from None
+            if not isinstance(record, dict):
+                raise DataError(
+                    f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
+                )
+            records.append((number, record))
     if not records:
         raise DataError(f"{path}: empty data file (no JSON records)")
     return records
+
+
+read_jsonl = read_records  # the old name
 
 
 def _field(path, number, record, name) -> str:
@@ -79,15 +151,101 @@ def _field(path, number, record, name) -> str:
     return str(value)
 
 
-def _split_on_template(path, number, text: str, response_template: str | None) -> int:
-    if not response_template:
-        return 0
-    at = text.find(response_template)
-    if at < 0:
+class _NeedsJinja(Exception):
+    pass
+
+
+def _lookup(expr: str, record: dict, special: dict):
+    """The value of one ``{{ expr }}``: a field, element['field'], element.field, a special
+    token, or a field name with spaces ({{Tweet text}}). Anything else is Jinja's business."""
+    e = expr.strip()
+    if IDENT.fullmatch(e):
+        if e in record:
+            return record[e]
+        if e in special:
+            return special[e]
+        raise KeyError(e)
+    m = ELEMENT_ITEM.fullmatch(e) or ELEMENT_ATTR.fullmatch(e)
+    if m:
+        key = m.group(m.lastindex)
+        if key in record:
+            return record[key]
+        raise KeyError(key)
+    if LEGACY_KEY.fullmatch(e):
+        if e in record:
+            return record[e]
+        raise KeyError(e)
+    raise _NeedsJinja
+
+
+def _legacy_to_jinja(template: str, record: dict) -> str:
+    """{{Tweet text}} -> {{ element['Tweet text'] }}, so Jinja can render the rest."""
+
+    def sub(m):
+        e = m.group(1).strip()
+        if not IDENT.fullmatch(e) and LEGACY_KEY.fullmatch(e):
+            return "{{ element[" + repr(e) + "] }}"
+        return m.group(0)
+
+    return PLACEHOLDER.sub(sub, template)
+
+
+def render_template(template: str, record: dict, special: dict) -> str:
+    """Render a data_formatter_template as fms 3.2.2 does (Jinja, StrictUndefined, with
+    ``element`` = the record and the record's fields and the special tokens as names).
+    Raises KeyError(name) for a field the record lacks."""
+    if "{%" not in template and "{#" not in template:
+        # Jinja's lexer: newlines normalised to \n, one trailing newline dropped.
+        source = re.sub(r"\r\n|\r", "\n", template)
+        if source.endswith("\n"):
+            source = source[:-1]
+        try:
+            parts, at = [], 0
+            for m in PLACEHOLDER.finditer(source):
+                parts.append(source[at : m.start()])
+                value = _lookup(m.group(1), record, special)
+                parts.append("None" if value is None else str(value))
+                at = m.end()
+            parts.append(source[at:])
+            return "".join(parts)
+        except _NeedsJinja:
+            pass
+    try:
+        from jinja2 import StrictUndefined, UndefinedError
+        from jinja2.sandbox import SandboxedEnvironment
+    except ImportError:
+        raise _NeedsJinja from None
+    env = SandboxedEnvironment(undefined=StrictUndefined)
+    try:
+        compiled = env.from_string(_legacy_to_jinja(template, record))
+        return compiled.render(element=record, **{**special, **record})
+    except UndefinedError as exc:
+        name = re.search(r"'([^']*)' is undefined|has no attribute '([^']*)'", str(exc))
+        key = next((g for g in name.groups() if g), str(exc)) if name else str(exc)
+        raise KeyError(key) from None
+    except Exception as exc:
+        raise ValueError(f"cannot render data_formatter_template: {exc}") from None
+
+
+def _render(path, number, record, template, special) -> str | None:
+    try:
+        return render_template(template, record, special)
+    except KeyError as exc:
+        name = exc.args[0]
+        raise DataError(
+            f"{path}:{number}: missing field {name!r} (record has {sorted(record)})"
+        ) from None
+    except ValueError as exc:
+        raise DataError(f"{path}:{number}: {exc}") from None
+    except _NeedsJinja:
+        return None  # full Jinja, and jinja2 is not installed here (the host): checked in the image
+
+
+def _check_template(path, number, text, response_template) -> None:
+    if text is not None and response_template and response_template not in text:
         raise DataError(
             f"{path}:{number}: response_template {response_template!r} not found in the text"
         )
-    return at + len(response_template)
 
 
 def load_examples(
@@ -95,51 +253,88 @@ def load_examples(
     dataset_text_field: str | None = None,
     response_template: str | None = None,
     data_formatter_template: str | None = None,
+    special_tokens: dict | None = None,
 ) -> list[Example]:
-    """Read and validate a whole file into Examples. Pure Python: safe to call before rendezvous."""
+    """Read and validate a whole file into Examples. Pure Python: safe to call before rendezvous
+    (and on the host). ``special_tokens``: the tokenizer's special_tokens_map, where known."""
+    special = {name: f"<{name}>" for name in SPECIAL_NAMES}
+    special.update(special_tokens or {})
     examples = []
-    for index, (number, record) in enumerate(read_jsonl(path)):
+    for index, (number, record) in enumerate(read_records(path)):
         if data_formatter_template:
-            text = TEMPLATE_FIELD.sub(
-                lambda m, n=number, r=record: _field(path, n, r, m.group(1)),
-                data_formatter_template,
-            )
-            start = _split_on_template(path, number, text, response_template)
-            examples.append(Example(index, number, text=text, response_start=start))
+            template = data_formatter_template
         elif dataset_text_field:
-            text = _field(path, number, record, dataset_text_field)
-            start = _split_on_template(path, number, text, response_template)
-            examples.append(Example(index, number, text=text, response_start=start))
+            _field(path, number, record, dataset_text_field)
+            template = "{{ element[" + repr(dataset_text_field) + "] }}{{ eos_token }}"
         else:
             prompt = _field(path, number, record, "input")
             response = _field(path, number, record, "output")
             examples.append(Example(index, number, prompt=prompt, response=response))
+            continue
+        text = _render(path, number, record, template, special)
+        _check_template(path, number, text, response_template)
+        examples.append(Example(index, number, text=text, template=template, record=record))
     return examples
 
 
-def tokenize_example(example: Example, tokenizer, max_seq_length: int) -> dict:
-    """Token ids and labels (-100 on the prompt) for one Example, EOS-terminated, truncated."""
-    eos = tokenizer.eos_token_id
-    if example.text is None:
-        prompt_ids = tokenizer(example.prompt, add_special_tokens=True)["input_ids"]
-        response_ids = tokenizer(example.response, add_special_tokens=False)["input_ids"]
-        if eos is not None:
-            response_ids = response_ids + [eos]
-        input_ids = prompt_ids + response_ids
-        labels = [IGNORE_INDEX] * len(prompt_ids) + list(response_ids)
-    else:
-        enc = tokenizer(example.text, add_special_tokens=True, return_offsets_mapping=True)
-        input_ids = list(enc["input_ids"])
-        labels = []
-        for tok, (start, end) in zip(input_ids, enc["offset_mapping"], strict=True):
-            special = start == end == 0 and tok in tokenizer.all_special_ids
-            # a token is a response token only if it starts at or after the template's end
-            labels.append(tok if not special and start >= example.response_start else IGNORE_INDEX)
-        if eos is not None and (not input_ids or input_ids[-1] != eos):
-            input_ids.append(eos)
-            labels.append(eos)
-    input_ids = input_ids[:max_seq_length]
-    labels = labels[:max_seq_length]
+def response_template_ids(tokenizer, response_template: str) -> list[int]:
+    """fms's token ids for the response template: encoded without special tokens, first two
+    dropped (fms's get_data_collator: ``encode(response_template)[2:]``)."""
+    ids = tokenizer.encode(response_template, add_special_tokens=False)[2:]
+    if not ids:
+        raise DataError(
+            f"response_template {response_template!r} is "
+            f"{len(tokenizer.encode(response_template, add_special_tokens=False))} token(s) with"
+            " this tokenizer; fms drops the first two token ids and searches for the rest, so it"
+            " needs at least 3 (fms itself fails with an IndexError): use a longer template"
+        )
+    return ids
+
+
+def _mask_through_last(labels: list[int], template_ids: list[int]) -> bool:
+    """trl's DataCollatorForCompletionOnlyLM: mask through the end of the template's last
+    occurrence (searched in the labels); all masked when it is absent. True if found."""
+    n, start = len(template_ids), None
+    for i in range(len(labels) - n + 1):
+        if labels[i] == template_ids[0] and labels[i : i + n] == template_ids:
+            start = i
+    if start is None:
+        labels[:] = [IGNORE_INDEX] * len(labels)
+        return False
+    labels[: start + n] = [IGNORE_INDEX] * (start + n)
+    return True
+
+
+def tokenize_example(
+    example: Example, tokenizer, max_seq_length: int, response_template: str | None = None
+) -> dict:
+    """Token ids and labels for one Example, as fms-hf-tuning 3.2.2 makes them."""
+    max_len = min(max_seq_length, getattr(tokenizer, "model_max_length", max_seq_length))
+    eos = tokenizer.eos_token or ""
+    if example.text is None and example.template is None:  # (b) input/output
+        prompt, response = example.prompt, example.response
+        blank = (" ", "\n", "\t")
+        joiner = "" if prompt.endswith(blank) or response.startswith(blank) else " "
+        kw = {"max_length": max_len, "truncation": True}
+        input_ids = list(tokenizer(prompt + joiner + response + eos, **kw)["input_ids"])
+        n_prompt = len(tokenizer(prompt, **kw)["input_ids"])
+        labels = [IGNORE_INDEX] * n_prompt + input_ids[n_prompt:]
+    else:  # (a, c) a text, EOS appended unless it ends with it
+        text = example.render(getattr(tokenizer, "special_tokens_map", None))
+        if not text.endswith(eos):
+            text += eos
+        input_ids = list(tokenizer(text)["input_ids"])[:max_len]
+        pad = tokenizer.pad_token_id
+        labels = [IGNORE_INDEX if t == pad else t for t in input_ids]
+        if response_template:
+            template_ids = response_template_ids(tokenizer, response_template)
+            if not _mask_through_last(labels, template_ids):
+                warnings.warn(
+                    f"record {example.index} (line {example.line}): response_template"
+                    f" {response_template!r} not found in its first {max_len} tokens; it adds"
+                    " nothing to the loss (as in fms)",
+                    stacklevel=2,
+                )
     return {"input_ids": input_ids, "labels": labels, "index": example.index}
 
 
@@ -157,9 +352,13 @@ class TokenizedDataset:
 
 
 def tokenize_examples(
-    examples: list[Example], tokenizer, max_seq_length: int, path=""
+    examples: list[Example],
+    tokenizer,
+    max_seq_length: int,
+    path="",
+    response_template: str | None = None,
 ) -> TokenizedDataset:
-    rows = [tokenize_example(e, tokenizer, max_seq_length) for e in examples]
+    rows = [tokenize_example(e, tokenizer, max_seq_length, response_template) for e in examples]
     if not any(any(x != IGNORE_INDEX for x in r["labels"][1:]) for r in rows):
         raise DataError(
             f"{path}: no record has a response token within max_seq_length={max_seq_length};"

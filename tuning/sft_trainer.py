@@ -35,7 +35,13 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
-from tuning.metrics import MetricsTrainerMixin, MetricsWriter, StepMetricsCallback, summarize
+from tuning.metrics import (
+    FileLoggingCallback,
+    MetricsTrainerMixin,
+    MetricsWriter,
+    StepMetricsCallback,
+    summarize,
+)
 
 EXIT_REFUSED = 2
 
@@ -120,25 +126,34 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
             r=cfg.r,
             lora_alpha=cfg.lora_alpha,
             lora_dropout=cfg.lora_dropout,
-            target_modules=targets[0] if targets == ["all-linear"] else targets,
+            target_modules=targets[0] if targets == ["all-linear"] else targets,  # None: peft's
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
     writer.phase("model_loaded")
 
     # 4. Data: tokenized with prompt and padding masked to -100.
-    train_ds = tokenize_examples(examples, tokenizer, cfg.max_seq_length, cfg.training_data_path)
+    train_ds = tokenize_examples(
+        examples, tokenizer, cfg.max_seq_length, cfg.training_data_path, cfg.response_template
+    )
     eval_ds = None
     if eval_examples is not None:
         eval_ds = tokenize_examples(
-            eval_examples, tokenizer, cfg.max_seq_length, cfg.validation_data_path
+            eval_examples,
+            tokenizer,
+            cfg.max_seq_length,
+            cfg.validation_data_path,
+            cfg.response_template,
         )
     writer.phase("data_ready")
 
     # 5. Train.
+    # As fms: unset or "true" resumes from output_dir's latest checkpoint (none: start afresh).
     resume = cfg.resume_from_checkpoint
-    if resume is not None and resume.lower() == "true":
-        resume = get_last_checkpoint(cfg.output_dir)  # None: nothing saved yet, start afresh
+    if resume is None or resume.lower() == "true":
+        resume = get_last_checkpoint(cfg.output_dir)
+    elif resume.lower() == "false":
+        resume = None
     args = TrainingArguments(
         output_dir=cfg.output_dir,
         num_train_epochs=cfg.num_train_epochs,
@@ -148,7 +163,12 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float < 1 is a ratio
+        warmup_steps=cfg.warmup_steps or cfg.warmup_ratio,  # transformers 5: < 1 is a ratio
+        optim=cfg.optim,
+        adam_beta1=cfg.adam_beta1,
+        adam_beta2=cfg.adam_beta2,
+        adam_epsilon=cfg.adam_epsilon,
+        logging_strategy=cfg.logging_strategy,
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
         seed=cfg.seed,
@@ -175,10 +195,16 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         eval_dataset=eval_ds,
         data_collator=Collator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[metrics, FaultHooks(rank, preempt)],
+        callbacks=[
+            metrics,
+            FaultHooks(rank, preempt),
+            FileLoggingCallback(cfg.training_logs_filename),
+        ],
     )
     metrics.trainer = trainer
     trainer.train(resume_from_checkpoint=resume)
+    if cfg.save_model_dir:  # as fms: the final model (and tokenizer), every rank joins
+        trainer.save_model(cfg.save_model_dir)
 
     # 6. Summary (every rank joins the reduction; rank 0 writes it).
     status = "preempted" if preempt.stopped else "completed"
