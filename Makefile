@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-TORCH  ?= torch==2.13.0
+LOCK   := docker/requirements.lock
 RUNS   ?= runs
 
 # Variables map to flags only when set, so the harness's own defaults stay in one place.
@@ -23,7 +23,7 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(if $(REHEARSE),--rehearse)
 
-.PHONY: help up down ps logs image bench fault kube test lint fmt clean fms-lock
+.PHONY: help up down ps logs image lock bench fault kube test lint fmt clean fms-lock
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -36,7 +36,7 @@ help: ## list targets and variables
 	@echo "  MODEL=dir       local Hugging Face model directory (default: the tiny model)"
 	@echo "  DATA=file       JSON Lines training data (default: the demo data)"
 	@echo "  STEPS=k         training steps (max_steps)"
-	@echo "  CONFIG=file     accelerate config (default: configs/accelerate/fsdp.yaml, cpu.yaml on CPU)"
+	@echo "  CONFIG=file     accelerate config (default: configs/accelerate/fsdp.yaml, fsdp-cpu.yaml on CPU)"
 	@echo "  SEED=s          seed for init, data order and dropout"
 	@echo "  TIMEOUT=s       collective timeout (ddp_timeout)"
 	@echo "  NETWORK=mode    per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)"
@@ -52,14 +52,15 @@ help: ## list targets and variables
 	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"
 	@echo "  REHEARSE=1      kube: also run the PyTorchJob's pods here, as Compose services"
 
-$(VENV)/.harness: pyproject.toml
+# Every environment installs at the lock's exact versions (make lock re-makes it).
+$(VENV)/.harness: pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[kube]"
+	$(PY) -m pip install -q -c $(LOCK) -e ".[kube]"
 	touch $@
 
-$(VENV)/.train: pyproject.toml
+$(VENV)/.train: pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" -e ".[train,bench,test,kube]"
+	$(PY) -m pip install -q -c $(LOCK) -e ".[train,bench,test,kube]"
 	touch $@ $(VENV)/.harness
 
 # fms-hf-tuning 3.2.2 in an environment of its own (its `tuning` package collides with ours),
@@ -84,8 +85,11 @@ ps: $(VENV)/.harness ## list the harness's containers and networks
 logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it ended)
 	$(PY) -m tuning.harness logs --runs $(RUNS) $(call flag,RUN,run-id)
 
-image: $(VENV)/.harness ## build the image if it is missing (REBUILD=1 to force)
-	$(PY) -m tuning.harness image $(if $(REBUILD),--rebuild)
+image: $(VENV)/.harness ## build the image if it is missing: [DEVICE=cpu|gpu] (REBUILD=1 to force)
+	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(if $(REBUILD),--rebuild)
+
+lock: ## re-make docker/requirements*.lock from pyproject.toml (UPGRADE=1: newest allowed)
+	UPGRADE=$(UPGRADE) bash docker/lock.sh
 
 bench: $(VENV)/.train ## the layouts side by side: host, single, per-rank isolated and shared
 	$(PY) -m tuning.harness bench $(BENCH_FLAGS)

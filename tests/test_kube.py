@@ -18,7 +18,7 @@ from tuning.harness.layout import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
-CPU = (ROOT / "configs/accelerate/cpu.yaml").read_text()
+CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 
 
 def rendered(gpus: int, nodes: int, nproc: int = 1, name: str = "tj", **job) -> str:
@@ -41,7 +41,8 @@ def only_container(replica):
     return ctr
 
 
-def check_pod(replica, config_map, gpus: int, image: str = "tuning-harness:latest") -> None:
+def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
+    image = image or ("tuning-harness:gpu" if gpus else "tuning-harness:latest")  # by device
     spec = replica.template.spec
     ctr = only_container(replica)
     assert ctr.name == "pytorch" and ctr.image == image
@@ -223,10 +224,11 @@ def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path,
         config_map, _ = kube.load((run_dir / "pytorchjob.yaml").read_text())
         for key, text in config_map.data.items():
             assert (run_dir / "job" / key).read_text() == text
-        # The image's entrypoint took the CPU recipe itself and met the master by its pod name.
+        # The image's entrypoint took the CPU FSDP config as it is (no --multi_gpu: that would
+        # turn it into DDP) and met the master by its pod name.
         for pod in pods:
             log = (run_dir / f"logs/{pod}.log").read_text()
             assert "--main_process_ip tj-master-0 --main_process_port 23456" in log
-            assert "--config_file /job/accelerate.yaml" in log and "--multi_gpu" in log
+            assert "--config_file /job/accelerate.yaml" in log and "--multi_gpu" not in log
     finally:
         assert leftovers(run_id) == []

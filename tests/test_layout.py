@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -97,12 +96,14 @@ def test_compose_accepts_every_checked_in_file():
 
 def test_launcher_single_node():
     env = Layout(kind="single", gpus=4, run_id="t").nodes()[0].env
-    argv, extra = launch.command(env, ["--config", "/job/job.yaml"])
+    fsdp = str(ROOT / "configs/accelerate/fsdp.yaml")  # the host's copy of /job/accelerate.yaml
+    argv, extra = launch.command(env, ["--config", "/job/job.yaml"], fsdp)
     assert argv[:2] == ["accelerate", "launch"]
     flags = dict(zip(argv[2::2], argv[3::2], strict=False))
     assert flags["--num_processes"] == "4" and flags["--num_machines"] == "1"
     assert flags["--config_file"] == "/job/accelerate.yaml"
     assert "--multi_gpu" not in argv and "ACCELERATE_USE_CPU" not in extra
+    assert extra["HARNESS_DISTRIBUTED_TYPE"] == "FSDP"
     assert argv[-4:] == ["-m", "tuning.sft_trainer", "--config", "/job/job.yaml"]
 
 
@@ -116,8 +117,22 @@ def test_launcher_reads_the_pytorchjob_contract():
     assert argv[i("--main_process_ip") + 1] == "job-master-0"
     assert argv[i("--main_process_port") + 1] == "23456"
     assert argv[i("--rdzv_backend") + 1] == "static" and "--same_network" in argv
-    # No GPU device here: the CPU recipe (machine.md's trap) is chosen by itself.
-    assert extra["ACCELERATE_USE_CPU"] == "1" and "--multi_gpu" in argv
+    # No GPU device here: the CPU FSDP fixture is chosen by itself, and no --multi_gpu, which
+    # would turn it into DDP.
+    assert extra["ACCELERATE_USE_CPU"] == "1" and "--multi_gpu" not in argv
+    assert argv[argv.index("--config_file") + 1].endswith("configs/accelerate/fsdp-cpu.yaml")
+    assert extra["HARNESS_DISTRIBUTED_TYPE"] == "FSDP"
+
+
+@pytest.mark.parametrize("kind, flag", [("MULTI_CPU", True), ("NO", True), ("MULTI_GPU", False),
+                                        ("FSDP", False)])  # fmt: skip
+def test_launcher_keeps_the_configs_mode_on_cpu(tmp_path, kind, flag):
+    # accelerate starts ONE process for MULTI_CPU and NO (machine.md): only those get
+    # --multi_gpu; FSDP and MULTI_GPU configs keep their own mode.
+    cfg = tmp_path / "acc.yaml"
+    cfg.write_text(f"distributed_type: {kind}\nnum_processes: 1\n")  # bare NO: YAML false
+    argv, extra = launch.command({"HARNESS_DEVICE": "cpu", "ACCELERATE_CONFIG": str(cfg)}, [])
+    assert ("--multi_gpu" in argv) is flag and extra["HARNESS_DISTRIBUTED_TYPE"] == kind
 
 
 def test_launcher_refuses_a_node_rank_outside_the_job():
@@ -139,14 +154,6 @@ def test_host_side_never_imports_torch_and_container_side_never_imports_docker()
         assert out.returncode == 0, out.stderr
 
 
-def test_image_requirements_match_the_train_extra():
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    lines = (ROOT / "docker/requirements.txt").read_text().splitlines()
-    image = {x.split(">")[0].split("=")[0].strip() for x in lines if x and not x.startswith("#")}
-    train = {x.split(">")[0].split("=")[0].strip() for x in extra["train"]}
-    assert image == train
-
-
 def test_dry_run_prints_the_file_and_commands_and_starts_nothing(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "tuning.harness", "up", "--dry-run", "--layout", "per-rank",
@@ -164,7 +171,7 @@ def test_a_code_change_never_reinstalls_torch():
     # Layers after a changed COPY are rebuilt: the dependency install must come before the
     # code is copied in, and the image must run as its non-root user with one entrypoint.
     lines = [x.strip() for x in (ROOT / "docker/Dockerfile").read_text().splitlines()]
-    install = next(i for i, x in enumerate(lines) if "-r /tmp/requirements.txt" in x)
+    install = next(i for i, x in enumerate(lines) if "-r /tmp/req/requirements.txt" in x)
     code = lines.index("COPY tuning/ tuning/")
     assert install < code
     assert "USER tuner" in lines and lines[-1].startswith("ENTRYPOINT")

@@ -19,6 +19,8 @@ Harness extras, all optional:
   HARNESS_ENTRY                     module to run (default tuning.sft_trainer; bench: tuning.probe)
   HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
                                     trainer's (bench: the probe's --out, --max-bytes ...)
+Set for the ranks: HARNESS_DISTRIBUTED_TYPE, what the accelerate config asks for (FSDP, ...):
+the trainer fails when accelerate sets up something else.
 """
 
 from __future__ import annotations
@@ -71,8 +73,25 @@ def _nproc(env: Mapping[str, str], dev: str) -> int:
     return max(1, len(list(Path("/dev").glob("nvidia[0-9]*"))))
 
 
-def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Return (argv, extra environment) for this node."""
+def distributed_type(config: str) -> str:
+    """What an accelerate config asks for (FSDP, MULTI_GPU, ...), as accelerate reads it."""
+    import yaml  # here, not at import: the launcher stays importable with the stdlib alone
+
+    try:
+        data = yaml.safe_load(Path(config).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SystemExit(f"launch: cannot read accelerate config {config}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"launch: accelerate config {config} is not a mapping")
+    kind = data.get("distributed_type", "NO")
+    return "NO" if kind is False else str(kind).upper()  # YAML reads a bare NO as false
+
+
+def command(
+    env: Mapping[str, str], trainer_args: list[str], config_file: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Return (argv, extra environment) for this node. `config_file` is where to read the
+    accelerate config when it is not at its path in the node yet (the host, rendering)."""
     dev = device(env)
     nnodes = _int(env, "PET_NNODES", default=1)
     nproc = _nproc(env, dev)
@@ -83,7 +102,7 @@ def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str],
         raise SystemExit(f"launch: node rank {node_rank} is outside PET_NNODES={nnodes}")
     addr = _get(env, "PET_MASTER_ADDR", "MASTER_ADDR", default="127.0.0.1")
     port = _int(env, "PET_MASTER_PORT", "MASTER_PORT", default=DEFAULT_PORT)
-    default_cfg = CONFIG_DIR / ("cpu.yaml" if dev == "cpu" else "fsdp.yaml")
+    default_cfg = CONFIG_DIR / ("fsdp-cpu.yaml" if dev == "cpu" else "fsdp.yaml")
     config = _get(env, "ACCELERATE_CONFIG", default=str(default_cfg))
 
     # accelerate's num_processes is the WORLD size; it passes nproc_per_node =
@@ -99,12 +118,16 @@ def command(env: Mapping[str, str], trainer_args: list[str]) -> tuple[list[str],
         "--rdzv_backend", "static",
         "--same_network",
     ]  # fmt: skip
-    extra: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+    asked = distributed_type(config_file or config)
+    # The trainer fails when the ranks do not run what the config asked for (no silent DDP).
+    extra: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HARNESS_DISTRIBUTED_TYPE": asked}
     if dev == "cpu":
-        # accelerate starts ONE process for MULTI_CPU configs; MULTI_GPU plus this
-        # variable gives N gloo ranks (machine.md). --multi_gpu matches cpu.yaml.
+        # gloo ranks: the config's own mode (MULTI_GPU, FSDP) plus this variable. accelerate
+        # starts ONE process for MULTI_CPU or NO (machine.md), so those become --multi_gpu;
+        # a flag never replaces FSDP, which --multi_gpu would (ranks silently on DDP).
         extra["ACCELERATE_USE_CPU"] = "1"
-        argv.append("--multi_gpu")
+        if asked in ("MULTI_CPU", "NO"):
+            argv.append("--multi_gpu")
     restarts = _int(env, "HARNESS_MAX_RESTARTS", default=0)
     if restarts:
         argv += ["--max_restarts", str(restarts)]

@@ -405,7 +405,7 @@ def _dry_run(plan, checked, meta) -> int:
         print(f"  round {rnd + 1}: {name} {what} -> {run_id}")
     for (name, what), spec in checked.items():
         print(f"# {name} {what}:")
-        for node, cmd in node_commands(spec.layout).items():
+        for node, cmd in node_commands(spec.layout, spec.accelerate_config).items():
             print(f"#   {node}: {shlex.join(cmd['argv'])}")
     return 0
 

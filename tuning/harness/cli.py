@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compose as compose_mod
-from . import engine, preflight, runs
+from . import engine, images, preflight, runs
 from .engine import HarnessError
 from .layout import KINDS, PORT, Layout, LayoutError
 from .run import HOST_ASSETS, ROOT, ComposeNodes, HostNodes, execute, job_for, node_commands
@@ -73,7 +73,8 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
     try:
         return Layout(
             secrets=secrets,
-            kind=a.layout, gpus=gpus, nproc=nproc, run_id=run_id, image=a.image,
+            kind=a.layout, gpus=gpus, nproc=nproc, run_id=run_id,
+            image=images.resolve(a.image, "gpu" if gpus else "cpu"),
             network=a.network, model=model, data=_existing("DATA", a.data, "file"),
             run_dir=str(run_dir), max_restarts=_int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
         )  # fmt: skip
@@ -83,7 +84,7 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
 
 def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
     if not a.config:
-        return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus else "cpu.yaml")
+        return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus else "fsdp-cpu.yaml")
     path = Path(a.config)
     if not path.is_file():
         known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(CONFIGS.glob("accelerate/*")))
@@ -134,7 +135,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     if a.dry_run:
         if spec.layout.kind != "host":
             print(compose_mod.dump(compose_mod.render(spec.layout)))
-        for name, cmd in node_commands(spec.layout).items():
+        for name, cmd in node_commands(spec.layout, spec.accelerate_config).items():
             print(f"# {name}: {shlex.join(cmd['argv'])}")
         return 0
     summary = start(spec)
@@ -148,7 +149,7 @@ def start(spec: Spec, on_tick=None) -> dict:
     client = prepare(layout)
     if spec.user_config:
         preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
-    commands = node_commands(layout)
+    commands = node_commands(layout, spec.accelerate_config)
     try:
         run_dir = runs.create(spec.runs_root, layout.run_id)
     except FileExistsError:
@@ -197,7 +198,7 @@ def prepare(layout: Layout):
             f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
             "Container Toolkit, or use GPUS=0 for CPU ranks"
         )
-    engine.ensure_image(client, layout.image)
+    images.ensure(client, images.for_device(layout.device), layout.image)
     return client
 
 
@@ -303,8 +304,10 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 
 def cmd_image(a: argparse.Namespace) -> int:
-    base = engine.ensure_image(engine.client(), a.image, rebuild=a.rebuild)
-    print(f"harness: image {a.image} (base {base})")
+    device = a.device or ("gpu" if engine.gpu_count() else "cpu")
+    tag = images.resolve(a.image, device)
+    base = images.ensure(engine.client(), images.for_device(device), tag, rebuild=a.rebuild)
+    print(f"harness: image {tag} ({device}, base {base})")
     return 0
 
 
@@ -351,6 +354,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--run-id")
         s.set_defaults(fn=fn)
     sub.choices["image"].add_argument("--rebuild", action="store_true")
+    sub.choices["image"].add_argument("--device", choices=("cpu", "gpu"),
+                                      help="which image (default: gpu when GPUs are visible)")
     up.set_defaults(fn=cmd_up)
     return p
 

@@ -1,11 +1,10 @@
-"""The Docker side: the engine (docker SDK), Compose v2 (its CLI), the image and GPUs.
+"""The Docker side: the engine (docker SDK), Compose v2 (its CLI) and GPUs (images.py builds).
 
 Compose runs the lifecycle (up, down); the SDK inspects, waits, reads logs and exit codes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,11 +15,8 @@ import docker
 import docker.errors
 
 from .compose import LABEL
-from .layout import IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE_OFFLINE = "harness-base:bookworm"
-BASE_CUDA = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 
 
 class HarnessError(RuntimeError):
@@ -100,70 +96,7 @@ def image_present(c: docker.DockerClient, tag: str) -> bool:
         return False
 
 
-def pick_base(c: docker.DockerClient, log=print) -> str:
-    """The CUDA PyTorch base where it is here or can be pulled; else the offline base."""
-    if image_present(c, BASE_CUDA):
-        return BASE_CUDA
-    if not image_present(c, BASE_OFFLINE):
-        try:
-            log(f"image: pulling {BASE_CUDA} ...")
-            c.images.pull(BASE_CUDA)
-            return BASE_CUDA
-        except docker.errors.DockerException as e:
-            log(f"image: cannot pull {BASE_CUDA} ({str(e).splitlines()[0][:120]});")
-            log(f"image: bootstrapping the offline base {BASE_OFFLINE} from Debian packages")
-            _run(["bash", str(ROOT / "docker/base.sh"), BASE_OFFLINE])
-    return BASE_OFFLINE
-
-
-def source_digest() -> str:
-    """A digest of everything the image is built from, so a code change means a rebuild
-    (a cheap one: the layers with torch come first and stay cached)."""
-    h = hashlib.sha256()
-    files = [ROOT / "docker/Dockerfile", ROOT / "docker/requirements.txt", ROOT / "pyproject.toml"]
-    files += sorted((ROOT / "configs").rglob("*")) + sorted((ROOT / "tuning").rglob("*.py"))
-    for path in files:
-        if path.is_file():
-            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def ensure_image(c: docker.DockerClient, tag: str = IMAGE, rebuild=False, log=print) -> str:
-    """Build the harness image if it is missing or older than the sources (or when asked).
-    Returns the base it was built from."""
-    digest = source_digest()
-    old = c.images.get(tag).id if image_present(c, tag) else None
-    if old and not rebuild:
-        labels = c.images.get(tag).labels
-        base = labels.get("harness.base", "?")
-        if labels.get("harness.source") == digest:
-            log(f"image: {tag} present (base {base})")
-            return base
-        log(f"image: the sources changed since {tag} was built; rebuilding")
-    base = pick_base(c, log)
-    wheels = ROOT / "build/wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    offline = base == BASE_OFFLINE
-    if offline and not any(wheels.glob("torch-*.whl")):
-        log("image: making the wheelhouse build/wheels on the host (torch==2.13.0, CPU)")
-        _run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels),
-              "torch==2.13.0", "-r", str(ROOT / "docker/requirements.txt")])  # fmt: skip
-    log(f"image: building {tag} FROM {base}" + (" with no network" if offline else ""))
-    cmd = ["docker", "build", "-f", "docker/Dockerfile", "-t", tag,
-           "--build-arg", f"BASE_IMAGE={base}", "--label", f"harness.base={base}",
-           "--label", f"harness.source={digest}"]  # fmt: skip
-    if offline:
-        cmd += ["--network", "none"]
-    _run([*cmd, "."], cwd=ROOT)
-    if old and old != c.images.get(tag).id:
-        try:  # the image this build replaced, unless a container still uses it
-            c.images.remove(old)
-        except docker.errors.APIError:
-            pass
-    return base
-
-
-def _run(cmd: list[str], **kw) -> None:
+def run_tool(cmd: list[str], **kw) -> None:
     # The tool's own output goes to the user unswallowed; a failure names the command.
     out = subprocess.run(cmd, **kw)
     if out.returncode != 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker.errors
 
-from . import engine, fault_record, runs
+from . import engine, fault_record, images, runs
 from .cli import add_run_flags, spec_from, start
 from .compose import LABEL, NETWORK
 from .engine import HarnessError
@@ -135,7 +135,7 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
 def _netem_unsupported(layout, kind: str) -> str | None:
     """Try netem once in a throwaway helper (same image, NET_ADMIN, no network)."""
     c = engine.client()
-    engine.ensure_image(c, layout.image, log=lambda *_: None)
+    images.ensure(c, images.for_device(layout.device), layout.image, log=lambda *_: None)
     try:
         c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[kind]}"],
                          entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",

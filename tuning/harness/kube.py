@@ -27,10 +27,19 @@ from pathlib import Path
 
 import yaml
 
-from . import cli, engine, runs
+from . import cli, engine, images, runs
 from . import compose as compose_mod
 from .engine import HarnessError
-from .layout import CONTAINER_UID, JOB_DIR, OUTPUT_DIR, Layout, LayoutError, Node, contract_env
+from .layout import (
+    CONTAINER_UID,
+    IMAGE,
+    JOB_DIR,
+    OUTPUT_DIR,
+    Layout,
+    LayoutError,
+    Node,
+    contract_env,
+)
 from .run import ComposeNodes, execute, job_for, node_commands
 
 KIND = "pytorchjob"
@@ -87,6 +96,7 @@ class JobLayout(Layout):
 def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
     """GPUS and NPROC as `make kube` means them: per pod."""
     per_pod = gpus_per_pod or nproc_per_pod
+    kw["image"] = images.resolve(kw.get("image") or IMAGE, "gpu" if gpus_per_pod else "cpu")
     try:
         return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
     except LayoutError as e:
@@ -291,7 +301,7 @@ def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float
     client = cli.prepare(layout)
     for key, text in (config_map.data or {}).items():  # the ConfigMap volume, as kubelet would
         (run_dir / "job" / key).write_text(text)
-    for name, cmd in node_commands(layout).items():
+    for name, cmd in node_commands(layout, run_dir / "job/accelerate.yaml").items():
         runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
     (run_dir / "compose.yaml").write_text(compose_mod.dump(compose_mod.render(layout)))
     cli._give_to_container_user(run_dir / "output", layout.user)

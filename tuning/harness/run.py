@@ -158,11 +158,13 @@ def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
     return job
 
 
-def node_commands(layout: Layout) -> dict[str, dict]:
-    """Each node's launch command and environment, from the image's own launcher."""
+def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
+    """Each node's launch command and environment, from the image's own launcher; the host
+    reads `accelerate_config`, the file each node will find at ACCELERATE_CONFIG."""
     out = {}
     for node in layout.nodes():
-        argv, extra = launch.command(node.env, ["--config", f"{layout.job_dir}/job.yaml"])
+        job = ["--config", f"{layout.job_dir}/job.yaml"]
+        argv, extra = launch.command(node.env, job, str(accelerate_config))
         out[node.name] = {"argv": argv, "env": {**node.env, **extra}}
     return out
 

@@ -1,0 +1,163 @@
+"""The images the harness builds: a recipe each, one build path for all of them.
+
+A recipe names its Dockerfile, the locks it installs from and its build arguments. Where a
+registry answers, the build starts from BASE_REGISTRY and pip fetches the locked versions;
+where none does, from the offline base (docker/base.sh) with a wheelhouse made on the host
+(`pip download` of the same locked versions) and no network in the build.
+
+Wheelhouses live in build/wheelhouse/<recipe>/, outside the build context (.dockerignore);
+the one a build needs is hard-linked into build/wheels/ just before it, so a CPU build never
+sends the GPU wheelhouse (gigabytes of CUDA libraries) to the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from . import engine
+from .layout import IMAGE
+
+ROOT = engine.ROOT
+BASE_OFFLINE = "harness-base:bookworm"
+BASE_REGISTRY = "python:3.11-slim-bookworm"
+WHEELHOUSES = ROOT / "build/wheelhouse"
+STAGED = ROOT / "build/wheels"  # what the Dockerfile COPYs
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    tag: str
+    dockerfile: str = "docker/Dockerfile"
+    locks: tuple[str, ...] = ("docker/requirements.lock",)
+    requirements: str = "docker/requirements.txt"
+    build_args: tuple[tuple[str, str], ...] = ()
+    # what the image is built from besides the above: a change means a rebuild
+    sources: tuple[str, ...] = ("pyproject.toml", "docker/check_image.py", "configs", "tuning")
+
+
+RECIPES = {
+    "cpu": Recipe("cpu", "tuning-harness:latest", build_args=(("DEVICE", "cpu"),)),
+    "gpu": Recipe(
+        "gpu",
+        "tuning-harness:gpu",
+        locks=("docker/requirements.lock", "docker/requirements-gpu.lock"),
+        build_args=(("DEVICE", "gpu"),),
+    ),
+}
+
+
+def for_device(device: str) -> Recipe:
+    return RECIPES["gpu" if device == "gpu" else "cpu"]
+
+
+def resolve(tag: str, device: str) -> str:
+    """The default tag (IMAGE) means the device's own image: GPU ranks get the CUDA build."""
+    return for_device(device).tag if tag == IMAGE else tag
+
+
+def _files(recipe: Recipe) -> list[Path]:
+    named = [recipe.dockerfile, recipe.requirements, *recipe.locks, *recipe.sources]
+    out = []
+    for rel in named:
+        path = ROOT / rel
+        out += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [p for p in out if p.suffix != ".pyc" and "__pycache__" not in p.parts]
+
+
+def digest(recipe: Recipe, files: list[Path] | None = None) -> str:
+    """A digest of everything the image is built from, so a change means a (cheap) rebuild."""
+    h = hashlib.sha256(recipe.name.encode())
+    for path in files or _files(recipe):
+        if path.is_file():
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def pick_base(c: docker.DockerClient, log=print) -> str:
+    """The registry's Python base where it is here or can be pulled; else the offline one."""
+    for base in (BASE_REGISTRY, BASE_OFFLINE):
+        if engine.image_present(c, base):
+            return base
+    try:
+        log(f"image: pulling {BASE_REGISTRY} ...")
+        c.images.pull(BASE_REGISTRY)
+        return BASE_REGISTRY
+    except docker.errors.DockerException as e:
+        log(f"image: cannot pull {BASE_REGISTRY} ({str(e).splitlines()[0][:120]});")
+        log(f"image: bootstrapping the offline base {BASE_OFFLINE} from Debian packages")
+        engine.run_tool(["bash", str(ROOT / "docker/base.sh"), BASE_OFFLINE])
+    return BASE_OFFLINE
+
+
+def wheelhouse(recipe: Recipe, log=print) -> Path:
+    """build/wheelhouse/<recipe>: the locked wheels, downloaded on the host once per lock."""
+    where = WHEELHOUSES / recipe.name
+    stamp = where / ".lock-digest"
+    want = digest(recipe, [ROOT / f for f in (recipe.requirements, *recipe.locks)])
+    if stamp.is_file() and stamp.read_text() == want:
+        return where
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    log(f"image: making the wheelhouse {where.relative_to(ROOT)} on the host (the locked versions)")
+    pins = [a for lock in recipe.locks for a in ("-c", str(ROOT / lock))]
+    engine.run_tool([sys.executable, "-m", "pip", "download", "-q", "-d", str(where), *pins,
+                     "-r", str(ROOT / recipe.requirements)])  # fmt: skip
+    stamp.write_text(want)
+    return where
+
+
+def _stage(source: Path | None) -> None:
+    """build/wheels holds exactly `source`'s wheels (hard links), or nothing."""
+    shutil.rmtree(STAGED, ignore_errors=True)
+    STAGED.mkdir(parents=True)
+    (STAGED / ".keep").write_text("the wheelhouse of the image being built (images.py)\n")
+    for whl in sorted(source.glob("*.whl")) if source else ():
+        try:
+            os.link(whl, STAGED / whl.name)
+        except OSError:
+            shutil.copy2(whl, STAGED / whl.name)
+
+
+def ensure(c: docker.DockerClient, recipe: Recipe, tag: str | None = None, rebuild=False,
+           log=print) -> str:  # fmt: skip
+    """Build `tag` (default: the recipe's) if it is missing or older than its sources, or when
+    asked. Returns the base it was built from."""
+    tag = tag or recipe.tag
+    want = digest(recipe)
+    old = c.images.get(tag) if engine.image_present(c, tag) else None
+    if old and not rebuild:
+        base = old.labels.get("harness.base", "?")
+        if old.labels.get("harness.source") == want:
+            log(f"image: {tag} present (base {base})")
+            return base
+        log(f"image: the sources changed since {tag} was built; rebuilding")
+    base = pick_base(c, log)
+    offline = base == BASE_OFFLINE
+    _stage(wheelhouse(recipe, log) if offline else None)
+    log(f"image: building {tag} ({recipe.name}) FROM {base}" + (" with no network" * offline))
+    cmd = ["docker", "build", "-f", recipe.dockerfile, "-t", tag, "--build-arg",
+           f"BASE_IMAGE={base}", "--label", f"harness.base={base}", "--label",
+           f"harness.source={want}", "--label", f"harness.recipe={recipe.name}"]  # fmt: skip
+    for key, value in recipe.build_args:
+        cmd += ["--build-arg", f"{key}={value}"]
+    if offline:
+        cmd += ["--network", "none"]
+    try:
+        engine.run_tool([*cmd, "."], cwd=ROOT)
+    finally:
+        _stage(None)  # the links go; the wheelhouse stays for the next build
+    if old and old.id != c.images.get(tag).id:
+        try:  # the image this build replaced, unless a container still uses it
+            c.images.remove(old.id)
+        except docker.errors.APIError:
+            pass
+    return base
