@@ -187,7 +187,10 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         remove_unused_columns=False,
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
+    if not on_gpu and os.environ.get("ACCELERATE_USE_FSDP") == "true":
+        _fsdp_on_gloo(args)
     metrics = StepMetricsCallback(writer)
+    params_total = sum(p.numel() for p in model.parameters())
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -202,6 +205,9 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         ],
     )
     metrics.trainer = trainer
+    ran = str(trainer.accelerator.distributed_type.value)
+    _check_distributed(ran)
+    trainer.add_callback(Sharding(writer, ran, params_total))
     trainer.train(resume_from_checkpoint=resume)
     if cfg.save_model_dir:  # as fms: the final model (and tokenizer), every rank joins
         trainer.save_model(cfg.save_model_dir)
@@ -229,6 +235,51 @@ def _restart_store(world: int, timeout: int) -> dict:
                           is_master=False, timeout=timedelta(seconds=timeout))  # fmt: skip
     return {"store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
             "rank": int(os.environ["RANK"]), "world_size": world}  # fmt: skip
+
+
+def _fsdp_on_gloo(args: TrainingArguments) -> None:
+    """FSDP on CPU ranks. torch shards on gloo, but accelerate (1.16) turns an FSDP config into
+    FSDP only on accelerator devices: its state labels CPU ranks MULTI_CPU and skips the FSDP
+    plugin for that label (accelerate/state.py). Relabelled before the Trainer builds its
+    Accelerator, the ranks get the config's FSDP plugin on the CPU device."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+
+    args.device  # noqa: B018 -- makes the TrainingArguments set up accelerate's PartialState
+    state = PartialState()
+    if state.distributed_type == DistributedType.MULTI_CPU:
+        state.distributed_type = DistributedType.MULTI_GPU
+
+
+def _check_distributed(ran: str) -> None:
+    """A config that asks for FSDP must get FSDP: a launch flag (--multi_gpu) or a missing
+    variable would otherwise train every rank on a full replica (DDP), and look green."""
+    asked = os.environ.get("HARNESS_DISTRIBUTED_TYPE")
+    if asked == "FSDP" and ran != "FSDP":
+        raise ConfigError(
+            f"the accelerate config asks for FSDP but accelerate set up {ran} (every rank would "
+            "hold the whole model); launch with the config's own mode (no --multi_gpu), so "
+            "that accelerate sets ACCELERATE_USE_FSDP=true"
+        )
+
+
+class Sharding(TrainerCallback):
+    """Logs how much of the model this rank holds once the Trainer has wrapped it: FSDP's
+    shards are ~1/world of the parameters, DDP's replicas all of them."""
+
+    def __init__(self, writer: MetricsWriter, distributed_type: str, params_total: int):
+        self.writer, self.distributed_type, self.total = writer, distributed_type, params_total
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        local = sum(_local_numel(p) for p in model.parameters())
+        self.writer.log("sharding", distributed_type=self.distributed_type,
+                        params_local=local, params_total=self.total)  # fmt: skip
+
+
+def _local_numel(param) -> int:
+    # FSDP2 parameters are DTensors (their local shard); FSDP1 with use_orig_params leaves
+    # each parameter a view of its part of this rank's flat shard (maybe empty).
+    return param.to_local().numel() if hasattr(param, "to_local") else param.numel()
 
 
 class SFTTrainer(MetricsTrainerMixin, Trainer):
