@@ -23,7 +23,7 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(if $(REHEARSE),--rehearse)
 
-.PHONY: help up down ps logs image lock bench fault kube test lint fmt clean fms-lock
+.PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -105,6 +105,9 @@ fms-lock: $(VENV)/.harness ## regenerate docker/fms.lock: fms-hf-tuning 3.2.2, e
 
 test: $(VENV)/.train ## the whole suite, container tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-gpu-image: $(VENV)/.train ## build the GPU image here (~7 GB) and train CPU ranks in it
+	$(PY) -m pytest -m gpu_image tests/test_gpu_image.py $(PYTEST_ARGS)
 
 lint: $(VENV)/.train ## ruff format --check and ruff check
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .

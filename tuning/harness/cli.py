@@ -198,7 +198,7 @@ def prepare(layout: Layout):
             f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
             "Container Toolkit, or use GPUS=0 for CPU ranks"
         )
-    images.ensure(client, images.for_device(layout.device), layout.image)
+    images.ensure(client, layout.image, layout.device)
     return client
 
 
@@ -306,7 +306,7 @@ def cmd_logs(a: argparse.Namespace) -> int:
 def cmd_image(a: argparse.Namespace) -> int:
     device = a.device or ("gpu" if engine.gpu_count() else "cpu")
     tag = images.resolve(a.image, device)
-    base = images.ensure(engine.client(), images.for_device(device), tag, rebuild=a.rebuild)
+    base = images.ensure(engine.client(), tag, device, rebuild=a.rebuild)
     print(f"harness: image {tag} ({device}, base {base})")
     return 0
 

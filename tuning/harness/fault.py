@@ -135,7 +135,7 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
 def _netem_unsupported(layout, kind: str) -> str | None:
     """Try netem once in a throwaway helper (same image, NET_ADMIN, no network)."""
     c = engine.client()
-    images.ensure(c, images.for_device(layout.device), layout.image, log=lambda *_: None)
+    images.ensure(c, layout.image, layout.device, log=lambda *_: None)
     try:
         c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[kind]}"],
                          entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",

@@ -59,6 +59,12 @@ def for_device(device: str) -> Recipe:
     return RECIPES["gpu" if device == "gpu" else "cpu"]
 
 
+def recipe_for(tag: str, device: str) -> Recipe:
+    """A recipe's own tag names it (tuning-harness:gpu runs CPU ranks too); another tag is
+    built from the device's recipe."""
+    return next((r for r in RECIPES.values() if r.tag == tag), for_device(device))
+
+
 def resolve(tag: str, device: str) -> str:
     """The default tag (IMAGE) means the device's own image: GPU ranks get the CUDA build."""
     return for_device(device).tag if tag == IMAGE else tag
@@ -127,11 +133,11 @@ def _stage(source: Path | None) -> None:
             shutil.copy2(whl, STAGED / whl.name)
 
 
-def ensure(c: docker.DockerClient, recipe: Recipe, tag: str | None = None, rebuild=False,
+def ensure(c: docker.DockerClient, tag: str, device: str = "cpu", rebuild=False,
            log=print) -> str:  # fmt: skip
-    """Build `tag` (default: the recipe's) if it is missing or older than its sources, or when
-    asked. Returns the base it was built from."""
-    tag = tag or recipe.tag
+    """Build `tag` (recipe_for) if it is missing or older than its sources, or when asked.
+    Returns the base it was built from."""
+    recipe = recipe_for(tag, device)
     want = digest(recipe)
     old = c.images.get(tag) if engine.image_present(c, tag) else None
     if old and not rebuild:
