@@ -49,10 +49,8 @@ def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
     assert ctr.command is None  # the image's own entrypoint (python -m tuning.launch)
     assert ctr.args == ["--config", "/job/job.yaml"]
     assert [(p.name, p.container_port) for p in ctr.ports] == [("pytorchjob-port", 23456)]
-    if gpus:
-        assert ctr.resources.limits == {"nvidia.com/gpu": str(gpus)}
-    else:
-        assert ctr.resources is None
+    assert ctr.resources.limits == ({"nvidia.com/gpu": str(gpus)} if gpus else None)
+    assert set(ctr.resources.requests) == {"cpu", "memory"}
     mounts = {m.mount_path: m for m in ctr.volume_mounts}
     volumes = {v.name: v for v in spec.volumes}
     shm = volumes[mounts["/dev/shm"].name]
@@ -62,6 +60,42 @@ def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
     assert mounts["/output"].name in volumes
     assert ctr.security_context.run_as_user == 1000 and ctr.security_context.run_as_non_root
     assert replica.restart_policy == "Never"
+
+
+# The Pod Security Standard "restricted" (kubernetes.io/docs/concepts/security/pod-security-
+# standards), rule by rule, on the YAML kubectl would send.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("gpus", "nodes"), [(4, 2), (0, 1)])
+def test_pods_pass_the_restricted_pod_security_standard(gpus, nodes):
+    doc = next(
+        d for d in yaml.safe_load_all(rendered(gpus, nodes, nproc=2)) if d["kind"] == "PyTorchJob"
+    )
+    for replica in doc["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        psc = pod.get("securityContext", {})
+        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+        assert {next(iter(set(v) - {"name"})) for v in pod["volumes"]} <= RESTRICTED_VOLUMES
+        assert pod["automountServiceAccountToken"] is False
+        for ctr in pod["containers"]:
+            sc = ctr["securityContext"]
+            seccomp = sc.get("seccompProfile") or psc.get("seccompProfile")
+            assert seccomp["type"] in ("RuntimeDefault", "Localhost")
+            assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True
+            assert sc.get("runAsUser", psc.get("runAsUser")) not in (None, 0)
+            assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
+            assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+            assert not any(p.get("hostPort") for p in ctr["ports"])
+            # beyond "restricted": a read-only root with each path the trainer writes mounted
+            assert sc["readOnlyRootFilesystem"] is True
+            mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+            assert {"/output", "/dev/shm", "/tmp"} <= set(mounts) and mounts["/job"]["readOnly"]
+            assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
+            per_pod = gpus or 2  # rendered(): GPUS and NPROC are per pod
+            assert ctr["resources"]["requests"]["cpu"] == str(per_pod)
+            assert ctr["resources"]["requests"]["memory"].endswith("Gi")
 
 
 def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
@@ -83,7 +117,7 @@ def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
     assert config_map.data["accelerate.yaml"] == FSDP  # the GPU default, as for `up`
     # Pods on Kube start with the operator's environment only: no harness variables.
     env = {e.name for e in only_container(specs["Master"]).env}
-    assert env == {"ACCELERATE_CONFIG"} and manifest.name == "pytorchjob.yaml"
+    assert env == {"ACCELERATE_CONFIG", "HOME"} and manifest.name == "pytorchjob.yaml"
     assert not (manifest.parent / "compose.yaml").exists()  # rendering runs nothing
 
 
@@ -118,10 +152,10 @@ def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods
     assert [p.name for p in got] == pods
     for rank, pod in enumerate(got):
         assert (pod.node_rank, pod.nproc) == (rank, nproc)
-        assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG"}
+        assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG", "HOME"}
         assert not any(k.startswith("HARNESS_") for k in pod.env)
         assert pod.env == {
-            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "PYTHONUNBUFFERED": "1",
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp", "PYTHONUNBUFFERED": "1",
             "MASTER_ADDR": "tj-master-0", "PET_MASTER_ADDR": "tj-master-0",
             "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
             "WORLD_SIZE": str(nodes * nproc), "PET_NNODES": str(nodes),

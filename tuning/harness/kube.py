@@ -51,6 +51,11 @@ SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB
 MANIFEST = "pytorchjob.yaml"
 NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
+# Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
+# host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
+CPU_PER_RANK = 1
+MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
+TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HF_HOME, caches)
 
 
 @dataclass(frozen=True)
@@ -140,29 +145,46 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple[object, 
         image_pull_policy="IfNotPresent",
         # No `command`: the image's ENTRYPOINT (python -m tuning.launch), as under Compose.
         args=["--config", f"{JOB_DIR}/job.yaml"],
-        env=[k8s.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml")],
+        env=[
+            k8s.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml"),
+            k8s.V1EnvVar(name="HOME", value=TMP_DIR),  # caches (~/.cache, ~/.triton) stay writable
+        ],
         ports=[k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")],
-        resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)})
-        if gpus
-        else None,
+        resources=k8s.V1ResourceRequirements(
+            requests={
+                "cpu": str(CPU_PER_RANK * layout.per_pod),
+                "memory": f"{MEMORY_PER_RANK[layout.device] * layout.per_pod}Gi",
+            },
+            limits={"nvidia.com/gpu": str(gpus)} if gpus else None,
+        ),  # fmt: skip
         volume_mounts=[
             k8s.V1VolumeMount(name="job", mount_path=JOB_DIR, read_only=True),
             k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             k8s.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
+            k8s.V1VolumeMount(name="tmp", mount_path=TMP_DIR),
         ],
-        # As the Compose services: the image's non-root user, no capabilities.
+        # The Pod Security Standard "restricted": the image's non-root user, no capabilities,
+        # no privilege escalation, the runtime's seccomp profile, and a read-only root: the
+        # trainer writes only to /output, /dev/shm and /tmp, each a volume.
         security_context=k8s.V1SecurityContext(
             run_as_user=uid,
             run_as_group=gid,
             run_as_non_root=True,
             allow_privilege_escalation=False,
             capabilities=k8s.V1Capabilities(drop=["ALL"]),
+            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+            read_only_root_filesystem=True,
         ),
     )
     template = k8s.V1PodTemplateSpec(
         metadata=k8s.V1ObjectMeta(labels=labels),
         spec=k8s.V1PodSpec(
             containers=[container],
+            automount_service_account_token=False,  # training never talks to the API server
+            security_context=k8s.V1PodSecurityContext(
+                run_as_non_root=True,
+                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+            ),
             volumes=[
                 k8s.V1Volume(
                     name="job",
@@ -174,6 +196,7 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple[object, 
                 ),
                 # Checkpoints and metrics; swap for a ReadWriteMany PVC to keep them.
                 k8s.V1Volume(name="output", empty_dir=k8s.V1EmptyDirVolumeSource()),
+                k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource()),
             ],
         ),
     )
