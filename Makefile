@@ -9,19 +9,22 @@ RUNS   ?= runs
 
 # Variables map to flags only when set, so the harness's own defaults stay in one place.
 flag = $(if $($(1)),--$(2) $($(1)))
+# A switch (RESUME, DRY_RUN, REHEARSE, REBUILD) is on unless empty, 0, false, no or off.
+OFF := 0 false False FALSE no No NO off Off OFF
+switch = $(if $(filter-out $(OFF),$(strip $($(1)))),--$(2))
 UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,nproc) \
   $(call flag,MODEL,model) $(call flag,DATA,data) $(call flag,STEPS,steps) \
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
   $(call flag,JOB,job) $(call flag,IMAGE,image) $(call flag,RUN_ID,run-id) --runs $(RUNS) \
-  $(if $(RESUME),--resume)
+  $(call switch,RESUME,resume)
 
-BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(if $(DRY_RUN),--dry-run)
+BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call switch,DRY_RUN,dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
-  $(if $(REHEARSE),--rehearse)
+  $(call switch,REHEARSE,rehearse)
 
 .PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock
 .DEFAULT_GOAL := help
@@ -74,7 +77,7 @@ $(FMS_VENV)/.done: docker/fms.lock
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
-	$(PY) -m tuning.harness up $(UP_FLAGS) $(if $(DRY_RUN),--dry-run)
+	$(PY) -m tuning.harness up $(UP_FLAGS) $(call switch,DRY_RUN,dry-run)
 
 down: $(VENV)/.harness ## remove every container, network and volume the harness labelled
 	$(PY) -m tuning.harness down
@@ -86,7 +89,7 @@ logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it en
 	$(PY) -m tuning.harness logs --runs $(RUNS) $(call flag,RUN,run-id)
 
 image: $(VENV)/.harness ## build the image if it is missing: [DEVICE=cpu|gpu] (REBUILD=1 to force)
-	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(if $(REBUILD),--rebuild)
+	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(call switch,REBUILD,rebuild)
 
 lock: ## re-make docker/requirements*.lock from pyproject.toml (UPGRADE=1: newest allowed)
 	UPGRADE=$(UPGRADE) bash docker/lock.sh
