@@ -17,7 +17,7 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
   $(call flag,JOB,job) $(call flag,IMAGE,image) $(call flag,RUN_ID,run-id) --runs $(RUNS) \
-  $(call switch,RESUME,resume)
+  $(call flag,TRAINER,trainer) $(call flag,ENTRY,entry) $(call switch,RESUME,resume)
 
 BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call switch,DRY_RUN,dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
@@ -47,6 +47,8 @@ help: ## list targets and variables
 	@echo "  MAX_RESTARTS=n  restart the group up to n times"
 	@echo "  DRY_RUN=1       print the Compose file and launch commands, run nothing"
 	@echo "  RUNS=dir        where runs are recorded (default runs/)"
+	@echo "  TRAINER=fms     fms-hf-tuning 3.2.2 itself, in its own image (make image TRAINER=fms)"
+	@echo "  IMAGE=img ENTRY=module  a trainer of your own image (README: what it needs)"
 	@echo "Variables (bench, fault, kube):"
 	@echo "  REPEAT=r        bench: rounds over the layouts (default 3)"
 	@echo "  FAULT=kind      fault: kill term preempt crash pause slow delay loss partition oom no-show | all"
@@ -89,7 +91,8 @@ logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it en
 	$(PY) -m tuning.harness logs --runs $(RUNS) $(call flag,RUN,run-id)
 
 image: $(VENV)/.harness ## build the image if it is missing: [DEVICE=cpu|gpu] (REBUILD=1 to force)
-	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(call switch,REBUILD,rebuild)
+	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(call flag,TRAINER,trainer) \
+	  $(call switch,REBUILD,rebuild)
 
 lock: ## re-make docker/requirements*.lock from pyproject.toml (UPGRADE=1: newest allowed)
 	UPGRADE=$(UPGRADE) bash docker/lock.sh

@@ -50,7 +50,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from . import cli, engine, report, runs
+from . import cli, engine, report, runs, workload
 from .engine import HarnessError
 from .run import node_commands
 
@@ -64,6 +64,10 @@ MIB = 1024 * 1024
 PROBE_MIN_BYTES = 1024
 PROBE_MAX_BYTES = 256 * MIB
 PROBE_SECONDS = 2.0
+FOREIGN_NO_PROBE = ("skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
+                    "a foreign trainer's image (TRAINER=fms, ENTRY=...)")  # fmt: skip
+FOREIGN_NO_HOST = ("host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
+                   "trainer runs only in its own image")  # fmt: skip
 EXIT_INTERRUPTED = 130
 
 
@@ -129,12 +133,13 @@ def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int)
     return spec
 
 
-def _plan(bench_id: str, names: list[str], repeat: int) -> list[tuple[int, str, str, str]]:
+def _plan(bench_id: str, names: list[str], repeat: int,
+          whats=("train", "probe")) -> list[tuple[int, str, str, str]]:  # fmt: skip
     """[(round, layout name, "train"|"probe", run id)]: per round every train, then every probe."""
     return [
         (rnd, name, what, f"{bench_id}-r{rnd + 1}-{name}" + ("-probe" if what == "probe" else ""))
         for rnd in range(repeat)
-        for what in ("train", "probe")
+        for what in whats
         for name in names
     ]
 
@@ -217,7 +222,8 @@ def phases(metrics: dict[int, list[dict]], nodes: list[dict], fix: float) -> dic
         "imports_s": _diff(imports, process),
         "rendezvous_s": _diff(rendezvous, imports),
         "model_load_s": _diff(loaded, rendezvous),
-        "first_step_s": _diff(_latest(metrics, _first_step), loaded),
+        # a foreign trainer (fms) logs no model_loaded: its model load counts in its first step
+        "first_step_s": _diff(_latest(metrics, _first_step), loaded or rendezvous),
     }
     assert tuple(out) == report.PHASES
     return out
@@ -236,6 +242,11 @@ def _nodes(summary: dict) -> list[dict]:
 def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
     """A report repeat's training half: phases, steady steps and tokens, peak memory."""
     metrics = runs.read_metrics(run_dir / "output")
+    if summary.get("trainer") and summary.get("ranks"):  # foreign: trl's tokens, on rank 0
+        log = run_dir / f"logs/{summary['ranks'][0]['node']}.log"
+        pairs = workload.trl_tokens(log, runs.steps(metrics.get(0, [])))
+        for (s, n), prev in zip(pairs or [], [None, *(pairs or [])[:-1]], strict=False):
+            s["tokens"] = n - prev[1] if prev else n
     step_s, tokens, memory = [], [], []
     memory_kind = "rss"
     for rank in sorted(metrics):
@@ -294,6 +305,14 @@ def _sigterm(signum, _frame):
 
 def run(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts)
+    workload.resolve(a)
+    if a.entry and "host" in names:
+        print(f"bench: {FOREIGN_NO_HOST}")
+        names.remove("host")
+        if not names:
+            raise HarnessError("a foreign trainer runs in containers: use --layouts single,...")
+    if a.entry:
+        print(f"bench: probe {FOREIGN_NO_PROBE}")
     repeat = cli._int_arg("REPEAT", a.repeat, 1) or 3
     if a.resume:
         raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
@@ -307,7 +326,8 @@ def run(a: argparse.Namespace) -> int:
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
     world = cli.layout_from(a, bench_id, bench_dir).world_size  # checks GPUS, NPROC, MODEL ..
     threads = cli._int_arg("THREADS", a.threads, 1) or max(1, (os.cpu_count() or 1) // world)
-    plan = _plan(bench_id, names, repeat)
+    whats = ("train",) if a.entry else ("train", "probe")
+    plan = _plan(bench_id, names, repeat, whats)
 
     def spec(rnd_name_what_id) -> cli.Spec:
         _, name, what, run_id = rnd_name_what_id
@@ -315,7 +335,7 @@ def run(a: argparse.Namespace) -> int:
 
     # Every distinct run checked now (flags, files, probe sizes); specs are made again just
     # before each run (LAYOUT=host takes a free port then).
-    checked = {(item[1], item[2]): spec(item) for item in plan[: 2 * len(names)]}  # round 1
+    checked = {(item[1], item[2]): spec(item) for item in plan[: len(whats) * len(names)]}
     first = checked[(names[0], "train")]
     meta = {
         "bench_id": bench_id,
@@ -351,10 +371,23 @@ def run(a: argparse.Namespace) -> int:
         "peak_memory": "per rank: the largest peak_rss_bytes (CUDA: max_memory_allocated) "
         "of its step lines",
         "host_cpus": os.cpu_count(),
+        **(
+            {
+                "trainer": {"image": a.image, "entry": a.entry},
+                "skipped": [FOREIGN_NO_HOST],
+                "metrics_source": workload.METRICS_NOTE
+                + " tokens: trl's num_tokens per step (every rank's), counted on rank 0. "
+                "first step: includes model load (no model_loaded phase).",
+            }
+            if a.entry
+            else {}
+        ),  # fmt: skip
         "image": a.image,
         "runs": [],
         "interrupted": False,
     }
+    if a.entry:
+        meta["probe"] = {"skipped": FOREIGN_NO_PROBE}
     if a.dry_run:
         if not existed:
             bench_dir.rmdir()  # made by spec_from's check that the runs directory is writable

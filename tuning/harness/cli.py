@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compose as compose_mod
-from . import engine, images, preflight, runs
+from . import engine, images, preflight, runs, workload
 from .engine import HarnessError
 from .layout import KINDS, PORT, Layout, LayoutError
 from .run import HOST_ASSETS, ROOT, ComposeNodes, HostNodes, execute, job_for, node_commands
@@ -77,12 +77,15 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
             image=images.resolve(a.image, "gpu" if gpus else "cpu"),
             network=a.network, model=model, data=_existing("DATA", a.data, "file"),
             run_dir=str(run_dir), max_restarts=_int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
+            entry=getattr(a, "entry", None),
         )  # fmt: skip
     except LayoutError as e:
         raise HarnessError(str(e)) from None
 
 
 def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
+    if not a.config and layout.entry:
+        return workload.accelerate_default(layout)
     if not a.config:
         return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus else "fsdp-cpu.yaml")
     path = Path(a.config)
@@ -108,6 +111,7 @@ class Spec:
 
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
     run_id = run_id or a.run_id or runs.new_run_id()
+    workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
     runs_root = Path(a.runs).resolve()
     layout = layout_from(a, run_id, runs_root / run_id)
     preflight.check_runs_dir(runs_root)
@@ -120,9 +124,10 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     timeout = _int_arg("TIMEOUT", a.timeout, 1)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
     job = job_for(layout, Path(a.job), steps, seed, timeout, a.resume or layout.max_restarts > 0)
-    cfg = preflight.check_job(job, f"job file {a.job}")
     preflight.check_model(layout.model)
-    preflight.check_data(layout.data, cfg)
+    if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
+        cfg = preflight.check_job(job, f"job file {a.job}")
+        preflight.check_data(layout.data, cfg)
     # RESUME=1 continues the newest run (runs/latest, read now: start() moves it).
     previous = (runs_root / "latest").resolve() if a.resume else None
     resume_from = previous if previous and previous.is_dir() else None
@@ -157,7 +162,7 @@ def start(spec: Spec, on_tick=None) -> dict:
                            "another") from None  # fmt: skip
     except PermissionError as e:
         raise HarnessError(str(e)) from None
-    runs.write_job(run_dir, spec.job, spec.accelerate_config)
+    runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
     if spec.resume_from:
         _take_checkpoints(spec.resume_from, run_dir / "output", layout)
     for name, cmd in commands.items():
@@ -198,7 +203,10 @@ def prepare(layout: Layout):
             f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
             "Container Toolkit, or use GPUS=0 for CPU ranks"
         )
-    images.ensure(client, layout.image, layout.device)
+    if layout.entry:
+        workload.check_image(client, layout)
+    else:
+        images.ensure(client, layout.image, layout.device)
     return client
 
 
@@ -221,6 +229,8 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
                "device": layout.device, "world_size": layout.world_size, "status": status,
                **runs.summarize(metrics, t0), "ranks": ranks,
                "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts]}  # fmt: skip
+    if layout.entry:
+        summary.update(workload.summary_fields(layout, run_dir, metrics))
     runs.write_json(run_dir / "summary.json", summary)
     return summary
 
@@ -305,6 +315,8 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 def cmd_image(a: argparse.Namespace) -> int:
     device = a.device or ("gpu" if engine.gpu_count() else "cpu")
+    if a.trainer == "fms":  # fms-hf-tuning's own image (workload.py)
+        a.image = workload.FMS_IMAGE
     tag = images.resolve(a.image, device)
     base = images.ensure(engine.client(), tag, device, rebuild=a.rebuild)
     print(f"harness: image {tag} ({device}, base {base})")
@@ -329,6 +341,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, default=60.0,
                    help="seconds to wait for peers after a rank fails")  # fmt: skip
     p.add_argument("--run-id")
+    p.add_argument("--trainer", default="harness", help="harness (default) | fms")
+    p.add_argument("--entry", help="module to run in IMAGE, a trainer of your own")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -354,8 +368,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--run-id")
         s.set_defaults(fn=fn)
     sub.choices["image"].add_argument("--rebuild", action="store_true")
-    sub.choices["image"].add_argument("--device", choices=("cpu", "gpu"),
-                                      help="which image (default: gpu when GPUs are visible)")
+    sub.choices["image"].add_argument("--trainer", default="harness", choices=workload.TRAINERS)
+    sub.choices["image"].add_argument(
+        "--device", choices=("cpu", "gpu"), help="which image (default: gpu when GPUs are visible)"
+    )
     up.set_defaults(fn=cmd_up)
     return p
 

@@ -7,7 +7,19 @@ from pathlib import Path
 
 import yaml
 
-from .layout import DATA_FILE, JOB_DIR, MODEL_DIR, OUTPUT_DIR, Layout, LayoutError, Node
+from .layout import (
+    DATA_FILE,
+    JOB_DIR,
+    LAUNCHER,
+    MODEL_DIR,
+    OUTPUT_DIR,
+    RANK_RECORD,
+    Layout,
+    LayoutError,
+    Node,
+)
+
+TUNING = Path(__file__).resolve().parents[1]  # the launcher and rank recorder, bound in
 
 LABEL = "harness.run"
 NETWORK = "train"
@@ -49,9 +61,13 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:
         volumes.append(_bind(layout.data, DATA_FILE, rel, read_only=True))
+    if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
+        volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
+        volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
     svc = {
         "image": layout.image,
-        "command": ["--config", f"{JOB_DIR}/job.yaml"],
+        **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),
+        **({"command": layout.trainer_args} if layout.trainer_args else {}),
         "hostname": node.name,
         "user": layout.user,
         "environment": dict(node.env),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker.errors
 
-from . import engine, fault_record, images, runs
+from . import engine, fault_record, images, runs, workload
 from .cli import add_run_flags, spec_from, start
 from .compose import LABEL, NETWORK
 from .engine import HarnessError
@@ -41,6 +41,11 @@ NOT_APPLICABLE = {
     "loopback inside one network namespace; there is no link between ranks to cut (cutting "
     "loopback cuts them all). Use LAYOUT=per-rank.",
 }
+FOREIGN_CRASH = ("crash raises inside this repo's trainer (HARNESS_CRASH_AT_STEP); a foreign "
+                 "trainer (ENTRY, TRAINER=fms) has no such hook. Use kill or term.")  # fmt: skip
+FOREIGN_STEPS = ("a foreign trainer (fms) logs steps from rank 0 only (training_logs.jsonl): the "
+                 "fault lands when rank 0 shows the step (the group steps together), and ranks "
+                 "other than 0 have no last step of their own")  # fmt: skip
 SHARED_NET = "per-rank with NETWORK=shared puts every rank in rank 0's network namespace; "
 
 
@@ -101,6 +106,12 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
             "max_restarts": layout.max_restarts, "world_size": layout.world_size,
             "step_sleep_s": sleep}  # fmt: skip
     reason = NOT_APPLICABLE.get((kind, layout_kind))
+    if layout.entry:
+        base["trainer"] = {"image": layout.image, "entry": layout.entry}
+        base["steps_note"] = FOREIGN_STEPS
+        base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces this repo's trainer only
+        if kind == "crash":
+            reason = FOREIGN_CRASH
     if kind == "partition" and layout_kind == "per-rank" and layout.network == "shared":
         reason = SHARED_NET + "there is no link between ranks to cut. Use NETWORK=isolated."
     if reason is None and kind in NETEM:
@@ -118,7 +129,8 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
     if kind == "no-show" and layout_kind == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
-    knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts}
+    knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
+             "group_steps": bool(layout.entry)}  # fmt: skip
     follow = Follow(kind, layout_kind, target, knobs, run_id)
     summary = start(spec, on_tick=follow)
     follow.finished_at = follow.finished_at or time.time()
@@ -135,7 +147,10 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
 def _netem_unsupported(layout, kind: str) -> str | None:
     """Try netem once in a throwaway helper (same image, NET_ADMIN, no network)."""
     c = engine.client()
-    images.ensure(c, layout.image, layout.device, log=lambda *_: None)
+    if layout.entry:  # a user's image is never built from our recipes
+        workload.check_image(c, layout)
+    else:
+        images.ensure(c, layout.image, layout.device, log=lambda *_: None)
     try:
         c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[kind]}"],
                          entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",
@@ -193,6 +208,7 @@ class Follow:
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
+        self.group_steps = knobs.get("group_steps", False)  # only rank 0 logs steps (fms)
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -230,7 +246,8 @@ class Follow:
 
     # --- injection -------------------------------------------------------------------------
     def target_step(self, metrics) -> int:
-        return max((x["step"] for x in runs.steps(metrics.get(self.rank, []))), default=0)
+        rank = 0 if self.group_steps else self.rank  # fms: the group's step, from rank 0
+        return max((x["step"] for x in runs.steps(metrics.get(rank, []))), default=0)
 
     def maybe_inject(self, metrics, nodes, now: float) -> None:
         kind, per_rank = self.kind, self.layout_kind == "per-rank"

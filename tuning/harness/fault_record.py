@@ -243,12 +243,25 @@ def markdown(rec: dict) -> str:
         return head + f"**{rec['status']}**: {rec['reason']}\n"
     lines = [
         head + f"- run `{rec['run_id']}`, {rec['world_size']} ranks, TIMEOUT={rec['timeout_s']} s, "
-        f"RDZV_TIMEOUT={rec['rdzv_timeout_s']} s, step paced to >= {rec['step_sleep_s']} s",
+        f"RDZV_TIMEOUT={rec['rdzv_timeout_s']} s, "
+        + (
+            f"step paced to >= {rec['step_sleep_s']} s"
+            if rec.get("step_sleep_s") is not None
+            else "steps not paced (a foreign trainer)"
+        ),
         f"- fault: {rec['how']} at t={rec['injected_t']} s (step {rec['injected_step']}, "
         f"asked for step {rec['at_step']})",
         f"- **outcome: {rec['outcome']}**; fault to end {rec['fault_to_end_s']} s, hang detected "
         f"after {rec['hang_detected_s']} s, bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
         f"- on a cluster: {rec['on_a_cluster']}",
+        *(
+            [
+                f"- trainer: `{rec['trainer']['entry']}` in `{rec['trainer']['image']}`; "
+                f"{rec['steps_note']}"
+            ]
+            if rec.get("trainer")
+            else []
+        ),
         f"- left behind: {', '.join(rec['leftovers']) or 'nothing'}",
         "- checkpoints: "
         + (

@@ -52,6 +52,22 @@ RECIPES = {
         locks=("docker/requirements.lock", "docker/requirements-gpu.lock"),
         build_args=(("DEVICE", "gpu"),),
     ),
+    # fms-hf-tuning 3.2.2 itself, a user's own image (workload.py: TRAINER=fms)
+    "fms": Recipe(
+        "fms",
+        "tuning-harness-fms:latest",
+        dockerfile="docker/fms.Dockerfile",
+        locks=("docker/fms.lock",),
+        requirements="docker/fms.lock",
+        sources=(
+            "docker/fms_check.py",
+            "docker/fms_assets.py",
+            "tuning/__init__.py",
+            "tuning/launch.py",
+            "tuning/tiny_model.py",
+            "tuning/demo_data.py",
+        ),
+    ),
 }
 
 

@@ -24,6 +24,12 @@ MODEL_DIR = "/model"
 DATA_FILE = "/data/train.jsonl"
 IMAGE_MODEL = "/opt/harness/assets/tiny-model"
 IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
+# A foreign trainer (ENTRY: a module in the user's image, such as fms-hf-tuning's
+# tuning.sft_trainer) gets the launcher and the rank recorder bound read-only here, and its
+# job as JSON (fms's SFT_TRAINER_CONFIG_JSON_PATH) instead of `--config job.yaml`.
+LAUNCH_DIR = "/opt/harness-launch"
+LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
+RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 
 
 class LayoutError(ValueError):
@@ -62,6 +68,7 @@ class Layout:
     # Secrets (HF_TOKEN, ...) travel by NAME: rendered files say `NAME: null`, and Compose
     # (or the host launcher) takes the value from the harness's environment at start.
     secrets: tuple[str, ...] = ()
+    entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -72,6 +79,9 @@ class Layout:
             raise LayoutError(f"GPUS={self.gpus} is negative; use 0 for CPU ranks or a GPU count")
         if self.nproc < 1:
             raise LayoutError(f"NPROC={self.nproc} must be at least 1")
+        if self.entry and self.kind == "host":
+            raise LayoutError(f"ENTRY={self.entry} runs in its own image; LAYOUT=host runs this "
+                              "repo's trainer only. Use LAYOUT=single or per-rank")  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -113,9 +123,34 @@ class Layout:
         )
         if self.max_restarts and self.kind != "per-rank":  # per-rank: the harness restarts
             env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)  # every container instead
+        if self.entry:
+            env.update(self.foreign_env())
         env.update(self.extra_env)
         env.update(dict.fromkeys(self.secrets))
         return env
+
+    def foreign_env(self) -> dict[str, str]:
+        """A foreign trainer runs under the rank recorder (tuning/rank_record.py), which
+        records the process group each rank joined and how it ended, then runs ENTRY."""
+        return {
+            "HARNESS_ENTRY": "harness_rank",
+            "HARNESS_WRAPPED_ENTRY": self.entry,
+            "HARNESS_OUTPUT_DIR": self.output_dir,
+            "PYTHONPATH": LAUNCH_DIR,
+            "SFT_TRAINER_CONFIG_JSON_PATH": f"{self.job_dir}/{self.job_file}",
+            "HF_HOME": "/tmp/hf",
+            "HF_HUB_OFFLINE": "1",
+        }
+
+    @property
+    def job_file(self) -> str:
+        return "job.json" if self.entry else "job.yaml"
+
+    @property
+    def trainer_args(self) -> list[str]:
+        """What the launcher passes on to the trainer: a foreign one reads its JSON job
+        from SFT_TRAINER_CONFIG_JSON_PATH, as fms-hf-tuning does."""
+        return [] if self.entry else ["--config", f"{self.job_dir}/{self.job_file}"]
 
     # Paths as the ranks see them: inside the container, or on the host for LAYOUT=host.
     @property

@@ -29,8 +29,9 @@ class Progress:
 
     def _line(self, rank: int, s: dict) -> str:
         of = f"/{self.total}" if self.total else ""
+        pace = f"{s['step_s']:.2f} s/step" if s.get("step_s") is not None else "first logged"
         return (f"rank{rank} step {s['step']}{of} loss {s['loss']:.4f} "
-                f"({s['step_s']:.2f} s/step, world {s['world_size']})")  # fmt: skip
+                f"({pace}, world {s['world_size']})")  # fmt: skip
 
     def _redraw(self, last: dict[int, dict]) -> None:
         if not last:

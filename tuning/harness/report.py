@@ -431,6 +431,12 @@ def markdown(report: dict, derived: dict) -> str:
     rounds = max((d["repeats"] for d in derived["layouts"].values()), default=0)
     lines.append(f"Layouts in run order: {', '.join(order)}; {rounds} round(s), alternating.")
     lines.append("")
+    meta = report.get("meta") or {}
+    if meta.get("trainer"):  # a foreign trainer (TRAINER=fms, ENTRY=...): what was left out
+        t = meta["trainer"]
+        lines.append(f"Trainer: `{t['entry']}` in `{t['image']}`. {meta.get('metrics_source', '')}")
+        skipped = [*meta.get("skipped", []), f"probe {meta.get('probe', {}).get('skipped', '')}"]
+        lines += [f"- {x}" for x in skipped] + [""]
     lines.append("| " + " | ".join(TABLE_HEADER) + " |")
     lines.append("|" + "|".join(" --- " for _ in TABLE_HEADER) + "|")
     for name in order:

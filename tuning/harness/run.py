@@ -18,7 +18,7 @@ import yaml
 from tuning import launch
 
 from . import compose as compose_mod
-from . import engine, runs
+from . import engine, runs, workload
 from .layout import Layout
 from .progress import Progress
 
@@ -143,7 +143,10 @@ class HostNodes:
 
 def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
             timeout: int | None, resume: bool) -> dict:  # fmt: skip
-    job = yaml.safe_load(base_job.read_text()) or {}
+    if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
+        job, resume = workload.load_job(base_job), False
+    else:
+        job = yaml.safe_load(base_job.read_text()) or {}
     job.setdefault("torch_dtype", "bfloat16" if layout.gpus else "float32")  # fms's GPU default
     job.update(
         model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
@@ -163,7 +166,7 @@ def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
     reads `accelerate_config`, the file each node will find at ACCELERATE_CONFIG."""
     out = {}
     for node in layout.nodes():
-        job = ["--config", f"{layout.job_dir}/job.yaml"]
+        job = layout.trainer_args
         argv, extra = launch.command(node.env, job, str(accelerate_config))
         out[node.name] = {"argv": argv, "env": {**node.env, **extra}}
     return out

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import secrets
 import shutil
 import statistics
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
 
 WARMUP_STEPS = 2  # steps excluded from steady-state figures (compile, allocator, caches)
+# fms-hf-tuning's FileLoggingTracker: <output_dir>/training_logs.jsonl, written by the world
+# process zero only, one line per logged step:
+#   {"data": {"epoch": 0.1, "step": 3, "timestamp": "<local isoformat>", "value": 2.3},
+#    "name": "training_loss"}   ("validation_loss" for eval_loss)
+FMS_LOGS = "training_logs.jsonl"
 
 
 def new_run_id() -> str:
@@ -41,8 +49,13 @@ def create(root: Path, run_id: str) -> Path:
     return run_dir
 
 
-def write_job(run_dir: Path, job: dict, accelerate_config: Path) -> None:
-    (run_dir / "job/job.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
+def write_job(run_dir: Path, job: dict, accelerate_config: Path, name: str = "job.yaml") -> None:
+    text = (
+        json.dumps(job, indent=2) + "\n"
+        if name.endswith(".json")
+        else yaml.safe_dump(job, sort_keys=False)
+    )
+    (run_dir / "job" / name).write_text(text)
     shutil.copyfile(accelerate_config, run_dir / "job/accelerate.yaml")
 
 
@@ -66,7 +79,66 @@ def read_metrics(output_dir: Path) -> dict[int, list[dict]]:
                     except json.JSONDecodeError:
                         pass
         out[rank] = lines
+    if (output_dir / FMS_LOGS).is_file() and not steps(out.get(0, [])):
+        # A foreign trainer (fms): its steps and losses are rank 0's, from its own log; the
+        # metrics files hold only what the rank recorder saw (process group, end).
+        own = out.get(0, [])
+        offset = next((x["utc_offset_s"] for x in own if "utc_offset_s" in x), 0)
+        world = next((x["world_size"] for x in reversed(own) if "world_size" in x), None)
+        fms = [{**x, "rank": 0, "world_size": world} for x in read_fms_logs(output_dir, offset)]
+        out[0] = sorted(own + fms, key=lambda x: x["time"])
     return out
+
+
+def read_fms_logs(output_dir: Path, utc_offset_s: int = 0) -> list[dict]:
+    """fms's training_logs.jsonl as step lines (step, loss, epoch, time). Its timestamps are
+    the container's local time; `utc_offset_s` is that zone's offset (the rank recorder's).
+    step_s is the time since the previous logged step over the steps between (None first)."""
+    tz = timezone(timedelta(seconds=utc_offset_s))
+    out: list[dict] = []
+    with open(output_dir / FMS_LOGS) as f:
+        for raw in f:
+            try:
+                line = json.loads(raw) if raw.endswith("\n") else None
+                data = line["data"] if line and line.get("name") == "training_loss" else None
+                if data is None:
+                    continue
+                t = datetime.fromisoformat(data["timestamp"]).replace(tzinfo=tz).timestamp()
+                step, loss = int(data["step"]), float(data["value"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            prev = out[-1] if out else None
+            step_s = (
+                (t - prev["time"]) / (step - prev["step"]) if prev and step > prev["step"] else None
+            )
+            out.append({"event": "step", "step": step, "loss": loss, "epoch": data.get("epoch"),
+                        "time": t, "step_s": step_s, "source": FMS_LOGS})  # fmt: skip
+    return out
+
+
+_HF_TRAIN = re.compile(r"\{'train_runtime': [^{}]*\}")
+_HF_STEP = re.compile(r"\{'loss': [^{}]*\}")
+
+
+def hf_step_logs(log: str) -> list[dict]:
+    """The HF Trainer's per-step log lines ({'loss': ..., 'epoch': ...}) in a rank 0 log."""
+    out = []
+    for found in _HF_STEP.findall(log):
+        try:
+            out.append(ast.literal_eval(found))
+        except (ValueError, SyntaxError):
+            pass
+    return out
+
+
+def hf_train_metrics(log: str) -> dict | None:
+    """The HF Trainer's end-of-training line in a rank 0 log ({'train_runtime': ...,
+    'train_tokens_per_second': ... with include_tokens_per_second}), the last one."""
+    found = _HF_TRAIN.findall(log)
+    try:
+        return ast.literal_eval(found[-1]) if found else None
+    except (ValueError, SyntaxError):
+        return None
 
 
 def steps(lines: list[dict]) -> list[dict]:
@@ -84,15 +156,16 @@ def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
         s.get("tokens", 0) for lines in metrics.values() for s in steps(lines)
         if s["step"] in warm_steps
     )  # fmt: skip
-    seconds = sum(s["step_s"] for s in warm)
+    timed = [s["step_s"] for s in warm if s["step_s"] is not None]  # fms: none for its first
+    seconds = sum(timed)
     return {
         "losses": losses,
         "first_loss": losses[0][1] if losses else None,
         "final_loss": losses[-1][1] if losses else None,
         "steps": len(rank0),
         "time_to_first_step_s": round(rank0[0]["time"] - t0, 3) if rank0 else None,
-        "steady_step_s": statistics.median(s["step_s"] for s in warm) if warm else None,
-        "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+        "steady_step_s": statistics.median(timed) if timed else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds and tokens else None,
     }
 
 

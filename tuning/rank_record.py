@@ -1,0 +1,115 @@
+"""Run a foreign trainer's module in this rank, unchanged, and record what the harness cannot
+read from that trainer: the process group this rank really joined, and how it ended.
+
+Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
+user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
+/opt/harness-launch/harness_rank.py, and `accelerate launch` runs it as module `harness_rank`
+(PYTHONPATH=/opt/harness-launch). The launcher sets HARNESS_ENTRY=harness_rank and passes the
+user's module in HARNESS_WRAPPED_ENTRY; the module runs as __main__ via runpy, with its own
+arguments. Losses and steps are the trainer's own (fms: <output_dir>/training_logs.jsonl).
+
+Writes <HARNESS_OUTPUT_DIR>/metrics/rank<RANK>.jsonl in the metrics schema (docs/design.md),
+each line marked "source": "harness_rank":
+  {"event": "phase", "name": "imports", "utc_offset_s": ...}   when the rank's process starts
+  {"event": "phase", "name": "rendezvous", "backend": ...}      after init_process_group
+                                                                (world_size: the group's size)
+  {"event": "end", "status": "completed"|"failed", "exit_code", "error",
+   "distributed_type"}   when it returns; distributed_type: what accelerate set up in this
+                         rank (its AcceleratorState), which may differ from what the config
+                         asked for (accelerate 1.16 sets FSDP up on accelerators only)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+START = time.time()
+
+
+def _process_start() -> float:
+    try:
+        stat = open("/proc/self/stat").read()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        btime = next(int(x.split()[1]) for x in open("/proc/stat") if x.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return START
+
+
+class Record:
+    def __init__(self, env=os.environ):
+        self.rank = int(env.get("RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))  # torchrun's; replaced by the group's
+        self.started = _process_start()
+        out = env.get("HARNESS_OUTPUT_DIR", "/output")
+        self.path = os.path.join(out, "metrics", f"rank{self.rank}.jsonl")
+
+    def write(self, event: str, **fields) -> None:
+        now = time.time()
+        line = {"event": event, "rank": self.rank, "world_size": self.world_size,
+                "time": round(now, 3), "t": round(now - self.started, 3),
+                "source": "harness_rank", **fields}  # fmt: skip
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError as e:  # never break the user's trainer over a record
+            print(f"harness_rank: cannot write {self.path}: {e}", file=sys.stderr)
+
+
+def watch_process_group(record: Record) -> None:
+    """Wrap torch.distributed.init_process_group (when torch is imported, not before) so the
+    rank records the size of the group it actually joined."""
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        record.world_size = dist.get_world_size()
+        record.write("phase", name="rendezvous", backend=str(dist.get_backend()))
+        return result
+
+    dist.init_process_group = init_process_group
+    dist.distributed_c10d.init_process_group = init_process_group
+
+
+def accelerate_distributed_type() -> str | None:
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return None
+    shared = getattr(state.AcceleratorState, "_shared_state", {}) or {}
+    value = shared.get("distributed_type")
+    return getattr(value, "value", None) or (str(value) if value is not None else None)
+
+
+def main() -> int:
+    entry = os.environ.get("HARNESS_WRAPPED_ENTRY")
+    if not entry:
+        print("harness_rank: HARNESS_WRAPPED_ENTRY is not set (the module to run)", file=sys.stderr)
+        return 2
+    record = Record()
+    record.write("phase", name="imports", entry=entry, utc_offset_s=time.localtime().tm_gmtoff)
+    watch_process_group(record)
+    sys.argv = [entry, *sys.argv[1:]]
+    code, error = 0, None
+    try:
+        runpy.run_module(entry, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        error = None if code == 0 else f"SystemExit({e.code!r})"
+    except BaseException as e:
+        code, error = 1, "".join(traceback.format_exception_only(e)).strip()
+        traceback.print_exc()
+    record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
+                 error=error, distributed_type=accelerate_distributed_type())  # fmt: skip
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
