@@ -211,3 +211,30 @@ def test_fault_on_fms_is_recorded(fms_image, tmp_path):
     assert ranks[0]["exit_code"] not in (None, 0)  # the survivor failed, it did not hang
     assert (run / "fault.md").is_file()
     assert not leftovers(record["run_id"])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_own_image_and_entry_without_the_preset(fms_image, tmp_path):
+    """IMAGE=... ENTRY=... (the general path; fms's image stands in for a user's image)."""
+    out = subprocess.run(
+        ["make", "--no-print-directory", "up", f"IMAGE={fms_image}", "ENTRY=tuning.sft_trainer",
+         f"JOB={FMS_JOB}", "LAYOUT=per-rank", "GPUS=0", "NPROC=2", "STEPS=4", f"RUNS={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / "latest/summary.json").read_text())
+    assert summary["trainer"]["image"] == fms_image and summary["steps"] == 4
+    assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]
+
+
+@pytest.mark.docker
+def test_a_missing_own_image_is_refused_before_anything_starts(tmp_path):
+    out = subprocess.run(
+        ["make", "--no-print-directory", "up", "IMAGE=no-such-image:1", "ENTRY=my.trainer",
+         f"JOB={FMS_JOB}", "GPUS=0", f"RUNS={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "IMAGE=no-such-image:1 is not on this engine and nothing is pulled" in out.stderr
+    assert not list(tmp_path.iterdir())  # no run was created: nothing started
