@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+import docker.errors
 import yaml
 
 from . import runs
@@ -82,6 +83,7 @@ def check_image(client, layout: Layout) -> None:
         from . import images  # the image recipes (engine-side; imported when needed)
 
         images.ensure(client, FMS_IMAGE)
+        _prune_build_stages(client)
         return
     if not image_present(client, layout.image):
         raise HarnessError(
@@ -132,3 +134,14 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
             f"{s0['step']}..{s1['step']}, over training_logs.jsonl's timestamps"
         )
     return out
+
+
+def _prune_build_stages(client) -> None:
+    """The fms build stage (venv plus wheels, ~12 GB) stays as the next build's cache; stages
+    that a rebuild left behind go. Only images carrying the stage's own label are touched."""
+    found = client.images.list(filters={"label": "harness.build-stage=fms", "dangling": True})
+    for old in sorted(found, key=lambda i: i.attrs["Created"])[:-1]:
+        try:
+            client.images.remove(old.id)
+        except docker.errors.APIError:
+            pass  # still in use (a build running now): the next run tries again
