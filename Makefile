@@ -68,14 +68,6 @@ $(VENV)/.train: pyproject.toml $(LOCK)
 	$(PY) -m pip install -q -c $(LOCK) -e ".[train,bench,test,kube]"
 	touch $@ $(VENV)/.harness
 
-# fms-hf-tuning 3.2.2 in an environment of its own (its `tuning` package collides with ours),
-# pinned by docker/fms.lock: tests/test_fms_parity.py runs fms's data preprocessing there.
-FMS_VENV ?= .venv-fms
-$(FMS_VENV)/.done: docker/fms.lock
-	test -x $(FMS_VENV)/bin/python || $(PYTHON) -m venv $(FMS_VENV)
-	$(FMS_VENV)/bin/pip install -q -c docker/fms.lock fms-hf-tuning==3.2.2
-	touch $@
-
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up

@@ -1,9 +1,9 @@
-"""Parity with fms-hf-tuning 3.2.2: the same job through fms's own data preprocessing (in
-.venv-fms, tests/fms_side/preprocess.py) and ours gives the same input_ids and labels, token
+"""Parity with fms-hf-tuning 3.2.2: the same job through fms's own data preprocessing (in the
+fms image, tests/fms_side/preprocess.py) and ours gives the same input_ids and labels, token
 for token, on three shapes: the twitter shape (formatter template + response template), input/
 output fields, a text field plus a response template. fms's `tuning` package collides with
-ours, so its side runs in its own interpreter. With CI set, a missing .venv-fms fails the test;
-locally it is built with `make .venv-fms/.done`."""
+ours, so its side runs in its own interpreter: the image `make up TRAINER=fms` runs (built
+from docker/fms.lock if missing), with no network, this test's files mounted at their paths."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from tuning.config import parse_args
 from tuning.data import IGNORE_INDEX, Collator, load_examples, tokenize_example
 
 ROOT = Path(__file__).resolve().parents[1]
-FMS_PYTHON = ROOT / ".venv-fms" / "bin" / "python"
+FMS_IMAGE = "tuning-harness-fms:latest"
+pytestmark = pytest.mark.docker
 FMS_SIDE = ROOT / "tests" / "fms_side" / "preprocess.py"
 
 TWEETS = [  # the shape of fms's tests/artifacts/testdata/json/twitter_complaints_small.json
@@ -42,14 +44,24 @@ RESPONSE = "\\n### Label:"
 
 
 @pytest.fixture(scope="module")
-def fms_python() -> Path:
-    if not FMS_PYTHON.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{FMS_PYTHON} is missing: CI must build it first (make .venv-fms/.done)")
-        out = subprocess.run(["make", ".venv-fms/.done"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=3000)  # fmt: skip
-        assert out.returncode == 0, f"make .venv-fms/.done failed:\n{out.stdout}{out.stderr}"
-    return FMS_PYTHON
+def fms_python(tmp_path_factory):
+    """Runs tests/fms_side/preprocess.py ARGS in the fms image, in `cwd`: the test's temporary
+    files (model, data, outputs) are mounted at the same paths, as this process's user."""
+    out = subprocess.run([sys.executable, "-m", "tuning.harness", "image", "--trainer", "fms"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=3000)  # fmt: skip
+    assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
+    base = str(tmp_path_factory.getbasetemp())
+
+    def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        cmd = ["docker", "run", "--rm", "--network", "none", "--user",
+               f"{os.getuid()}:{os.getgid()}", "-v", f"{base}:{base}", "-v",
+               f"{FMS_SIDE}:{FMS_SIDE}:ro", "-w", str(cwd), "-e", "HOME=/tmp", "-e",
+               "HF_HUB_OFFLINE=1", "-e", "HF_DATASETS_OFFLINE=1", "-e",
+               f"HF_DATASETS_CACHE={cwd}/hf-datasets", "--entrypoint", "python", FMS_IMAGE,
+               str(FMS_SIDE), *args]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +82,10 @@ def fms_side(fms_python, tmp_path, job: dict | None = None, argv: list[str] | No
     if job is not None:
         path = tmp_path / "job.json"
         path.write_text(json.dumps(job))
-        cmd = [str(fms_python), str(FMS_SIDE), str(out), "--json", str(path)]
+        args = [str(out), "--json", str(path)]
     else:
-        cmd = [str(fms_python), str(FMS_SIDE), str(out), "--", *argv]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets"), "PYTHONPATH": ""}  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+        args = [str(out), "--", *argv]
+    proc = fms_python(args, tmp_path)
     assert proc.returncode == 0, f"fms side failed:\n{proc.stderr[-4000:]}"
     return json.loads(out.read_text())
 
@@ -182,12 +191,10 @@ def test_fms_refuses_the_older_placeholder_form(fms_python, model_dir, tmp_path)
     refuses the job; ours fills it (test_twitter_shape_formatter_template)."""
     data = _write(tmp_path / "t.json", TWEETS, array=True)
     out = tmp_path / "fms.json"
-    proc = subprocess.run(
-        [str(fms_python), str(FMS_SIDE), str(out), "--", "--model_name_or_path", str(model_dir),
-         "--training_data_path", str(data), "--output_dir", str(tmp_path / "o"),
-         "--response_template", RESPONSE, "--data_formatter_template", LEGACY_TEMPLATE],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "c"),
-             "PYTHONPATH": ""},
+    proc = fms_python(
+        [str(out), "--", "--model_name_or_path", str(model_dir), "--training_data_path",
+         str(data), "--output_dir", str(tmp_path / "o"), "--response_template", RESPONSE,
+         "--data_formatter_template", LEGACY_TEMPLATE],
+        tmp_path,
     )  # fmt: skip
     assert proc.returncode != 0 and "jinja template syntax is invalid" in proc.stderr

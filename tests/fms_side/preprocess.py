@@ -1,8 +1,8 @@
-"""fms-hf-tuning 3.2.2's own data preprocessing, run in .venv-fms (fms's `tuning` package
+"""fms-hf-tuning 3.2.2's own data preprocessing, run in the fms image (fms's `tuning` package
 collides with ours by name, so this never runs in the project's interpreter).
 
-    .venv-fms/bin/python tests/fms_side/preprocess.py OUT.json --json JOB.json
-    .venv-fms/bin/python tests/fms_side/preprocess.py OUT.json -- --model_name_or_path M ...
+    python tests/fms_side/preprocess.py OUT.json --json JOB.json        (in the fms image)
+    python tests/fms_side/preprocess.py OUT.json -- --model_name_or_path M ...
 
 Parses the job with fms's own parser (HfArgumentParser over fms's dataclasses: a JSON dict as
 SFT_TRAINER_CONFIG_JSON_PATH gives it, or command-line flags), loads the tokenizer and model as
