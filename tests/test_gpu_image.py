@@ -44,4 +44,5 @@ def test_the_gpu_image_trains_cpu_ranks(gpu_image, layout, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert summary["status"] == "succeeded" and summary["steps"] == 6
     assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]
+    assert [r["distributed_type"] for r in summary["ranks"]] == ["FSDP", "FSDP"]
     assert leftovers(summary["run_id"]) == []

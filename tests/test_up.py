@@ -40,6 +40,9 @@ def test_make_up_trains_to_the_end(trained, layout):
     assert summary["world_size"] == 2 and summary["steps"] == STEPS
     assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]
     assert [r["exit_code"] for r in summary["ranks"]] == [0, 0]
+    # The default on CPU is the FSDP fixture, really sharded: half the model on each rank.
+    for r in summary["ranks"]:
+        assert r["distributed_type"] == "FSDP" and 2 * r["params_local"] == r["params_total"]
     assert summary["final_loss"] < summary["first_loss"] - 0.5
     for key in ("time_to_first_step_s", "steady_step_s", "tokens_per_s"):
         assert summary[key] > 0

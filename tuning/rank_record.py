@@ -1,6 +1,9 @@
 """Run a foreign trainer's module in this rank, unchanged, and record what the harness cannot
 read from that trainer: the process group this rank really joined, and how it ended.
 
+It also installs fsdp_gloo.py (mounted beside it): FSDP on CPU ranks, and a rank whose config
+asked for FSDP and got anything else fails before its first step.
+
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
 /opt/harness-launch/harness_rank.py, and `accelerate launch` runs it as module `harness_rank`
@@ -21,6 +24,7 @@ each line marked "source": "harness_rank":
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
@@ -79,6 +83,16 @@ def watch_process_group(record: Record) -> None:
     dist.distributed_c10d.init_process_group = init_process_group
 
 
+def fsdp_on_gloo() -> None:
+    """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py, mounted beside
+    this file), for a trainer that cannot import it: fms on CPU ranks shards too."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_gloo.py")
+    spec = importlib.util.spec_from_file_location("harness_fsdp_gloo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install()
+
+
 def accelerate_distributed_type() -> str | None:
     state = sys.modules.get("accelerate.state")
     if state is None:
@@ -96,6 +110,7 @@ def main() -> int:
     record = Record()
     record.write("phase", name="imports", entry=entry, utc_offset_s=time.localtime().tm_gmtoff)
     watch_process_group(record)
+    fsdp_on_gloo()
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:

@@ -33,6 +33,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
+from tuning import fsdp_gloo
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
 from tuning.metrics import (
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         examples, eval_examples = _load_data(cfg)
         status = _train(cfg, writer, examples, eval_examples)
         return 0
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, fsdp_gloo.NotSharded) as exc:
         status, error = "refused", str(exc)
         print(f"sft_trainer: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -187,8 +188,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         remove_unused_columns=False,
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
-    if not on_gpu and os.environ.get("ACCELERATE_USE_FSDP") == "true":
-        _fsdp_on_gloo(args)
+    fsdp_gloo.install()  # FSDP on CPU ranks too; an FSDP config never silently runs DDP
     metrics = StepMetricsCallback(writer)
     params_total = sum(p.numel() for p in model.parameters())
     trainer = SFTTrainer(
@@ -206,7 +206,6 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
     )
     metrics.trainer = trainer
     ran = str(trainer.accelerator.distributed_type.value)
-    _check_distributed(ran)
     trainer.add_callback(Sharding(writer, ran, params_total))
     trainer.train(resume_from_checkpoint=resume)
     if cfg.save_model_dir:  # as fms: the final model (and tokenizer), every rank joins
@@ -235,32 +234,6 @@ def _restart_store(world: int, timeout: int) -> dict:
                           is_master=False, timeout=timedelta(seconds=timeout))  # fmt: skip
     return {"store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
             "rank": int(os.environ["RANK"]), "world_size": world}  # fmt: skip
-
-
-def _fsdp_on_gloo(args: TrainingArguments) -> None:
-    """FSDP on CPU ranks. torch shards on gloo, but accelerate (1.16) turns an FSDP config into
-    FSDP only on accelerator devices: its state labels CPU ranks MULTI_CPU and skips the FSDP
-    plugin for that label (accelerate/state.py). Relabelled before the Trainer builds its
-    Accelerator, the ranks get the config's FSDP plugin on the CPU device."""
-    from accelerate.state import PartialState
-    from accelerate.utils import DistributedType
-
-    args.device  # noqa: B018 -- makes the TrainingArguments set up accelerate's PartialState
-    state = PartialState()
-    if state.distributed_type == DistributedType.MULTI_CPU:
-        state.distributed_type = DistributedType.MULTI_GPU
-
-
-def _check_distributed(ran: str) -> None:
-    """A config that asks for FSDP must get FSDP: a launch flag (--multi_gpu) or a missing
-    variable would otherwise train every rank on a full replica (DDP), and look green."""
-    asked = os.environ.get("HARNESS_DISTRIBUTED_TYPE")
-    if asked == "FSDP" and ran != "FSDP":
-        raise ConfigError(
-            f"the accelerate config asks for FSDP but accelerate set up {ran} (every rank would "
-            "hold the whole model); launch with the config's own mode (no --multi_gpu), so "
-            "that accelerate sets ACCELERATE_USE_FSDP=true"
-        )
 
 
 class Sharding(TrainerCallback):

@@ -219,12 +219,13 @@ def free_port() -> int:
 def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float,
                   restarts: list[dict] = ()) -> dict:  # fmt: skip
     metrics = runs.read_metrics(run_dir / "output")
-    seen = runs.world_sizes_seen(metrics)
+    seen, shards = runs.world_sizes_seen(metrics), runs.sharding_seen(metrics)
     ranks = []
     for node in layout.nodes():
         d = details.get(node.name, {})
         for r in node.ranks:
-            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r)})
+            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r),
+                          **shards.get(r, {})})  # fmt: skip
     summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
                "device": layout.device, "world_size": layout.world_size, "status": status,
                **runs.summarize(metrics, t0), "ranks": ranks,

@@ -9,6 +9,7 @@ import yaml
 
 from .layout import (
     DATA_FILE,
+    FSDP_GLOO,
     JOB_DIR,
     LAUNCHER,
     MODEL_DIR,
@@ -64,6 +65,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
     if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
         volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
+        volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

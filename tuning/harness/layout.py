@@ -30,6 +30,7 @@ IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
 LAUNCH_DIR = "/opt/harness-launch"
 LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
+FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
 
 
 class LayoutError(ValueError):

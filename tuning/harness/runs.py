@@ -196,3 +196,14 @@ def restarts_seen(metrics: dict[int, list[dict]]) -> list[dict]:
 def world_sizes_seen(metrics: dict[int, list[dict]]) -> dict[int, int | None]:
     return {r: next((x["world_size"] for x in lines if "world_size" in x), None)
             for r, lines in metrics.items()}  # fmt: skip
+
+
+def sharding_seen(metrics: dict[int, list[dict]]) -> dict[int, dict]:
+    """Each rank's share of the model, as its trainer logged it once wrapped (the last
+    attempt's, after restarts): distributed_type, params_local, params_total."""
+    keys = ("distributed_type", "params_local", "params_total")
+    out = {}
+    for r, lines in metrics.items():
+        last = [x for x in lines if x.get("event") == "sharding"][-1:]
+        out[r] = {k: last[0].get(k) for k in keys} if last else {}
+    return out
