@@ -12,6 +12,8 @@ sends the GPU wheelhouse (gigabytes of CUDA libraries) to the engine.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -30,6 +32,7 @@ BASE_OFFLINE = "harness-base:bookworm"
 BASE_REGISTRY = "python:3.11-slim-bookworm"
 WHEELHOUSES = ROOT / "build/wheelhouse"
 STAGED = ROOT / "build/wheels"  # what the Dockerfile COPYs
+BUILD_LOCK = ROOT / "build/image-build.lock"
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,34 @@ def ensure(c: docker.DockerClient, tag: str, device: str = "cpu", rebuild=False,
     recipe = recipe_for(tag, device)
     want = digest(recipe)
     old = c.images.get(tag) if engine.image_present(c, tag) else None
-    if old and not rebuild:
-        base = old.labels.get("harness.base", "?")
-        if old.labels.get("harness.source") == want:
-            log(f"image: {tag} present (base {base})")
-            return base
-        log(f"image: the sources changed since {tag} was built; rebuilding")
+    if old and not rebuild and old.labels.get("harness.source") == want:
+        log(f"image: {tag} present (base {old.labels.get('harness.base', '?')})")
+        return old.labels.get("harness.base", "?")
+    with _one_build_at_a_time(log):
+        if not rebuild and engine.image_present(c, tag):  # built while this one waited?
+            now = c.images.get(tag)
+            if now.labels.get("harness.source") == want:
+                return now.labels.get("harness.base", "?")
+        if old:
+            log(f"image: {'rebuilding' if rebuild else 'the sources changed; rebuilding'} {tag}")
+        return _build(c, recipe, tag, want, old, log)
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(log):
+    """Builds share build/wheels (the staged wheelhouse): two at once, from two harness
+    processes, would restage it under each other's feet."""
+    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(BUILD_LOCK, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("image: another image build is running here; waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _build(c: docker.DockerClient, recipe: Recipe, tag: str, want: str, old, log) -> str:
     base = pick_base(c, log)
     offline = base == BASE_OFFLINE
     _stage(wheelhouse(recipe, log) if offline else None)
