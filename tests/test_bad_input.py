@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tuning.harness import cli, engine
+from tuning.harness import engine, run
 from tuning.harness.layout import Layout
 
 
@@ -83,7 +83,7 @@ def test_gpus_on_an_engine_without_the_nvidia_runtime():
     # GPUS>0 passes the host's GPU count on a GPU box; the engine check comes next. This
     # engine has no NVIDIA runtime, so the real check must refuse and name the fix.
     with pytest.raises(engine.HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
-        cli.prepare(Layout(kind="single", gpus=1, run_id="t"))
+        run.prepare(Layout(kind="single", gpus=1, run_id="t"))
 
 
 def test_runs_directory_not_writable(tmp_path):

@@ -18,7 +18,8 @@ from conftest import PYTHON, ROOT, leftovers
 from tuning.harness import compose, runs, workload
 from tuning.harness.engine import HarnessError
 from tuning.harness.layout import LAUNCHER, RANK_RECORD, Layout, LayoutError
-from tuning.harness.run import job_for, node_commands
+from tuning.harness.options import job_for
+from tuning.harness.run import node_commands
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 STEPS = 12

@@ -14,25 +14,10 @@ Everything lands in ``<runs>/<bench-id>/``: each layout run as its own run direc
 (``<bench-id>-r<round>-<layout>[-probe]``, with summary.json, logs and metrics as for
 ``make up``), and ``report.json`` / ``report.md`` / ``report.png`` (`report.write`).
 
-Launch to first step is cut at these moments (the slowest rank or container sets each one):
-``issued`` (``compose up`` issued, or the host launcher spawned), ``container running``
-(``docker inspect`` State.StartedAt), ``rank process started`` (from /proc: a metrics line's
-``time - t``), then the trainer's phases ``imports``, ``rendezvous``, ``model_loaded`` and the
-end of step 1. The parts are the differences, so they add up to first step minus issued:
+What a finished layout run gives the report (phases, steady steps, memory, transport):
+`bench_samples.py`.
 
-    container_start_s  StartedAt - issued                      (null for host)
-    launcher_s         rank process start - StartedAt (host: - issued): the launcher
-                       (`python -m tuning.launch`, `accelerate launch`, torchrun) up to the ranks
-    imports_s          imports - rank process start: interpreter and imports
-    rendezvous_s       rendezvous - imports
-    model_load_s       model_loaded - rendezvous
-    first_step_s       end of step 1 - model_loaded (tokenize data, build the Trainer, step 1)
-
-Steady state: the step_s and tokens of steps after `runs.WARMUP_STEPS`, per rank. Peak memory:
-per rank, the largest ``peak_rss_bytes`` (on CUDA ``max_memory_allocated_bytes``) of its step
-lines. Transport: gloo's from probe.json; NCCL's from the probe run's logs (NCCL_DEBUG=INFO).
-
-A SIGINT (or SIGTERM) stops the run in flight (`start` tears it down), ends the bench and
+A SIGINT (or SIGTERM) stops the run in flight (`run.start` tears it down), ends the bench and
 writes the report from the runs that finished.
 """
 
@@ -40,19 +25,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import re
 import shlex
 import signal
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 
-from . import cli, engine, report, runs, workload
+from . import engine, options, report, run, runs, workload
+from .bench_samples import boot_correction, probe_sample, train_sample
 from .engine import HarnessError
-from .run import node_commands
 
 LAYOUTS = {
     "host": {"kind": "host"},
@@ -68,14 +49,13 @@ FOREIGN_NO_PROBE = ("skipped: the all-reduce probe (tuning.probe) is this repo's
                     "a foreign trainer's image (TRAINER=fms, ENTRY=...)")  # fmt: skip
 FOREIGN_NO_HOST = ("host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
                    "trainer runs only in its own image")  # fmt: skip
-EXIT_INTERRUPTED = 130
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "bench", help="the layouts side by side: host, single, per-rank isolated and shared"
     )
-    cli.add_run_flags(p)  # --layout and --network are ignored: bench runs every --layouts
+    options.add_run_flags(p)  # --layout and --network are ignored: bench runs every --layouts
     p.add_argument("--repeat", help="rounds over the layouts (default 3)")
     p.add_argument("--layouts", default=",".join(LAYOUTS),
                    help=f"comma-separated, in run order (default {','.join(LAYOUTS)})")  # fmt: skip
@@ -87,7 +67,7 @@ def register(sub) -> None:
     p.add_argument("--probe-seconds", type=float, default=PROBE_SECONDS,
                    help="the probe's time budget per size (--max-seconds-per-size)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=main)
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,11 +97,11 @@ def _probe_args(a: argparse.Namespace, out_dir: str) -> str:
                        "--max-seconds-per-size", str(a.probe_seconds)])  # fmt: skip
 
 
-def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int) -> cli.Spec:
+def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int) -> options.Spec:
     """The spec of one layout run: the user's job in layout `name`, or the probe under it."""
     sub = copy.copy(a)
     sub.runs = str(bench_dir)  # layout runs live inside the bench's directory
-    spec = cli.spec_from(sub, run_id, **LAYOUTS[name])
+    spec = options.spec_from(sub, run_id, **LAYOUTS[name])
     lay = spec.layout
     env = [("OMP_NUM_THREADS", str(threads))]
     if probe:
@@ -145,156 +125,6 @@ def _plan(bench_id: str, names: list[str], repeat: int,
 
 
 # ---------------------------------------------------------------------------------------
-# Samples from a finished run
-# ---------------------------------------------------------------------------------------
-
-
-def boot_correction() -> float:
-    """Seconds to add to a metrics line's `time - t` for the true process start.
-
-    tuning.metrics dates a process from /proc: btime (boot time, WHOLE seconds) plus its start
-    in clock ticks since boot. The exact boot time is now minus CLOCK_BOOTTIME; the difference
-    is the same for every process on this kernel, containers included."""
-    try:
-        btime = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-        return (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)) - btime
-    except (OSError, StopIteration, ValueError, AttributeError):
-        return 0.0
-
-
-def parse_docker_time(raw: str | None) -> float | None:
-    """Docker's RFC 3339 time with nanoseconds ('2026-01-01T12:00:00.123456789Z') -> unix."""
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", raw or "")
-    if not m or m[1].startswith("0001-"):
-        return None  # never started
-    tz = "+00:00" if m[3] == "Z" else m[3]
-    whole = datetime.fromisoformat(m[1] + tz).timestamp()
-    return whole + (float("0." + m[2]) if m[2] else 0.0)
-
-
-def _latest(metrics: dict[int, list[dict]], pick) -> float | None:
-    """The latest over ranks of pick(lines) (the slowest rank sets the moment)."""
-    seen = [v for lines in metrics.values() if (v := pick(lines)) is not None]
-    return max(seen) if seen else None
-
-
-def _phase_time(name: str):
-    def pick(lines):
-        return next((x["time"] for x in lines if x.get("event") == "phase" and
-                     x.get("name") == name), None)  # fmt: skip
-
-    return pick
-
-
-def _process_start(fix: float):
-    def pick(lines):
-        x = next((x for x in lines if "t" in x and "time" in x), None)
-        return None if x is None else x["time"] - x["t"] + fix
-
-    return pick
-
-
-def _first_step(lines):
-    st = runs.steps(lines)
-    return min(st, key=lambda s: s["step"])["time"] if st else None
-
-
-def _diff(end: float | None, begin: float | None) -> float | None:
-    return round(end - begin, 4) if end is not None and begin is not None else None
-
-
-def phases(metrics: dict[int, list[dict]], nodes: list[dict], fix: float) -> dict:
-    """The parts of launch to first step (see the module's docstring); null where unseen."""
-    issued = next((n["issued_at"] for n in nodes if n.get("issued_at")), None)
-    started = [parse_docker_time(n.get("started_at")) for n in nodes if n.get("container")]
-    running = max(started) if started and None not in started else None
-    process = _latest(metrics, _process_start(fix))
-    imports = _latest(metrics, _phase_time("imports"))
-    rendezvous = _latest(metrics, _phase_time("rendezvous"))
-    loaded = _latest(metrics, _phase_time("model_loaded"))
-    out = {
-        "container_start_s": _diff(running, issued) if started else None,
-        "launcher_s": _diff(process, running if started else issued),
-        "imports_s": _diff(imports, process),
-        "rendezvous_s": _diff(rendezvous, imports),
-        "model_load_s": _diff(loaded, rendezvous),
-        # a foreign trainer (fms) logs no model_loaded: its model load counts in its first step
-        "first_step_s": _diff(_latest(metrics, _first_step), loaded or rendezvous),
-    }
-    assert tuple(out) == report.PHASES
-    return out
-
-
-def _nodes(summary: dict) -> list[dict]:
-    """The per-node details of a run summary (one entry per node, not per rank)."""
-    seen, out = set(), []
-    for r in summary.get("ranks") or []:
-        if r.get("node") not in seen:
-            seen.add(r.get("node"))
-            out.append(r)
-    return out
-
-
-def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
-    """A report repeat's training half: phases, steady steps and tokens, peak memory."""
-    metrics = runs.read_metrics(run_dir / "output")
-    if summary.get("trainer") and summary.get("ranks"):  # foreign: trl's tokens, on rank 0
-        log = run_dir / f"logs/{summary['ranks'][0]['node']}.log"
-        pairs = workload.trl_tokens(log, runs.steps(metrics.get(0, [])))
-        for (s, n), prev in zip(pairs or [], [None, *(pairs or [])[:-1]], strict=False):
-            s["tokens"] = n - prev[1] if prev else n
-    step_s, tokens, memory = [], [], []
-    memory_kind = "rss"
-    for rank in sorted(metrics):
-        by_step = {s["step"]: s for s in runs.steps(metrics[rank])}  # a resumed step: last wins
-        steady = [by_step[k] for k in sorted(by_step) if k > runs.WARMUP_STEPS]
-        step_s.append([s["step_s"] for s in steady])
-        tokens.append([s.get("tokens", 0) for s in steady])
-        cuda = [s["max_memory_allocated_bytes"] for s in by_step.values()
-                if s.get("max_memory_allocated_bytes") is not None]  # fmt: skip
-        rss = [s["peak_rss_bytes"] for s in by_step.values() if s.get("peak_rss_bytes")]
-        if cuda:
-            memory_kind = "cuda max_memory_allocated"
-        memory.append(max(cuda) if cuda else max(rss) if rss else None)
-    train_summary = run_dir / "output/train_summary.json"
-    if memory and memory[0] is None and train_summary.is_file():  # an image without step peaks
-        memory[0] = read_json(train_summary).get("peak_rss_bytes")
-    return {
-        "run_id": summary["run_id"],
-        "status": summary["status"],
-        "phases": phases(metrics, _nodes(summary), fix),
-        "step_s": step_s,
-        "tokens": tokens,
-        "peak_memory_bytes": memory,
-        "peak_memory_kind": memory_kind,
-        "world_size_seen": [r.get("world_size_seen") for r in summary.get("ranks") or []],
-    }
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def probe_sample(run_dir: Path, summary: dict) -> dict:
-    """A report repeat's probe half: probe.json, and NCCL's transport from the logs."""
-    probe = read_json(run_dir / "output/probe.json") or None
-    out = {"probe_run_id": summary["run_id"], "probe_status": summary["status"], "probe": probe}
-    if probe and probe.get("backend") == "nccl":
-        text = "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("logs/*.log")))
-        found = report.parse_nccl_transport(text)
-        if found:
-            out["transport"] = [f"nccl/{t}" for t in found]
-    return out
-
-
-# ---------------------------------------------------------------------------------------
 # The bench
 # ---------------------------------------------------------------------------------------
 
@@ -303,7 +133,7 @@ def _sigterm(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def run(a: argparse.Namespace) -> int:
+def main(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts)
     workload.resolve(a)
     if a.entry and "host" in names:
@@ -313,7 +143,7 @@ def run(a: argparse.Namespace) -> int:
             raise HarnessError("a foreign trainer runs in containers: use --layouts single,...")
     if a.entry:
         print(f"bench: probe {FOREIGN_NO_PROBE}")
-    repeat = cli._int_arg("REPEAT", a.repeat, 1) or 3
+    repeat = options.int_arg("REPEAT", a.repeat, 1) or 3
     if a.resume:
         raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
     if a.layout != "single" or a.network != "isolated":
@@ -324,12 +154,12 @@ def run(a: argparse.Namespace) -> int:
     existed = bench_dir.exists()
     if existed and any(bench_dir.iterdir()):
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
-    world = cli.layout_from(a, bench_id, bench_dir).world_size  # checks GPUS, NPROC, MODEL ..
-    threads = cli._int_arg("THREADS", a.threads, 1) or max(1, (os.cpu_count() or 1) // world)
+    world = options.layout_from(a, bench_id, bench_dir).world_size  # checks GPUS, NPROC, MODEL ..
+    threads = options.int_arg("THREADS", a.threads, 1) or max(1, (os.cpu_count() or 1) // world)
     whats = ("train",) if a.entry else ("train", "probe")
     plan = _plan(bench_id, names, repeat, whats)
 
-    def spec(rnd_name_what_id) -> cli.Spec:
+    def spec(rnd_name_what_id) -> options.Spec:
         _, name, what, run_id = rnd_name_what_id
         return _spec(a, bench_dir, run_id, name, what == "probe", threads)
 
@@ -404,7 +234,7 @@ def run(a: argparse.Namespace) -> int:
             rnd, name, what, run_id = item
             print(f"\nbench: run {i}/{len(plan)}: round {rnd + 1}/{repeat}, {name}, {what}",
                   flush=True)  # fmt: skip
-            summary = cli.start(spec(item))
+            summary = run.start(spec(item))
             meta["runs"].append({"run_id": run_id, "round": rnd + 1, "layout": name,
                                  "what": what, "status": summary["status"]})  # fmt: skip
             if summary["status"] == "interrupted":
@@ -428,7 +258,7 @@ def run(a: argparse.Namespace) -> int:
         }
         paths = report.write(raw, bench_dir)
         _print(raw, paths)
-    return EXIT_INTERRUPTED if meta["interrupted"] else status
+    return run.EXIT_CODES["interrupted"] if meta["interrupted"] else status
 
 
 def _dry_run(plan, checked, meta) -> int:
@@ -438,8 +268,7 @@ def _dry_run(plan, checked, meta) -> int:
         print(f"  round {rnd + 1}: {name} {what} -> {run_id}")
     for (name, what), spec in checked.items():
         print(f"# {name} {what}:")
-        for node, cmd in node_commands(spec.layout, spec.accelerate_config).items():
-            print(f"#   {node}: {shlex.join(cmd['argv'])}")
+        run.dry_run(spec.layout, spec.accelerate_config, prefix="#   ", files=False)
     return 0
 
 

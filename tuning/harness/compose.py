@@ -45,7 +45,6 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
             svc["network_mode"] = "service:rank0"
             svc["ipc"] = "service:rank0"
             svc["depends_on"] = ["rank0"]
-            svc["environment"]["MASTER_ADDR"] = svc["environment"]["PET_MASTER_ADDR"] = "127.0.0.1"
     return {
         "name": layout.project,
         "services": services,
@@ -72,7 +71,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         **({"command": layout.trainer_args} if layout.trainer_args else {}),
         "hostname": node.name,
         "user": layout.user,
-        "environment": dict(node.env),
+        "environment": layout.container_env(node),
         "labels": {
             LABEL: layout.run_id,
             "harness.node": node.name,

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from . import compose
+from . import compose, workload
+from .engine import ROOT
 from .layout import Layout
-from .run import ROOT, job_for
+from .options import job_for
 
 DIR = ROOT / "compose/examples"
 GPU_COUNTS = (2, 4, 8)
@@ -37,9 +38,9 @@ def rendered() -> dict[Path, str]:
     files = {DIR / name: compose.dump(compose.render(lay, relative_to=DIR))
              for name, lay in layouts().items()}  # fmt: skip
     any_gpu = next(iter(layouts().values()))
-    job = job_for(any_gpu, ROOT / "configs/jobs/demo.yaml", None, None, None, False)
+    job = job_for(any_gpu, workload.DEFAULT_JOB, None, None, None, False)
     files[DIR / "run/job/job.yaml"] = yaml.safe_dump(job, sort_keys=False)
-    files[DIR / "run/job/accelerate.yaml"] = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
+    files[DIR / "run/job/accelerate.yaml"] = workload.accelerate_default(any_gpu).read_text()
     return files
 
 

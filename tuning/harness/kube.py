@@ -2,7 +2,7 @@
 
 Three steps, each built on the one before:
 
-1. `JobLayout`: the layout model (layout.py) with a PyTorchJob's shape: `replicas` pods of
+1. `JobLayout` (layout.py): the layout model with a PyTorchJob's shape: `replicas` pods of
    `per_pod` ranks each (GPUs per pod, or CPU ranks when GPUS=0), job name and image.
 2. `render()`: the PyTorchJob and the ConfigMap holding the job config (job.yaml and
    accelerate.yaml, as `up` writes them), built from the Training Operator's own SDK models
@@ -11,7 +11,7 @@ Three steps, each built on the one before:
 3. `operator_pods()`: what the Training Operator makes of that object (pod names, node ranks
    and the environment it injects), read from the object itself. `rehearse()` runs those pods
    as Compose services with exactly that environment, the image's own entrypoint and the
-   ConfigMap's content at /job, through the same follow/teardown code as `up`.
+   ConfigMap's content at /job: a `run.start`, as `up` is.
 
 The SDKs are imported only here, lazily: the rest of the CLI works without the `kube` extra,
 and nothing on this side imports torch.
@@ -20,37 +20,30 @@ and nothing on this side imports torch.
 from __future__ import annotations
 
 import argparse
-import re
-import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
 
-from . import cli, engine, images, runs
 from . import compose as compose_mod
+from . import engine, images, options, run, runs
 from .engine import HarnessError
 from .layout import (
     CONTAINER_UID,
     IMAGE,
     JOB_DIR,
     OUTPUT_DIR,
-    Layout,
+    JobLayout,
     LayoutError,
     Node,
     contract_env,
+    device_of,
 )
-from .run import ComposeNodes, execute, job_for, node_commands
 
-KIND = "pytorchjob"
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 PORT_NAME = "pytorchjob-port"  # ... and the rendezvous port by this one
-PORT = 23456  # the operator's default for that port
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 MANIFEST = "pytorchjob.yaml"
-NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
 # host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
 CPU_PER_RANK = 1
@@ -58,50 +51,10 @@ MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
 TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HF_HOME, caches)
 
 
-@dataclass(frozen=True)
-class JobLayout(Layout):
-    """A PyTorchJob on the layout model: `replicas` pods (Master + Workers), `per_pod` ranks
-    in each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so
-    world size, device and the job paths come from `Layout`. `pods` are the nodes as the
-    operator makes them (`operator_pods`); empty until the job is rendered."""
-
-    kind: str = KIND
-    port: int = PORT
-    name: str = "sft"
-    replicas: int = 1
-    pods: tuple[Node, ...] = ()
-
-    def __post_init__(self) -> None:
-        # The layout model's own checks, on the fields it knows; then the job's.
-        Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
-        if self.kind != KIND:
-            raise LayoutError(f"a JobLayout is kind {KIND!r}, not {self.kind!r}")
-        if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
-            raise LayoutError(
-                f"NAME={self.name!r}: a PyTorchJob name here is lower-case letters, digits and "
-                f"'-', starts with a letter, at most {NAME_MAX} characters; e.g. NAME=sft-demo"
-            )
-        if self.replicas < 1:
-            raise LayoutError(f"NODES={self.replicas} must be at least 1")
-        if self.world_size % self.replicas:
-            raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
-
-    @property
-    def per_pod(self) -> int:
-        return self.world_size // self.replicas
-
-    @property
-    def gpus_per_pod(self) -> int:
-        return self.gpus // self.replicas
-
-    def nodes(self) -> list[Node]:
-        return list(self.pods)
-
-
 def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
     """GPUS and NPROC as `make kube` means them: per pod."""
     per_pod = gpus_per_pod or nproc_per_pod
-    kw["image"] = images.resolve(kw.get("image") or IMAGE, "gpu" if gpus_per_pod else "cpu")
+    kw["image"] = images.resolve(kw.get("image") or IMAGE, device_of(gpus_per_pod))
     try:
         return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
     except LayoutError as e:
@@ -306,10 +259,11 @@ def operator_pods(job) -> list[Node]:
 # --- The rehearsal: the operator's pods as Compose services ---------------------------------
 
 
-def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float) -> dict:
+def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float,
+             accelerate_config: Path) -> dict:  # fmt: skip
     """Run the pods `operator_pods` makes of `job_obj` as Compose services and follow them
-    to the end, as `up` does. `run_dir` exists; returns the summary."""
-    t0 = time.time()
+    to the end: a `run.start`, with /job holding the ConfigMap's files. `run_dir` exists;
+    returns the summary."""
     image = next(
         c.image for c in job_obj.spec.pytorch_replica_specs["Master"].template.spec.containers
         if c.name == CONTAINER
@@ -321,25 +275,17 @@ def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float
             f"a rehearsal of {layout.replicas} pod(s) x {layout.gpus_per_pod} GPU(s) needs "
             f"{layout.gpus} GPUs here; rehearse with GPUS=0 (CPU ranks, NPROC per pod)"
         )
-    client = cli.prepare(layout)
-    for key, text in (config_map.data or {}).items():  # the ConfigMap volume, as kubelet would
-        (run_dir / "job" / key).write_text(text)
-    for name, cmd in node_commands(layout, run_dir / "job/accelerate.yaml").items():
-        runs.write_json(run_dir / f"ranks/{name}.launch.json", cmd)
-    (run_dir / "compose.yaml").write_text(compose_mod.dump(compose_mod.render(layout)))
-    cli._give_to_container_user(run_dir / "output", layout.user)
-    print(f"harness: rehearsing PyTorchJob {layout.name}: pods {', '.join(p.name for p in pods)}"
-          f"; {layout.world_size} rank(s); {run_dir}")  # fmt: skip
-    steps = yaml.safe_load(config_map.data["job.yaml"]).get("max_steps")
-    nodes = ComposeNodes(layout, run_dir, client)
-    status, details = execute(layout, run_dir, nodes, steps, grace, t0)
-    summary = cli.write_summary(layout, run_dir, status, details, t0)
-    summary["pytorchjob"] = {"name": layout.name, "manifest": str(run_dir / MANIFEST),
-                             "pods": [p.name for p in pods]}  # fmt: skip
-    runs.write_json(run_dir / "summary.json", summary)
-    print(f"harness: rehearsal {status}; first loss {summary['first_loss']}, final loss "
-          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
-    return summary
+    files = dict(config_map.data or {})
+    names = ", ".join(p.name for p in pods)
+    banner = (f"harness: rehearsing PyTorchJob {layout.name}: pods {names}; "
+              f"{layout.world_size} rank(s); {run_dir}")  # fmt: skip
+    record = {"pytorchjob": {"name": layout.name, "manifest": str(run_dir / MANIFEST),
+                             "pods": [p.name for p in pods]}}  # fmt: skip
+    spec = options.Spec(layout, yaml.safe_load(files["job.yaml"]), accelerate_config,
+                        run_dir.parent, grace, run_dir_made=True, job_files=files,
+                        banner=banner, title="rehearsal ", summary_extra=record,
+                        explain=False)  # fmt: skip
+    return run.start(spec)
 
 
 # --- The command ----------------------------------------------------------------------------
@@ -351,35 +297,27 @@ def register(sub) -> None:
     p.add_argument("--nodes", help="pods: Master + NODES-1 Workers (default 1)")
     p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
     p.add_argument("--name", default="sft", help="the PyTorchJob's name (pods <name>-master-0...)")
-    p.add_argument("--steps", help="max_steps")
-    p.add_argument("--seed")
-    p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
-    p.add_argument("--config", help="accelerate config fixture")
-    p.add_argument("--job", default=str(cli.CONFIGS / "jobs/demo.yaml"), help="job fixture")
+    options.add_job_flags(p)
     p.add_argument("--rehearse", action="store_true",
                    help="then run it here as the operator would: Compose services named as its "
                         "pods, with the environment it injects")  # fmt: skip
-    p.add_argument("--grace", type=float, default=60.0,
+    p.add_argument("--grace", type=float, default=options.GRACE_S,
                    help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
     p.add_argument("--run-id")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=main)
 
 
-def run(a: argparse.Namespace) -> int:
-    nodes = cli._int_arg("NODES", a.nodes, 1) or 1
-    gpus = cli._int_arg("GPUS", a.gpus, 0)
-    if gpus is None:
-        gpus = engine.gpu_count()
-    nproc = cli._int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
+def main(a: argparse.Namespace) -> int:
+    nodes = options.int_arg("NODES", a.nodes, 1) or 1
+    gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
+    nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
     run_id = a.run_id or runs.new_run_id()
     runs_root = Path(a.runs).resolve()
     layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
-    job = job_for(layout, Path(a.job), cli._int_arg("STEPS", a.steps, 1),
-                  cli._int_arg("SEED", a.seed, 0), cli._int_arg("TIMEOUT", a.timeout, 1),
-                  False)  # fmt: skip
-    accelerate_yaml = cli.accelerate_config(a, layout).read_text()
-    config_map, job_obj = render(layout, job, accelerate_yaml)
+    job = options.job_from(a, layout)
+    accelerate_config = options.accelerate_config(a, layout)
+    config_map, job_obj = render(layout, job, accelerate_config.read_text())
     text = dump(config_map, job_obj)
 
     run_dir = Path(layout.run_dir)
@@ -402,5 +340,5 @@ def run(a: argparse.Namespace) -> int:
     print(manifest, flush=True)
     if not a.rehearse:
         return 0
-    summary = rehearse(layout, run_dir, config_map, job_obj, a.grace)
-    return {"succeeded": 0, "interrupted": 130}.get(summary["status"], 1)
+    summary = rehearse(layout, run_dir, config_map, job_obj, a.grace, accelerate_config)
+    return run.EXIT_CODES.get(summary["status"], 1)

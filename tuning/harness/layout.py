@@ -8,13 +8,14 @@ PyTorchJob injects (anchors.md), so the image's entrypoint runs the same everywh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 KINDS = ("single", "per-rank", "host")
 NETWORKS = ("isolated", "shared")
 IMAGE = "tuning-harness:latest"
-PORT = 29500
+PORT = 29500  # the rendezvous port under Compose and on the host
 CONTAINER_UID = "1000:1000"  # the image's `tuner` user
 
 # Where things live inside every container.
@@ -31,6 +32,16 @@ LAUNCH_DIR = "/opt/harness-launch"
 LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
+# A PyTorchJob (kube.py renders it): its kind, its rendezvous port, its name's rules.
+JOB_KIND = "pytorchjob"
+OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
+NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
+
+
+def device_of(gpus: int) -> str:
+    """GPU ranks when any GPU is used, else CPU ranks on gloo."""
+    return "gpu" if gpus else "cpu"
 
 
 class LayoutError(ValueError):
@@ -86,7 +97,7 @@ class Layout:
 
     @property
     def device(self) -> str:
-        return "gpu" if self.gpus else "cpu"
+        return device_of(self.gpus)
 
     @property
     def world_size(self) -> int:
@@ -130,6 +141,14 @@ class Layout:
         env.update(dict.fromkeys(self.secrets))
         return env
 
+    def container_env(self, node: Node) -> dict[str, str]:
+        """The node's environment in its container. per-rank with NETWORK=shared: the ranks
+        after rank 0 live in rank 0's network namespace and reach it on loopback."""
+        env = dict(node.env)
+        if self.kind == "per-rank" and self.network == "shared" and node.node_rank:
+            env["MASTER_ADDR"] = env["PET_MASTER_ADDR"] = "127.0.0.1"
+        return env
+
     def foreign_env(self) -> dict[str, str]:
         """A foreign trainer runs under the rank recorder (tuning/rank_record.py), which
         records the process group each rank joined and how it ended, then runs ENTRY."""
@@ -171,6 +190,46 @@ class Layout:
         if self.kind == "host":
             return self.data or host_default
         return DATA_FILE if self.data else IMAGE_DATA
+
+
+@dataclass(frozen=True)
+class JobLayout(Layout):
+    """A PyTorchJob on the layout model: `replicas` pods (Master + Workers), `per_pod` ranks
+    in each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so
+    world size, device and the job paths come from `Layout`. `pods` are the nodes as the
+    operator makes them (`operator_pods`); empty until the job is rendered."""
+
+    kind: str = JOB_KIND
+    port: int = OPERATOR_PORT
+    name: str = "sft"
+    replicas: int = 1
+    pods: tuple[Node, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The layout model's own checks, on the fields it knows; then the job's.
+        Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
+        if self.kind != JOB_KIND:
+            raise LayoutError(f"a JobLayout is kind {JOB_KIND!r}, not {self.kind!r}")
+        if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
+            raise LayoutError(
+                f"NAME={self.name!r}: a PyTorchJob name here is lower-case letters, digits and "
+                f"'-', starts with a letter, at most {NAME_MAX} characters; e.g. NAME=sft-demo"
+            )
+        if self.replicas < 1:
+            raise LayoutError(f"NODES={self.replicas} must be at least 1")
+        if self.world_size % self.replicas:
+            raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
+
+    @property
+    def per_pod(self) -> int:
+        return self.world_size // self.replicas
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus // self.replicas
+
+    def nodes(self) -> list[Node]:
+        return list(self.pods)
 
 
 def contract_env(master: str, port: int, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:

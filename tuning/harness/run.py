@@ -1,29 +1,32 @@
-"""One run of a layout, start to end: render, start, follow, tear down, record.
+"""One run of a layout, start to end: prepare, render, start, follow, tear down, record.
 
-The backends differ only in how nodes start, report their exit and stop: `ComposeNodes`
-(Compose starts and stops, the SDK watches) and `HostNodes` (processes on the host).
+`start(spec)` is the whole of it, for up, bench, fault and kube's rehearsal alike; the
+backends (nodes.py) differ only in how nodes start, report their exit and stop. `render`
+is every file a run writes before its nodes start, which is also what a dry run prints.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from tuning import launch
 
-from . import compose as compose_mod
-from . import engine, runs, workload
+from . import engine, images, preflight, runs, workload
+from .engine import ROOT, HarnessError
 from .layout import Layout
+from .nodes import Nodes, backend
+from .options import HOST_ASSETS, Spec
 from .progress import Progress
 
-ROOT = engine.ROOT
-HOST_ASSETS = ROOT / "build/assets"
+EXIT_CODES = {"succeeded": 0, "interrupted": 130}  # a command's exit status; else 1
 
 
 class Interrupted(Exception):
@@ -34,131 +37,23 @@ def _raise_interrupted(signum, _frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
-class ComposeNodes:
-    def __init__(self, layout: Layout, run_dir: Path, client, services: list[str] | None = None):
-        self.layout, self.run_dir, self.c = layout, run_dir, client
-        self.services = list(services or [])  # Compose services to start; empty: every one
-        self.file = run_dir / "compose.yaml"
-        self.containers: dict[str, object] = {}
-        self.issued_at: float | None = None
-        # per-rank MAX_RESTARTS: the harness restarts the whole group (torchrun does in single)
-        self.restarts_left = layout.max_restarts if layout.kind == "per-rank" else 0
-        self.restarts: list[dict] = []
-
-    def start(self) -> None:
-        self.issued_at = time.time()  # the moment `compose up` is issued (bench: container start)
-        engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
-                       "--quiet-pull", *self.services, capture=True)  # fmt: skip
-        for ctr in self.c.containers.list(
-            all=True, filters={"label": f"{compose_mod.LABEL}={self.layout.run_id}"}
-        ):
-            self.containers[ctr.labels["harness.node"]] = ctr
-
-    def poll(self) -> dict[str, int | None]:
-        state = {}
-        for name, ctr in self.containers.items():
-            ctr.reload()
-            s = ctr.attrs["State"]
-            ended = s["Status"] in ("exited", "dead") or (s["Status"] == "created" and s["Error"])
-            state[name] = (
-                (s["ExitCode"] or 128)
-                if ended and s["Error"]
-                else (s["ExitCode"] if ended else None)
-            )
-        return state
-
-    def restart(self, state: dict[str, int | None]) -> None:
-        """A node failed: stop every rank container, start them all again (as a JobSet
-        recreates every pod); the trainers resume from the newest checkpoint in /output."""
-        self.restarts_left -= 1
-        failed = {name: code for name, code in state.items() if code not in (None, 0)}
-        t = time.time()
-        print(f"harness: {', '.join(f'{n} exited {c}' for n, c in failed.items())}; restarting "
-              f"every rank ({self.restarts_left} restart(s) left)", file=sys.stderr)  # fmt: skip
-        engine.compose(self.file, "stop", "--timeout", "5", capture=True)
-        engine.compose(self.file, "start", *self.services, capture=True)
-        self.restarts.append({"time": round(t, 3), "by": "harness", "failed": failed,
-                              "restarted_s": round(time.time() - t, 2)})  # fmt: skip
-
-    def details(self) -> dict[str, dict]:
-        out = {}
-        for name, ctr in self.containers.items():
-            ctr.reload()
-            s = ctr.attrs["State"]
-            out[name] = {"container": ctr.name, "exit_code": s["ExitCode"],
-                         "oom_killed": s["OOMKilled"], "started_at": s["StartedAt"],
-                         "issued_at": self.issued_at, "error": s["Error"] or None}  # fmt: skip
-        return out
-
-    def save_logs(self) -> None:
-        for name, ctr in self.containers.items():
-            try:
-                (self.run_dir / f"logs/{name}.log").write_bytes(ctr.logs())
-            except Exception as e:  # the engine may be gone; keep what we have
-                print(f"harness: could not read {name}'s log: {e}", file=sys.stderr)
-
-    def stop(self) -> None:
-        engine.compose(self.file, "down", "--volumes", "--remove-orphans", "--timeout", "10",
-                       check=False, capture=True)  # fmt: skip
-        engine.remove_labelled(self.c, self.layout.run_id)
-
-
-class HostNodes:
-    """LAYOUT=host: the launcher straight on the host, from this environment's Python."""
-
-    def __init__(self, layout: Layout, run_dir: Path, argv: list[str], env: dict):
-        self.layout, self.run_dir, self.argv, self.env = layout, run_dir, argv, env
-        self.proc: subprocess.Popen | None = None
-        self.issued_at: float | None = None
-
-    def start(self) -> None:
-        log = open(self.run_dir / "logs/host.log", "wb")
-        bindir = str(Path(sys.executable).parent)
-        env = {**os.environ, **{k: v for k, v in self.env.items() if v is not None}}
-        env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
-        self.issued_at = time.time()
-        self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-
-    def poll(self) -> dict[str, int | None]:
-        return {"host": self.proc.poll()}
-
-    def details(self) -> dict[str, dict]:
-        return {"host": {"container": None, "exit_code": self.proc.returncode,
-                         "oom_killed": False, "pid": self.proc.pid,
-                         "issued_at": self.issued_at}}  # fmt: skip
-
-    def save_logs(self) -> None:
-        pass  # written as it runs
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
-            timeout: int | None, resume: bool) -> dict:  # fmt: skip
-    if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
-        job, resume = workload.load_job(base_job), False
+def prepare(layout: Layout):
+    """The engine client with the image ready (None for LAYOUT=host, whose assets it makes)."""
+    if layout.kind == "host":
+        _host_assets()
+        return None
+    client = engine.client()
+    engine.compose_cmd()
+    if layout.gpus and not engine.has_nvidia_runtime(client):
+        raise HarnessError(
+            f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
+            "Container Toolkit, or use GPUS=0 for CPU ranks"
+        )
+    if layout.entry:
+        workload.check_image(client, layout)
     else:
-        job = yaml.safe_load(base_job.read_text()) or {}
-    job.setdefault("torch_dtype", "bfloat16" if layout.gpus else "float32")  # fms's GPU default
-    job.update(
-        model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
-        training_data_path=layout.data_path(str(HOST_ASSETS / "demo.jsonl")),
-        output_dir=layout.output_dir,
-    )
-    for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
-        if value is not None:
-            job[key] = value
-    if resume:
-        job["resume_from_checkpoint"] = True
-    return job
+        images.ensure(client, layout.image, layout.device)
+    return client
 
 
 def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
@@ -172,7 +67,72 @@ def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
     return out
 
 
-def execute(layout: Layout, run_dir: Path, nodes, total_steps: int | None, grace: float,
+def render(layout: Layout, commands: dict[str, dict]) -> dict[str, str]:
+    """The files a run writes before its nodes start, besides /job (path in the run
+    directory -> text): each node's launch command, and the backend's own (compose.yaml)."""
+    files = {f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
+             for name, cmd in commands.items()}  # fmt: skip
+    return {**files, **backend(layout).render(layout)}
+
+
+def dry_run(layout: Layout, accelerate_config: Path, prefix: str = "# ", files=True) -> None:
+    """What would run, printed: the backend's files (up: the Compose file), then each
+    node's command. Nothing starts and nothing is written."""
+    commands = node_commands(layout, accelerate_config)
+    for path, text in render(layout, commands).items() if files else ():
+        if not path.startswith("ranks/"):
+            print(text)
+    for name, cmd in commands.items():
+        print(f"{prefix}{name}: {shlex.join(cmd['argv'])}")
+
+
+def start(spec: Spec, on_tick=None) -> dict:
+    """Run one spec to its end and record it; returns the summary (also in summary.json)."""
+    t0 = time.time()
+    layout = spec.layout
+    client = prepare(layout)
+    if spec.user_config:
+        preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
+    commands = node_commands(layout, spec.accelerate_config)
+    run_dir = spec.runs_root / layout.run_id if spec.run_dir_made else _create(spec)
+    if spec.job_files is None:
+        runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
+    for key, text in (spec.job_files or {}).items():
+        (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
+    if spec.resume_from:
+        _take_checkpoints(spec.resume_from, run_dir / "output", layout)
+    for path, text in render(layout, commands).items():
+        (run_dir / path).write_text(text)
+    if layout.kind != "host":
+        _give_to_container_user(run_dir / "output", layout.user)
+    nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
+    kind = "GPU" if layout.gpus else "CPU"
+    print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
+          f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
+    status, details = execute(
+        layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
+    )
+    # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
+    restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
+    summary = write_summary(layout, run_dir, status, details, t0, restarts, spec.summary_extra)
+    if status == "failed" and spec.explain:
+        explain_failure(run_dir, summary)
+    print(f"harness: {spec.title}{status}; first loss {summary['first_loss']}, final loss "
+          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+    return summary
+
+
+def _create(spec: Spec) -> Path:
+    try:
+        return runs.create(spec.runs_root, spec.layout.run_id)
+    except FileExistsError:
+        raise HarnessError(f"{spec.runs_root / spec.layout.run_id} exists; a run never writes "
+                           "over another") from None  # fmt: skip
+    except PermissionError as e:
+        raise HarnessError(str(e)) from None
+
+
+def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,
             t0: float, on_tick=None) -> tuple[str, dict]:  # fmt: skip
     """Start, follow to the end, tear down. Returns (status, per-node details).
 
@@ -192,7 +152,7 @@ def execute(layout: Layout, run_dir: Path, nodes, total_steps: int | None, grace
             if on_tick and on_tick(metrics, state, nodes) == "stop":
                 break
             failed = any(code not in (None, 0) for code in state.values())
-            if failed and getattr(nodes, "restarts_left", 0) > 0:
+            if failed and nodes.restarts_left > 0:
                 nodes.restart(state)
                 failed_at = None
                 continue
@@ -231,3 +191,71 @@ def _safe(nodes) -> bool:
         return True
     except Exception:
         return False
+
+
+def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float,
+                  restarts: list[dict] = (), extra: dict | None = None) -> dict:  # fmt: skip
+    metrics = runs.read_metrics(run_dir / "output")
+    seen, shards = runs.world_sizes_seen(metrics), runs.sharding_seen(metrics)
+    ranks = []
+    for node in layout.nodes():
+        d = details.get(node.name, {})
+        for r in node.ranks:
+            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r),
+                          **shards.get(r, {})})  # fmt: skip
+    summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
+               "device": layout.device, "world_size": layout.world_size, "status": status,
+               **runs.summarize(metrics, t0), "ranks": ranks,
+               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts]}  # fmt: skip
+    if layout.entry:
+        summary.update(workload.summary_fields(layout, run_dir, metrics))
+    summary.update(extra or {})
+    runs.write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
+    """RESUME=1: hard-link the previous run's checkpoints into this run's output (copies if
+    links cannot be made), so the trainer's resume_from_checkpoint=true finds the last one."""
+    found = sorted((previous / "output").glob("checkpoint-*"))
+    if not found:
+        print(f"harness: RESUME=1 but {previous.name} has no checkpoint; starting afresh")
+        return
+    for ckpt in found:
+        try:
+            shutil.copytree(ckpt, output / ckpt.name, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(output / ckpt.name, ignore_errors=True)
+            shutil.copytree(ckpt, output / ckpt.name)
+        if layout.kind != "host":
+            for path in [output / ckpt.name, *(output / ckpt.name).rglob("*")]:
+                _give_to_container_user(path, layout.user)
+    print(f"harness: resuming from {previous.name}: {', '.join(c.name for c in found)}")
+
+
+def explain_failure(run_dir: Path, summary: dict) -> None:
+    """Say why ranks failed: their own error lines, else the end of their logs."""
+    for node in dict.fromkeys(r["node"] for r in summary["ranks"] if r.get("exit_code")):
+        log = run_dir / f"logs/{node}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        errors = [x for x in lines if "error:" in x.lower() or x.startswith(("Error", "OSError"))]
+        shown = list(dict.fromkeys(errors))[-5:] or lines[-10:]
+        print(f"harness: {node} failed; from {log}:", file=sys.stderr)
+        for line in shown:
+            print(f"  {line}", file=sys.stderr)
+
+
+def _give_to_container_user(path: Path, user: str) -> None:
+    # The ranks run as the image's non-root user and must write their output here.
+    if os.geteuid() == 0:
+        uid, gid = (int(x) for x in user.split(":"))
+        os.chown(path, uid, gid)
+
+
+def _host_assets() -> None:
+    model, data = HOST_ASSETS / "tiny-model", HOST_ASSETS / "demo.jsonl"
+    py = sys.executable
+    if not (model / "config.json").is_file():
+        subprocess.run([py, "-m", "tuning.tiny_model", "--out", str(model)], check=True, cwd=ROOT)
+    if not data.is_file():
+        subprocess.run([py, "-m", "tuning.demo_data", "--out", str(data)], check=True, cwd=ROOT)

@@ -53,7 +53,8 @@ def resolve(a: argparse.Namespace) -> None:
 
 
 def accelerate_default(layout: Layout) -> Path:
-    """fms's FSDP defaults; on CPU ranks the launcher's CPU recipe of them."""
+    """The accelerate config a run gets without CONFIG, either trainer: fms's FSDP defaults;
+    on CPU ranks the launcher's CPU recipe of them."""
     cpu = CONFIGS / "accelerate/fsdp-cpu.yaml"
     return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus or not cpu.is_file() else cpu.name)
 

@@ -1,0 +1,215 @@
+"""Where flag strings become typed values: GPUS, NPROC, paths, the layout, the accelerate
+config, the job and the `Spec` every command starts a run from (up, bench, fault, kube).
+
+The flags themselves (`add_run_flags`, the Makefile's variables) are declared here too, so a
+command that runs jobs takes the same ones and reads them the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import engine, images, preflight, runs, workload
+from .engine import ROOT, HarnessError
+from .layout import IMAGE, KINDS, PORT, Layout, LayoutError, device_of
+
+SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
+HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
+GRACE_S = 60.0  # seconds to wait for peers after a rank fails
+RUNS = ROOT / "runs"
+
+
+def load_env_file(path: Path = ROOT / ".env") -> None:
+    """Secrets may live in a git-ignored .env (NAME=value lines); the environment wins."""
+    if not path.is_file():
+        return
+    for line in path.read_text().splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name in SECRET_NAMES and not name.startswith("#"):
+            os.environ.setdefault(name, value.strip().strip("'\""))
+
+
+def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
+    """A whole-number flag (None when unset); a value already parsed passes the same check."""
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HarnessError(f"{name}={raw!r} is not a whole number; e.g. {name}={minimum}") from None
+    if value < minimum:
+        raise HarnessError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def gpus(raw: str | int | None, visible_only: bool = True) -> int:
+    """GPUS, the one place the host decides it: unset means every GPU this host shows; more
+    than it shows is refused (`visible_only`; `make kube` asks per pod of a cluster)."""
+    value = int_arg("GPUS", raw, 0)
+    visible = engine.gpu_count() if value is None or visible_only else None
+    if value is None:
+        return visible
+    if visible_only and value > visible:
+        raise HarnessError(
+            f"GPUS={value} but this host shows {visible} GPU(s) (nvidia-smi -L); "
+            f"use GPUS={visible} or fewer, or GPUS=0 for CPU ranks"
+        )
+    return value
+
+
+def existing(name: str, raw: str | None, kind: str) -> str | None:
+    if not raw:
+        return None
+    path = Path(raw).expanduser().resolve()
+    ok = path.is_dir() if kind == "dir" else path.is_file()
+    if not ok:
+        raise HarnessError(f"{name}={raw}: no such {'directory' if kind == 'dir' else 'file'}")
+    return str(path)
+
+
+def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
+    n_gpus = gpus(a.gpus)
+    nproc = int_arg("NPROC", a.nproc, 1) or 2
+    model = existing("MODEL", a.model, "dir")
+    if model and not (Path(model) / "config.json").is_file():
+        raise HarnessError(f"MODEL={a.model} has no config.json: not a Hugging Face model dir")
+    secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
+    try:
+        return Layout(
+            secrets=secrets,
+            kind=a.layout, gpus=n_gpus, nproc=nproc, run_id=run_id,
+            image=images.resolve(a.image, device_of(n_gpus)),
+            network=a.network, model=model, data=existing("DATA", a.data, "file"),
+            run_dir=str(run_dir), max_restarts=int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
+            entry=getattr(a, "entry", None),
+        )  # fmt: skip
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
+    if not a.config:
+        return workload.accelerate_default(layout)
+    path = Path(a.config)
+    if not path.is_file():
+        fixtures = sorted(workload.CONFIGS.glob("accelerate/*"))
+        known = ", ".join(str(p.relative_to(ROOT)) for p in fixtures)
+        raise HarnessError(f"CONFIG={a.config}: no such file; known fixtures: {known}")
+    return path
+
+
+def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
+            timeout: int | None, resume: bool) -> dict:  # fmt: skip
+    """The trainer's job: the job file, with the layout's paths and the run's flags."""
+    if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
+        job, resume = workload.load_job(base_job), False
+    else:
+        job = yaml.safe_load(base_job.read_text()) or {}
+    job.setdefault("torch_dtype", "bfloat16" if layout.gpus else "float32")  # fms's GPU default
+    job.update(
+        model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
+        training_data_path=layout.data_path(str(HOST_ASSETS / "demo.jsonl")),
+        output_dir=layout.output_dir,
+    )
+    for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
+        if value is not None:
+            job[key] = value
+    if resume:
+        job["resume_from_checkpoint"] = True
+    return job
+
+
+def job_from(a: argparse.Namespace, layout: Layout, resume: bool = False) -> dict:
+    """job_for with STEPS, SEED and TIMEOUT read from the flags."""
+    steps, seed = int_arg("STEPS", a.steps, 1), int_arg("SEED", a.seed, 0)
+    return job_for(layout, Path(a.job), steps, seed, int_arg("TIMEOUT", a.timeout, 1), resume)
+
+
+@dataclass
+class Spec:
+    """Everything a run needs, checked: what `run.start` runs for up, bench, fault and kube."""
+
+    layout: Layout
+    job: dict
+    accelerate_config: Path
+    runs_root: Path
+    grace: float
+    user_config: bool = False  # CONFIG given by the user: accelerate checks it before start
+    services: list[str] | None = None  # Compose services to start (None: every node)
+    resume_from: Path | None = None  # a previous run whose checkpoints the run starts from
+    # A run another command frames (kube's rehearsal): its run directory is made already,
+    # /job holds the files given (the ConfigMap's), and it has its own first and last words.
+    run_dir_made: bool = False
+    job_files: dict[str, str] | None = None
+    banner: str | None = None  # the line that announces the start (None: layout and ranks)
+    title: str = ""  # before the status in the closing line ("rehearsal ")
+    summary_extra: dict = field(default_factory=dict)  # more keys for summary.json
+    explain: bool = True  # say why ranks failed, from their logs
+
+
+def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
+    run_id = run_id or a.run_id or runs.new_run_id()
+    workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
+    runs_root = Path(a.runs).resolve()
+    layout = layout_from(a, run_id, runs_root / run_id)
+    preflight.check_runs_dir(runs_root)
+    if layout_changes:
+        layout = layout.with_(**layout_changes)
+    if layout.kind == "host" and layout.port == PORT:
+        layout = layout.with_(port=free_port())  # host ranks share the host's ports
+    # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
+    job = job_from(a, layout, a.resume or layout.max_restarts > 0)
+    preflight.check_model(layout.model)
+    if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
+        cfg = preflight.check_job(job, f"job file {a.job}")
+        preflight.check_data(layout.data, cfg)
+    # RESUME=1 continues the newest run (runs/latest, read now: start() moves it).
+    previous = (runs_root / "latest").resolve() if a.resume else None
+    resume_from = previous if previous and previous.is_dir() else None
+    return Spec(layout, job, accelerate_config(a, layout), runs_root, a.grace,
+                resume_from=resume_from, user_config=bool(a.config))  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def add_job_flags(p: argparse.ArgumentParser) -> None:
+    """The job's flags, shared by every command that renders one (kube included)."""
+    p.add_argument("--steps", help="max_steps")
+    p.add_argument("--seed")
+    p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
+    p.add_argument("--config", help="accelerate config fixture")
+    p.add_argument("--job", default=str(workload.DEFAULT_JOB), help="job fixture")
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a run, shared by up, bench and fault (the Makefile's variables)."""
+    p.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
+    p.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
+    p.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
+    p.add_argument("--model", help="local model directory (default: the tiny model)")
+    p.add_argument("--data", help="JSON Lines training file (default: the demo data)")
+    add_job_flags(p)
+    p.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
+    p.add_argument("--max-restarts")
+    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
+    p.add_argument("--grace", type=float, default=GRACE_S,
+                   help="seconds to wait for peers after a rank fails")  # fmt: skip
+    p.add_argument("--run-id")
+    p.add_argument("--trainer", default="harness", help="harness (default) | fms")
+    p.add_argument("--entry", help="module to run in IMAGE, a trainer of your own")
+
+
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """What every command takes: where runs live and which image."""
+    p.add_argument("--runs", default=str(RUNS))
+    p.add_argument("--image", default=IMAGE)
