@@ -15,26 +15,21 @@ from pathlib import Path
 
 import docker.errors
 
-from . import engine, fault_record, images, runs, workload
-from .cli import add_run_flags, spec_from, start
-from .compose import LABEL, NETWORK
+from . import engine, fault_record, images, options, run, runs, workload
+from .compose import LABEL
 from .engine import HarnessError
+from .fault_inject import NETEM, Injector
+from .fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
 
 KINDS = ("kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom", "slow",
          "delay", "loss")  # fmt: skip
 LAYOUTS = ("single", "per-rank")
-FAIL_KINDS = ("kill", "crash", "partition", "oom", "no-show")  # must end within TIMEOUT + 15 s
-HANG_KINDS = ("pause", "delay", "loss")  # must be detected as a hang within TIMEOUT + 15 s
-SLACK_S = 15
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so a fault lands near its step
 SLOW_STEP_SLEEP_S = 0.05  # slow: less padding, so the throttled compute shows in step times
 START_DEADLINE_S = 300  # the target must reach its step by then
 LONG_DEADLINE_S = 180  # kinds that let the job go on (slow, term, preempt): fault + this
-SLOW_CPUS = 0.05  # slow: the target's share of a CPU
-NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}
-OOM_HEADROOM = 256 << 20  # oom: limit = current usage + this; then memory is pushed past it
 
 NOT_APPLICABLE = {
     ("partition", "single"): "every rank of a single container talks to the others over "
@@ -51,15 +46,15 @@ SHARED_NET = "per-rank with NETWORK=shared puts every rank in rank 0's network n
 
 def register(sub) -> None:
     p = sub.add_parser("fault", help="reproduce a cluster failure and record it")
-    add_run_flags(p)
+    options.add_run_flags(p)
     p.add_argument("--fault", required=True, choices=[*KINDS, "all"])
     p.add_argument("--rank", help=f"the rank to hit (default {DEFAULTS['rank']})")
     p.add_argument("--at-step", help=f"hit it at this step (default {DEFAULTS['at_step']})")
     p.add_argument("--rdzv-timeout", help="rendezvous timeout in seconds (default: TIMEOUT)")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=main)
 
 
-def run(a: argparse.Namespace) -> int:
+def main(a: argparse.Namespace) -> int:
     if a.fault != "all" and a.layout not in LAYOUTS:
         raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {a.layout}")
     kinds = KINDS if a.fault == "all" else (a.fault,)
@@ -89,15 +84,15 @@ def _knobs(a: argparse.Namespace, kind: str) -> dict:
 
 def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> dict:
     k = _knobs(a, kind)
-    b = argparse.Namespace(**{**vars(a), "timeout": str(k["timeout_s"]),
-                              "steps": str(k["steps"]), "resume": False})  # fmt: skip
+    b = argparse.Namespace(**{**vars(a), "timeout": k["timeout_s"], "steps": k["steps"],
+                              "resume": False})  # fmt: skip
     env = {
         "HARNESS_STEP_SLEEP": str(SLOW_STEP_SLEEP_S if kind == "slow" else STEP_SLEEP_S),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
     }
     if kind == "crash":
         env.update(HARNESS_CRASH_AT_STEP=str(k["at_step"]), HARNESS_CRASH_RANK=str(k["rank"]))
-    spec = spec_from(b, run_id=run_id, kind=layout_kind, extra_env=tuple(env.items()))
+    spec = options.spec_from(b, run_id=run_id, kind=layout_kind, extra_env=tuple(env.items()))
     layout = spec.layout
     if not 0 <= k["rank"] < layout.world_size:
         raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
@@ -132,7 +127,7 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
     knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
              "group_steps": bool(layout.entry)}  # fmt: skip
     follow = Follow(kind, layout_kind, target, knobs, run_id)
-    summary = start(spec, on_tick=follow)
+    summary = run.start(spec, on_tick=follow)
     follow.finished_at = follow.finished_at or time.time()
     run_dir = spec.runs_root / run_id
     leftovers = engine.labelled(engine.client(), run_id)
@@ -163,35 +158,12 @@ def _netem_unsupported(layout, kind: str) -> str | None:
         engine.remove_labelled(c, layout.run_id)
 
 
-# Finding a rank's worker inside a container: torchrun gives each worker RANK=<global rank>
-# and LOCAL_RANK; the agent (PID 1) has neither LOCAL_RANK nor, in general, the right RANK.
-_FIND = (
-    'for d in /proc/[0-9]*; do e=$(tr "\\0" "\\n" < $d/environ 2>/dev/null) || continue; '
-    'case "$e" in *LOCAL_RANK=*) printf "%s\\n" "$e" | grep -qx "RANK=$R" && echo ${d#/proc/};; '
-    "esac; done"
-)
-
-
-def worker_pid(ctr, rank: int) -> int | None:
-    try:
-        out = ctr.exec_run(["sh", "-c", _FIND], environment={"R": str(rank)})
-    except docker.errors.APIError:
-        return None
-    pids = [int(x) for x in out.output.decode().split() if x.isdigit()]
-    return min(pids) if pids else None
-
-
-def sh(ctr, script: str, detach=False, user="") -> str:
-    out = ctr.exec_run(["sh", "-c", script], detach=detach, user=user)
-    return "" if detach else out.output.decode(errors="replace").strip()
-
-
 class Follow:
     """The on_tick of a fault run: waits for the step, injects, watches, decides when to stop."""
 
     def __init__(self, kind: str, layout_kind: str, target: str, knobs: dict, run_id: str):
-        self.kind, self.layout_kind, self.target, self.run_id = kind, layout_kind, target, run_id
-        self.rank, self.at_step, self.timeout = knobs["rank"], knobs["at_step"], knobs["timeout_s"]
+        self.kind, self.rank, self.timeout = kind, knobs["rank"], knobs["timeout_s"]
+        self.inject = Injector(kind, layout_kind, target, knobs, run_id)
         self.t0 = time.time()
         self.injected_at: float | None = None
         self.inject_step: int | None = None
@@ -201,14 +173,11 @@ class Follow:
         self.stopped_by: str | None = None
         self.finished_at: float | None = None
         self.detected_at: float | None = None
-        self.pid: int | None = None
-        self.heals: list = []
         self.last_step_seen = (0, self.t0)
         self.rank_ended: dict[int, float] = {}
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
-        self.group_steps = knobs.get("group_steps", False)  # only rank 0 logs steps (fms)
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -233,7 +202,8 @@ class Follow:
         self.finished_at = now if all(code is not None for code in state.values()) else None
         if self.injected_at is None:
             try:
-                self.maybe_inject(metrics, nodes, now)
+                for how, step, when in self.inject.due(metrics, nodes, now):
+                    self.injected(how, step, when)
             except docker.errors.APIError as e:
                 self.event(f"injection failed: {e.explanation or e}")
                 self.stopped_by = "injection failed"
@@ -244,139 +214,9 @@ class Follow:
             return None
         return self.watch(metrics, state, nodes, now)
 
-    # --- injection -------------------------------------------------------------------------
-    def target_step(self, metrics) -> int:
-        rank = 0 if self.group_steps else self.rank  # fms: the group's step, from rank 0
-        return max((x["step"] for x in runs.steps(metrics.get(rank, []))), default=0)
-
-    def maybe_inject(self, metrics, nodes, now: float) -> None:
-        kind, per_rank = self.kind, self.layout_kind == "per-rank"
-        if kind == "no-show":
-            if per_rank:
-                issued = getattr(nodes, "issued_at", None) or now
-                self.injected(f"{self.target} never started (compose up without it)", 0, issued)
-                return
-            ctr = nodes.containers[self.target]
-            pid = worker_pid(ctr, self.rank)
-            if pid:  # frozen before it can join the process group
-                t = time.time()
-                sh(ctr, f"kill -STOP {pid}")
-                self.pid = pid
-                self.heals.append(lambda: sh(ctr, f"kill -CONT {pid}"))
-                self.injected(
-                    f"SIGSTOP rank {self.rank}'s worker (pid {pid}) before rendezvous", 0, t
-                )
-            return
-        if kind == "crash":
-            for x in metrics.get(self.rank, []):
-                if x.get("event") == "end" and "injected crash" in (x.get("error") or ""):
-                    step = self.target_step(metrics)
-                    self.injected(f"rank {self.rank} raised: {x['error']}", step, x["time"])
-            return
-        step = self.target_step(metrics)
-        if step < self.at_step:
-            return
-        ctr = nodes.containers[self.target]
-        pid = None
-        if not per_rank or kind == "oom":
-            pid = worker_pid(ctr, self.rank)
-            if pid is None:
-                return  # not visible yet (or already gone); try on the next tick
-        t = time.time()
-        getattr(self, "inject_" + kind.replace("-", "_"))(nodes, ctr, pid, per_rank)
-        self.injected(self.how, step, t)
-
     def injected(self, how: str, step: int, when: float | None = None) -> None:
         self.injected_at, self.inject_step, self.how = when or time.time(), step, how
         self.event(f"fault injected at step {step}: {how}", self.injected_at)
-
-    def inject_kill(self, nodes, ctr, pid, per_rank):
-        if per_rank:
-            ctr.kill("SIGKILL")
-            self.how = f"docker kill (SIGKILL) {ctr.name}"
-        else:
-            sh(ctr, f"kill -KILL {pid}")
-            self.how = f"kill -KILL rank {self.rank}'s worker (pid {pid}) in {ctr.name}"
-
-    def inject_term(self, nodes, ctr, pid, per_rank):
-        if per_rank:
-            ctr.kill("SIGTERM")
-            self.how = f"docker kill --signal SIGTERM {ctr.name} (its launcher, PID 1)"
-        else:
-            sh(ctr, f"kill -TERM {pid}")
-            self.how = f"kill -TERM rank {self.rank}'s worker (pid {pid}) in {ctr.name}"
-
-    def inject_preempt(self, nodes, ctr, pid, per_rank):
-        for c in nodes.containers.values():
-            c.kill("SIGTERM")
-        names = ", ".join(c.name for c in nodes.containers.values())
-        self.how = f"docker kill --signal SIGTERM {names} (every launcher, at once)"
-
-    def inject_pause(self, nodes, ctr, pid, per_rank):
-        if per_rank:
-            ctr.pause()
-            self.heals.append(ctr.unpause)
-            self.how = f"docker pause {ctr.name}"
-        else:
-            sh(ctr, f"kill -STOP {pid}")
-            self.heals.append(lambda: sh(ctr, f"kill -CONT {pid}"))
-            self.how = f"kill -STOP rank {self.rank}'s worker (pid {pid}) in {ctr.name}"
-
-    def inject_slow(self, nodes, ctr, pid, per_rank):
-        if per_rank:
-            ctr.update(cpu_period=100_000, cpu_quota=int(100_000 * SLOW_CPUS))
-            self.how = f"docker update --cpus {SLOW_CPUS} {ctr.name}"
-        else:  # one cgroup holds every rank: duty-cycle the one process with STOP/CONT
-            on = SLOW_CPUS * 0.1
-            loop = (f"while kill -STOP {pid} 2>/dev/null; do sleep {0.1 - on:.3f}; "
-                    f"kill -CONT {pid}; sleep {on:.3f}; done")  # fmt: skip
-            sh(ctr, loop, detach=True)
-            self.heals.append(lambda: sh(ctr, f"kill -CONT {pid}"))
-            self.how = (f"rank {self.rank}'s worker (pid {pid}) stopped/continued on a 100 ms "
-                        f"cycle, running {SLOW_CPUS:.0%} of it")  # fmt: skip
-
-    def inject_partition(self, nodes, ctr, pid, per_rank):
-        for name in list(ctr.attrs["NetworkSettings"]["Networks"]):
-            if name.endswith(f"_{NETWORK}"):
-                nodes.c.networks.get(name).disconnect(ctr, force=True)
-                self.how = f"docker network disconnect {name} {ctr.name}"
-
-    def inject_oom(self, nodes, ctr, pid, per_rank):
-        # The kernel's OOM killer picks the process with the highest badness in the cgroup;
-        # oom_score_adj=1000 makes that rank's worker (raising it needs no capability).
-        sh(ctr, f"echo 1000 > /proc/{pid}/oom_score_adj")
-        usage = ctr.stats(stream=False)["memory_stats"].get("usage") or (2 << 30)
-        limit = int(usage + OOM_HEADROOM)
-        ctr.update(mem_limit=limit, memswap_limit=limit)
-        # Grow 16 MiB at a time while the worker lives (a zombie counts as gone), then stop,
-        # so the OOM killer has no reason to take anything else.
-        push = (
-            "import time\nb = []\ndef alive():\n    try:\n"
-            f"        return open('/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'\n"
-            "    except OSError:\n        return False\n"
-            "while alive() and len(b) < 256:\n    b.append(b'x' * (16 << 20)); time.sleep(0.02)\n"
-        )
-        ctr.exec_run(["python3", "-c", push], detach=True)
-        self.how = (f"docker update --memory {limit >> 20}m {ctr.name} (usage + "
-                    f"{OOM_HEADROOM >> 20} MiB), rank {self.rank}'s worker (pid {pid}) "
-                    f"oom_score_adj=1000, then memory pushed past the limit beside it")  # fmt: skip
-
-    def inject_delay(self, nodes, ctr, pid, per_rank):
-        self._netem(nodes, ctr, per_rank)
-
-    inject_loss = inject_delay
-
-    def _netem(self, nodes, ctr, per_rank):
-        dev = "eth0" if per_rank else "lo"
-        rule = f"tc qdisc add dev {dev} root netem {NETEM[self.kind]}"
-        helper = nodes.c.containers.run(
-            ctr.image.id, ["-c", f"{rule} && exec sleep 100000"], entrypoint="sh", user="root",
-            cap_add=["NET_ADMIN"], network_mode=f"container:{ctr.id}", detach=True,
-            labels={LABEL: self.run_id, "harness.fault": self.kind},
-            name=f"harness-{self.run_id}-fault-{self.kind}",
-        )  # fmt: skip
-        self.heals.append(lambda: helper.remove(force=True))
-        self.how = f"helper {helper.name} (NET_ADMIN, network_mode container:{ctr.name}): {rule}"
 
     # --- after the fault -------------------------------------------------------------------
     def watch(self, metrics, state, nodes, now: float):
@@ -387,11 +227,11 @@ class Follow:
         )
         if newest > self.last_step_seen[0]:
             self.last_step_seen = (newest, now)
-        if self.kind == "no-show" and self.heals and self.peer_ended(metrics):
+        if self.kind == "no-show" and self.inject.heals and self.peer_ended(metrics):
             # The peers gave up; thaw the frozen rank so its launcher can stop it (a frozen
             # process ignores SIGTERM, and torchrun would wait 30 s before SIGKILL).
             self.event("a peer gave up at rendezvous; the frozen rank is released")
-            self.release()
+            self.inject.release()
         if self.kind in HANG_KINDS and self.detected_at is None:
             why = self.hang(metrics, now)
             if why:
@@ -410,7 +250,7 @@ class Follow:
             self.event(f"every rank ended {LINGER_S} s ago but a launcher still runs; stopping it")
             self.stopped_by = "launcher lingered"
             return self.stop()
-        long = self.kind in ("slow", "term", "preempt") or self.max_restarts > 0
+        long = self.kind in ("slow", *SIGNAL_KINDS) or self.max_restarts > 0
         deadline = self.injected_at + (LONG_DEADLINE_S if long else self.timeout + SLACK_S)
         if now > deadline:
             self.event(f"deadline (fault + {deadline - self.injected_at:.0f} s): stopping")
@@ -445,15 +285,7 @@ class Follow:
         return any(x.get("event") == "end" for r, lines in metrics.items() if r != self.rank
                    for x in lines)  # fmt: skip
 
-    def release(self) -> None:
-        heals, self.heals = self.heals, []
-        for heal in heals:
-            try:
-                heal()
-            except docker.errors.APIError:
-                pass
-
     def stop(self) -> str:
-        self.release()
+        self.inject.release()
         self.finished_at = time.time()
         return "stop"

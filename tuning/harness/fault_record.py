@@ -14,6 +14,11 @@ from pathlib import Path
 
 from . import runs
 
+SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
+FAIL_KINDS = ("kill", "crash", "partition", "oom", "no-show")  # must end within the bound
+HANG_KINDS = ("pause", "delay", "loss")  # must be detected as a hang within the bound
+SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint after the fault
+
 # (label, pattern) in the order they are looked for; the first match is a rank's signature.
 SIGNATURES = [
     ("injected crash", r"injected crash"),
@@ -62,7 +67,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
     restarts = summary.get("restarts") or []
     if outcome == "finished" and restarts and summary.get("status") == "succeeded":
         outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
-    bound = base["timeout_s"] + 15
+    bound = base["timeout_s"] + SLACK_S
     fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
     detect = round(follow.detected_at - fault_at, 2) if follow.detected_at and fault_at else None
     left = [f"{kind[:-1]} {getattr(o, 'name', None) or o.id}" for kind, objs in leftovers.items()
@@ -152,7 +157,7 @@ def _outcome(kind, follow, ranks, fault_at, job_end, timeout) -> str:
         return "preempted"
     if statuses == {"completed"} or all(x["exit_code"] == 0 for x in ranks):
         return "finished"
-    if job_end and job_end - fault_at <= timeout + 15:
+    if job_end and job_end - fault_at <= timeout + SLACK_S:
         return "failed fast"
     return "failed slowly"
 
@@ -162,12 +167,12 @@ def _goal(rec: dict) -> bool | None:
     bound = rec["bound_s"]
     if rec.get("max_restarts") and kind in ("kill", "crash"):
         return left and outcome == "recovered" and rec["steps_reached"] == rec["steps"]
-    if kind in ("kill", "crash", "partition", "oom", "no-show"):
+    if kind in FAIL_KINDS:
         return left and outcome == "failed fast" and rec["fault_to_end_s"] <= bound
-    if kind in ("pause", "delay", "loss"):
+    if kind in HANG_KINDS:
         t = rec["hang_detected_s"] if rec["hang_detected_s"] is not None else rec["fault_to_end_s"]
         return left and outcome in ("hung (detected)", "failed fast") and t <= bound
-    if kind in ("term", "preempt"):
+    if kind in SIGNAL_KINDS:
         after = [c for c in rec["checkpoints"] if not c["before_fault"] and c["complete"]]
         return left and outcome == "preempted" and bool(after)
     if kind == "slow":
@@ -205,7 +210,7 @@ def _slowdown(metrics, fault_at) -> dict:
 
 def _cluster_cost(ranks, base) -> str:
     sigs = {x["signature"] for x in ranks}
-    if base["kind"] in ("term", "preempt"):
+    if base["kind"] in SIGNAL_KINDS:
         return (
             "the ranks agree to stop at the next step and checkpoint; Kubernetes gives a "
             "pod 30 s (terminationGracePeriodSeconds) before SIGKILL, so the step time plus "
