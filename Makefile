@@ -26,7 +26,7 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(call switch,REHEARSE,rehearse)
 
-.PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock
+.PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -106,6 +106,12 @@ test: $(VENV)/.train ## the whole suite, container tests included
 
 test-gpu-image: $(VENV)/.train ## build the GPU image here (~7 GB) and train CPU ranks in it
 	$(PY) -m pytest -m gpu_image tests/test_gpu_image.py $(PYTEST_ARGS)
+
+# No venv prerequisite: the GPU machine may have no registry; the script finds its Python
+# (GPU_PYTHON, else .venv/bin/python, else python3) and says what is missing.
+gpu-check: ## 1 GPU, FSDP, bf16, 1B llama: NCCL probe, tokens/s, MFU -> docs/benchmarks.md (DRY_RUN=1)
+	bash benchmarks/gpu_check.sh $(call switch,DRY_RUN,dry-run) $(call flag,STEPS,steps) \
+	  $(call flag,GPU_PYTHON,python)
 
 lint: $(VENV)/.train ## ruff format --check and ruff check
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .

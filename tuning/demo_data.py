@@ -1,10 +1,15 @@
 """A deterministic, learnable demo data set.
 
-``python -m tuning.demo_data --out FILE [--n N] [--seed S]``
+``python -m tuning.demo_data --out FILE [--n N] [--seed S] [--words W]``
 
 Each record maps a few words to their fixed partners (animal -> colour, position by position),
 in the input/output shape. A tiny model's loss falls clearly within 50 steps. ``corpus()`` gives
 the text the tiny tokenizer is trained on, from the same generator, so every token is in vocab.
+
+``--words W`` gives every record exactly W words instead of 3-6: long records for throughput
+checks. With the tiny tokenizer each word is one token, so a record is 2W + 9 tokens with EOS;
+W = seq_len / 2 fills a ``max_seq_length`` of seq_len exactly (no padding; the response loses
+its last few tokens to truncation, the prompt stays whole).
 """
 
 from __future__ import annotations
@@ -35,15 +40,18 @@ RESPONSE_TEMPLATE = "## Label:"
 FORMATTER_TEMPLATE = "### Input: {{input}}\n\n## Label: {{output}}"
 
 
-def records(n: int = 512, seed: int = 0) -> list[dict]:
+def records(n: int = 512, seed: int = 0, words: int | None = None) -> list[dict]:
+    if words is not None and words < 1:
+        raise ValueError("words must be >= 1")
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        words = [rng.choice(SOURCE) for _ in range(rng.randint(3, 6))]
+        count = rng.randint(3, 6) if words is None else words
+        chosen = [rng.choice(SOURCE) for _ in range(count)]
         out.append(
             {
-                "input": PROMPT.format(words=" ".join(words)),
-                "output": " " + " ".join(MAPPING[w] for w in words),
+                "input": PROMPT.format(words=" ".join(chosen)),
+                "output": " " + " ".join(MAPPING[w] for w in chosen),
             }
         )
     return out
@@ -56,11 +64,11 @@ def corpus() -> list[str]:
     return lines
 
 
-def write(out: str | Path, n: int = 512, seed: int = 0) -> Path:
+def write(out: str | Path, n: int = 512, seed: int = 0, words: int | None = None) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as fh:
-        for record in records(n, seed):
+        for record in records(n, seed, words):
             fh.write(json.dumps(record) + "\n")
     return out
 
@@ -72,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSONL file to write")
     parser.add_argument("--n", type=int, default=512, help="number of records (default 512)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--words", type=int, default=None, help="exactly W words per record (default: 3-6)"
+    )
     args = parser.parse_args(argv)
-    path = write(args.out, args.n, args.seed)
+    path = write(args.out, args.n, args.seed, args.words)
     print(f"wrote {args.n} records to {path}")
     return 0
 

@@ -1,10 +1,17 @@
 """A tiny, randomly initialised causal LM and a fast tokenizer, built offline.
 
-``python -m tuning.tiny_model --out DIR [--arch llama|gpt2|granite|mistral] [--seed S]``
+``python -m tuning.tiny_model --out DIR [--arch llama|gpt2|granite|mistral] [--seed S]
+[--size tiny|1b]``
 
 The model (2 layers, hidden 64, dropout 0) is initialised from a seeded config, and the BPE
 tokenizer is trained on the demo data's corpus (tuning.demo_data.corpus), so the directory loads
 with AutoModelForCausalLM / AutoTokenizer under HF_HUB_OFFLINE=1.
+
+``--size 1b`` (llama only) builds a 1B-class model for throughput checks instead: TinyLlama
+1.1B's shape (``LLAMA_1B``: 22 layers, hidden 2048, MLP 5632, 32 heads, 4 KV heads, vocab 32000,
+untied embeddings, 2048 positions; 1,100,048,384 parameters), random, saved in bfloat16, beside
+the same tiny tokenizer (its ids are a subset of the 32000 rows, so every lookup is valid and the
+output layer costs what a real 32000-token vocabulary costs) with model_max_length 2048.
 """
 
 from __future__ import annotations
@@ -15,9 +22,17 @@ from pathlib import Path
 ARCHS = ("llama", "gpt2", "granite", "mistral")
 SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 VOCAB_SIZE = 384
+SIZES = ("tiny", "1b")
+# TinyLlama-1.1B's architecture (a 1B-class Llama whose embeddings are not tied, so torchtitan's
+# "non-embedding parameters" count the output layer unambiguously).
+LLAMA_1B = dict(
+    hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+    num_key_value_heads=4, max_position_embeddings=2048, vocab_size=32000, rms_norm_eps=1e-5,
+    attention_dropout=0.0, tie_word_embeddings=False,
+)  # fmt: skip
 
 
-def build_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE):
+def build_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE, model_max_length: int = 512):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -31,7 +46,9 @@ def build_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE):
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=512, **SPECIAL)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=model_max_length, **SPECIAL
+    )
 
 
 def build_config(arch: str, tokenizer, layers: int = 2, hidden: int = 64):
@@ -60,18 +77,40 @@ def build_config(arch: str, tokenizer, layers: int = 2, hidden: int = 64):
     return AutoConfig.for_model(arch, **common)
 
 
-def build(out: str | Path, arch: str = "llama", seed: int = 0) -> Path:
+def build_config_1b(tokenizer):
+    """The 1B-class llama config (LLAMA_1B) with the tokenizer's special-token ids."""
+    from transformers import AutoConfig
+
+    if len(tokenizer) > LLAMA_1B["vocab_size"]:
+        raise ValueError(f"tokenizer has {len(tokenizer)} tokens, more than the model's rows")
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    return AutoConfig.for_model("llama", **LLAMA_1B, **ids)
+
+
+def build(out: str | Path, arch: str = "llama", seed: int = 0, size: str = "tiny") -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
     from tuning.demo_data import corpus
 
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    if size == "1b" and arch != "llama":
+        raise ValueError("--size 1b is a llama model; use --arch llama")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(corpus())
-    config = build_config(arch, tokenizer)
+    if size == "1b":
+        tokenizer = build_tokenizer(corpus(), model_max_length=LLAMA_1B["max_position_embeddings"])
+        config, dtype = build_config_1b(tokenizer), torch.bfloat16
+    else:
+        tokenizer = build_tokenizer(corpus())
+        config, dtype = build_config(arch, tokenizer), torch.float32
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -86,9 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--arch", choices=ARCHS, default="llama")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--size", choices=SIZES, default="tiny", help="tiny (default) or 1b (llama only)"
+    )
     args = parser.parse_args(argv)
-    path = build(args.out, args.arch, args.seed)
-    print(f"wrote a tiny {args.arch} model to {path}")
+    path = build(args.out, args.arch, args.seed, args.size)
+    print(f"wrote a {args.size} {args.arch} model to {path}")
     return 0
 
 
