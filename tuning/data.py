@@ -78,17 +78,8 @@ def _read_array(path: Path, text: str) -> list[tuple[int, dict]]:
     if pos < len(text) and text[pos] == "]":
         return records
     while True:
-        try:
-            record, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise DataError(
-                f"{path}:{line_of(pos)}: expected a JSON object in the array, "
-                f"got {type(record).__name__}"
-            )
+        record, end = _decode(path, lambda at=pos: decoder.raw_decode(text, at), None)
+        _object(path, line_of(pos), record, " in the array")
         records.append((line_of(pos), record))
         pos = skip(end)
         if pos < len(text) and text[pos] == ",":
@@ -99,6 +90,22 @@ def _read_array(path: Path, text: str) -> list[tuple[int, dict]]:
                 raise DataError(f"{path}:{line_of(pos)}: text after the end of the JSON array")
             return records
         raise DataError(f"{path}:{line_of(pos)}: malformed JSON array: expected ',' or ']'")
+
+
+def _decode(path, parse, line: int | None):
+    """parse(), or a DataError naming the file and line (`line`, else the error's own)."""
+    try:
+        return parse()
+    except json.JSONDecodeError as exc:
+        where = exc.lineno if line is None else line
+        raise DataError(f"{path}:{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _object(path, line: int, record, where: str = "") -> None:
+    if not isinstance(record, dict):
+        raise DataError(
+            f"{path}:{line}: expected a JSON object{where}, got {type(record).__name__}"
+        )
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict]]:
@@ -121,16 +128,8 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"{path}:{number}: malformed JSON: {exc.msg} (column {exc.colno})"
-                ) from None
-            if not isinstance(record, dict):
-                raise DataError(
-                    f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
-                )
+            record = _decode(path, lambda line=line: json.loads(line), number)
+            _object(path, number, record)
             records.append((number, record))
     if not records:
         raise DataError(f"{path}: empty data file (no JSON records)")
