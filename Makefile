@@ -17,7 +17,8 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
   $(call flag,JOB,job) $(call flag,IMAGE,image) $(call flag,RUN_ID,run-id) --runs $(RUNS) \
-  $(call flag,TRAINER,trainer) $(call flag,ENTRY,entry) $(call switch,RESUME,resume)
+  $(call flag,TRAINER,trainer) $(call flag,ENTRY,entry) $(call switch,RESUME,resume) \
+  $(call flag,RESUME_FROM,resume-from) $(call flag,MEMORY,memory) $(call flag,PIDS,pids)
 
 BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call switch,DRY_RUN,dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
@@ -43,7 +44,9 @@ help: ## list targets and variables
 	@echo "  SEED=s          seed for init, data order and dropout"
 	@echo "  TIMEOUT=s       collective timeout (ddp_timeout)"
 	@echo "  NETWORK=mode    per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)"
-	@echo "  RESUME=1        resume from the last checkpoint in the run's output"
+	@echo "  RESUME=1        resume from runs/latest's newest checkpoint (checked and named first)"
+	@echo "  RESUME_FROM=id  resume from that run's newest checkpoint"
+	@echo "  MEMORY=8g PIDS=4096  per-container memory and process limits (default: none)"
 	@echo "  MAX_RESTARTS=n  restart the group up to n times"
 	@echo "  DRY_RUN=1       print the Compose file and launch commands, run nothing"
 	@echo "  RUNS=dir        where runs are recorded (default runs/)"
@@ -68,13 +71,14 @@ $(VENV)/.train: pyproject.toml $(LOCK)
 	$(PY) -m pip install -q -c $(LOCK) -e ".[train,bench,test,kube]"
 	touch $@ $(VENV)/.harness
 
-HARNESS_DEPS = $(if $(filter host,$(LAYOUT)),$(VENV)/.train,$(VENV)/.harness)
+# LAYOUT=host trains here; a dry run with CONFIG loads it with accelerate here (no container).
+HARNESS_DEPS = $(if $(filter host,$(LAYOUT))$(and $(call switch,DRY_RUN,x),$(CONFIG)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
 	$(PY) -m tuning.harness up $(UP_FLAGS) $(call switch,DRY_RUN,dry-run)
 
-down: $(VENV)/.harness ## remove every container, network and volume the harness labelled
-	$(PY) -m tuning.harness down
+down: $(VENV)/.harness ## remove what the harness labelled, saying what (RUN_ID=x: that run only)
+	$(PY) -m tuning.harness down --runs $(RUNS) $(call flag,RUN_ID,run-id)
 
 ps: $(VENV)/.harness ## list the harness's containers and networks
 	$(PY) -m tuning.harness ps

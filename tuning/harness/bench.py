@@ -144,12 +144,12 @@ def main(a: argparse.Namespace) -> int:
     if a.entry:
         print(f"bench: probe {FOREIGN_NO_PROBE}")
     repeat = options.int_arg("REPEAT", a.repeat, 1) or 3
-    if a.resume:
+    if a.resume or a.resume_from:
         raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
     if a.layout != "single" or a.network != "isolated":
         print(f"harness: bench runs the layouts {', '.join(names)}; LAYOUT/NETWORK are ignored "
               "(use --layouts)")  # fmt: skip
-    bench_id = a.run_id or runs.new_run_id()
+    bench_id = options.checked_run_id(a.run_id)
     bench_dir = Path(a.runs).resolve() / bench_id
     existed = bench_dir.exists()
     if existed and any(bench_dir.iterdir()):
@@ -225,6 +225,7 @@ def main(a: argparse.Namespace) -> int:
     if any(LAYOUTS[n]["kind"] != "host" for n in names):
         engine.client()  # fail now, not after the host layout ran (the message names LAYOUT=host)
     bench_dir.mkdir(parents=True, exist_ok=True)
+    runs.point_latest(bench_dir.parent, bench_id)  # the bench is the newest run (its runs inside)
     fix = boot_correction()
     repeats: dict[str, list[dict]] = {n: [] for n in names}  # repeat i = round i
     status = 0

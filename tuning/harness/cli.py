@@ -8,7 +8,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import bench, engine, examples, fault, images, kube, options, run, workload
+from . import (
+    bench,
+    engine,
+    examples,
+    fault,
+    images,
+    kube,
+    leftovers,
+    options,
+    preflight,
+    run,
+    workload,
+)
 from .engine import HarnessError
 from .layout import device_of
 
@@ -16,6 +28,8 @@ from .layout import device_of
 def cmd_up(a: argparse.Namespace) -> int:
     spec = options.spec_from(a)
     if a.dry_run:
+        if spec.user_config:  # as a real run checks it, with accelerate's own loader
+            preflight.check_accelerate_config(spec.accelerate_config, None)
         run.dry_run(spec.layout, spec.accelerate_config)
         return 0
     summary = run.start(spec)
@@ -23,8 +37,17 @@ def cmd_up(a: argparse.Namespace) -> int:
 
 
 def cmd_down(a: argparse.Namespace) -> int:
-    gone = engine.remove_labelled(engine.client(), a.run_id)
-    print(f"harness: removed {gone} container(s), network(s) and volume(s) labelled harness.run")
+    """Every harness run's containers, networks and volumes; RUN_ID=x: that run's only."""
+    run_id = options.checked_run_id(a.run_id) if a.run_id else None
+    c = engine.client()
+    gone = leftovers.reap(c, Path(a.runs), only=run_id)  # dead runs: logs, summary first
+    for rid, things in engine.remove_labelled(c, run_id).items():
+        gone.setdefault(rid, []).extend(things)
+    for rid, things in gone.items():
+        print(f"harness: removed run {rid}: {', '.join(things)}")
+    if not gone:
+        which = f"run {run_id}" if run_id else "any harness run"
+        print(f"harness: nothing to remove: no container, network or volume of {which}")
     return 0
 
 
@@ -40,7 +63,7 @@ def cmd_ps(a: argparse.Namespace) -> int:
 
 
 def cmd_logs(a: argparse.Namespace) -> int:
-    run_dir = Path(a.runs) / (a.run_id or "latest")
+    run_dir = Path(a.runs) / (options.checked_run_id(a.run_id) if a.run_id else "latest")
     compose_file = run_dir / "compose.yaml"
     c = engine.client()
     if compose_file.is_file() and engine.labelled(c, run_dir.resolve().name)["containers"]:

@@ -15,6 +15,7 @@ from .layout import (
     MODEL_DIR,
     OUTPUT_DIR,
     RANK_RECORD,
+    TMP_DIR,
     Layout,
     LayoutError,
     Node,
@@ -88,8 +89,14 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         # Training needs no capability; only the fault helper gets NET_ADMIN.
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
+        # Read-only root, as the PyTorchJob's: the trainer writes only to /output, /dev/shm
+        # and /tmp (HOME points there). exec: torch.compile loads the kernels it builds there.
+        "read_only": True,
+        "tmpfs": [f"{TMP_DIR}:exec,mode=1777"],
         "stop_grace_period": "30s",
         "restart": "no",
+        **({"mem_limit": layout.memory} if layout.memory else {}),
+        **({"pids_limit": layout.pids} if layout.pids else {}),
     }
     if node.gpu_ids:
         # NCCL pins host memory; unlimited memlock is its advice. CPU ranks (gloo) need

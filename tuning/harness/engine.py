@@ -96,6 +96,19 @@ def image_present(c: docker.DockerClient, tag: str) -> bool:
         return False
 
 
+def image_record(c: docker.DockerClient | None, tag: str) -> dict:
+    """What a run's containers ran, exactly: the tag, the image id (a content digest, so a
+    rebuilt tag shows), registry digests when pulled, and the harness's source digest."""
+    if c is None:
+        return {"tag": None, "note": "LAYOUT=host runs this checkout, no image"}
+    try:
+        img = c.images.get(tag)
+    except docker.errors.DockerException:
+        return {"tag": tag, "id": None}
+    return {"tag": tag, "id": img.id, "repo_digests": img.attrs.get("RepoDigests") or [],
+            "harness_source": img.labels.get("harness.source")}  # fmt: skip
+
+
 def run_tool(cmd: list[str], **kw) -> None:
     # The tool's own output goes to the user unswallowed; a failure names the command.
     out = subprocess.run(cmd, **kw)
@@ -113,14 +126,16 @@ def labelled(c: docker.DockerClient, run_id: str | None = None) -> dict[str, lis
     }
 
 
-def remove_labelled(c: docker.DockerClient, run_id: str | None = None) -> int:
-    """Remove containers, then networks and volumes, labelled by the harness. Idempotent."""
-    gone = 0
+def remove_labelled(c: docker.DockerClient, run_id: str | None = None) -> dict[str, list[str]]:
+    """Remove containers, then networks and volumes, labelled by the harness. Idempotent.
+    Returns what it removed: run id -> ["container <name>", "network <name>", ...]."""
+    gone: dict[str, list[str]] = {}
     for kind in ("containers", "networks", "volumes"):
         for obj in labelled(c, run_id)[kind]:
+            labels = (obj.labels if kind == "containers" else obj.attrs.get("Labels")) or {}
             try:
                 obj.remove(force=True) if kind != "networks" else obj.remove()
-                gone += 1
             except docker.errors.NotFound:
-                pass
+                continue
+            gone.setdefault(labels.get(LABEL, "?"), []).append(f"{kind[:-1]} {obj.name}")
     return gone

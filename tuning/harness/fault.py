@@ -59,7 +59,7 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {a.layout}")
     kinds = KINDS if a.fault == "all" else (a.fault,)
     layouts = LAYOUTS if a.fault == "all" else (a.layout,)
-    base = a.run_id or runs.new_run_id()
+    base = options.checked_run_id(a.run_id)
     records = []
     for layout in layouts:
         for kind in kinds:
@@ -85,7 +85,7 @@ def _knobs(a: argparse.Namespace, kind: str) -> dict:
 def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> dict:
     k = _knobs(a, kind)
     b = argparse.Namespace(**{**vars(a), "timeout": k["timeout_s"], "steps": k["steps"],
-                              "resume": False})  # fmt: skip
+                              "resume": False, "resume_from": None})  # fmt: skip
     env = {
         "HARNESS_STEP_SLEEP": str(SLOW_STEP_SLEEP_S if kind == "slow" else STEP_SLEEP_S),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),

@@ -184,12 +184,11 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
     saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
              if x.get("event") == "checkpoint"}  # fmt: skip
     out = []
-    for path in sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])):
+    for path in runs.checkpoints(output):
         step = int(path.name.split("-")[-1])
-        weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
         at = saved.get(step)
         out.append({"name": path.name, "step": step,
-                    "complete": weights and (path / "trainer_state.json").is_file(),
+                    "complete": runs.checkpoint_missing(path) is None,
                     "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
     return out
 

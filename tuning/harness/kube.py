@@ -32,6 +32,7 @@ from .layout import (
     IMAGE,
     JOB_DIR,
     OUTPUT_DIR,
+    TMP_DIR,
     JobLayout,
     LayoutError,
     Node,
@@ -48,7 +49,6 @@ MANIFEST = "pytorchjob.yaml"
 # host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
 CPU_PER_RANK = 1
 MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
-TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HF_HOME, caches)
 
 
 def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
@@ -311,7 +311,7 @@ def main(a: argparse.Namespace) -> int:
     nodes = options.int_arg("NODES", a.nodes, 1) or 1
     gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
     nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
-    run_id = a.run_id or runs.new_run_id()
+    run_id = options.checked_run_id(a.run_id)
     runs_root = Path(a.runs).resolve()
     layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip

@@ -23,6 +23,7 @@ JOB_DIR = "/job"
 OUTPUT_DIR = "/output"
 MODEL_DIR = "/model"
 DATA_FILE = "/data/train.jsonl"
+TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HOME, HF_HOME, caches)
 IMAGE_MODEL = "/opt/harness/assets/tiny-model"
 IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
 # A foreign trainer (ENTRY: a module in the user's image, such as fms-hf-tuning's
@@ -81,6 +82,8 @@ class Layout:
     # (or the host launcher) takes the value from the harness's environment at start.
     secrets: tuple[str, ...] = ()
     entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
+    memory: str | None = None  # per container (Compose mem_limit, e.g. "8g"); None: no limit
+    pids: int | None = None  # processes per container (Compose pids_limit); None: no limit
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -143,8 +146,9 @@ class Layout:
 
     def container_env(self, node: Node) -> dict[str, str]:
         """The node's environment in its container. per-rank with NETWORK=shared: the ranks
-        after rank 0 live in rank 0's network namespace and reach it on loopback."""
-        env = dict(node.env)
+        after rank 0 live in rank 0's network namespace and reach it on loopback. HOME is
+        /tmp: the root is read-only (caches: ~/.cache, ~/.triton)."""
+        env = {**node.env, "HOME": TMP_DIR}
         if self.kind == "per-rank" and self.network == "shared" and node.node_rank:
             env["MASTER_ADDR"] = env["PET_MASTER_ADDR"] = "127.0.0.1"
         return env

@@ -6,6 +6,7 @@ and knows nothing else of either, and fault injection reaches a node's container
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -14,10 +15,18 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import docker.errors
+import requests.exceptions
+
 from . import compose as compose_mod
 from . import engine
 from .engine import ROOT
 from .layout import Layout
+
+
+class NodeLost(RuntimeError):
+    """A node the harness watches is gone or cannot be asked: its container was removed
+    from outside, or the engine stopped answering. The run ends `failed` with this reason."""
 
 
 class Nodes(Protocol):
@@ -78,7 +87,13 @@ class ComposeNodes:
     def poll(self) -> dict[str, int | None]:
         state = {}
         for name, ctr in self.containers.items():
-            ctr.reload()
+            try:
+                ctr.reload()
+            except docker.errors.NotFound:
+                raise NodeLost(f"{name}'s container {ctr.name} was removed from outside the "
+                               "harness (docker rm, or `make down`)") from None  # fmt: skip
+            except (docker.errors.APIError, requests.exceptions.ConnectionError) as e:
+                raise NodeLost(f"the engine did not answer about {name} ({e})") from None
             s = ctr.attrs["State"]
             ended = s["Status"] in ("exited", "dead") or (s["Status"] == "created" and s["Error"])
             state[name] = (
@@ -124,6 +139,24 @@ class ComposeNodes:
         engine.remove_labelled(self.client, self.layout.run_id)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int):
+    """The launcher gets SIGTERM when the harness dies, even by SIGKILL (Linux's parent-death
+    signal): torchrun passes it to the ranks, which checkpoint and stop, so host ranks never
+    outlive their harness. Its own session keeps Ctrl-C ours alone."""
+
+    def arm() -> None:
+        if sys.platform != "linux":
+            return  # no such signal elsewhere: Ctrl-C and the harness's stop() still apply
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the harness died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
 class HostNodes:
     """LAYOUT=host: the launcher straight on the host, from this environment's Python."""
 
@@ -148,7 +181,8 @@ class HostNodes:
         env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
         self.issued_at = time.time()
         self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with(os.getpid()))  # fmt: skip
 
     def poll(self) -> dict[str, int | None]:
         return {"host": self.proc.poll()}

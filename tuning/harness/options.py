@@ -8,7 +8,9 @@ command that runs jobs takes the same ones and reads them the same way.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,17 @@ def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
     return value
 
 
+def checked_run_id(raw: str | None) -> str:
+    """RUN_ID, checked by the one rule (runs.check_run_id) before anything is written; a new
+    id when unset."""
+    if not raw:
+        return runs.new_run_id()
+    try:
+        return runs.check_run_id(raw)
+    except ValueError as e:
+        raise HarnessError(str(e)) from None
+
+
 def gpus(raw: str | int | None, visible_only: bool = True) -> int:
     """GPUS, the one place the host decides it: unset means every GPU this host shows; more
     than it shows is refused (`visible_only`; `make kube` asks per pod of a cluster)."""
@@ -61,6 +74,15 @@ def gpus(raw: str | int | None, visible_only: bool = True) -> int:
             f"use GPUS={visible} or fewer, or GPUS=0 for CPU ranks"
         )
     return value
+
+
+def memory(raw: str | None) -> str | None:
+    """MEMORY, a per-container limit as Compose takes it: a number and a unit (b, k, m, g)."""
+    if not raw:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?[bkmg]", raw.lower()):
+        raise HarnessError(f"MEMORY={raw!r} is not a size; e.g. MEMORY=8g or MEMORY=512m")
+    return raw.lower()
 
 
 def existing(name: str, raw: str | None, kind: str) -> str | None:
@@ -87,7 +109,8 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
             image=images.resolve(a.image, device_of(n_gpus)),
             network=a.network, model=model, data=existing("DATA", a.data, "file"),
             run_dir=str(run_dir), max_restarts=int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
-            entry=getattr(a, "entry", None),
+            entry=getattr(a, "entry", None), memory=memory(getattr(a, "memory", None)),
+            pids=int_arg("PIDS", getattr(a, "pids", None), 16),
         )  # fmt: skip
     except LayoutError as e:
         raise HarnessError(str(e)) from None
@@ -154,7 +177,7 @@ class Spec:
 
 
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
-    run_id = run_id or a.run_id or runs.new_run_id()
+    run_id = checked_run_id(run_id or a.run_id)
     workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
     runs_root = Path(a.runs).resolve()
     layout = layout_from(a, run_id, runs_root / run_id)
@@ -164,16 +187,59 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     if layout.kind == "host" and layout.port == PORT:
         layout = layout.with_(port=free_port())  # host ranks share the host's ports
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
-    job = job_from(a, layout, a.resume or layout.max_restarts > 0)
+    job = job_from(a, layout, bool(a.resume or a.resume_from) or layout.max_restarts > 0)
     preflight.check_model(layout.model)
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {a.job}")
         preflight.check_data(layout.data, cfg)
-    # RESUME=1 continues the newest run (runs/latest, read now: start() moves it).
-    previous = (runs_root / "latest").resolve() if a.resume else None
-    resume_from = previous if previous and previous.is_dir() else None
-    return Spec(layout, job, accelerate_config(a, layout), runs_root, a.grace,
+    resume_from = resume_source(a, runs_root, layout)
+    config = accelerate_config(a, layout)
+    if a.config:
+        preflight.check_world_size(config, layout.world_size)
+    return Spec(layout, job, config, runs_root, a.grace,
                 resume_from=resume_from, user_config=bool(a.config))  # fmt: skip
+
+
+def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Path | None:
+    """RESUME=1: the newest run (runs/latest, read now: a start moves it); RESUME_FROM=<id>:
+    that run. Checked and named before anything starts (dry run too): the checkpoint the
+    trainer will load (the newest) must be complete and saved by as many ranks as this run has."""
+    if not (a.resume or a.resume_from):
+        return None
+    name = checked_run_id(a.resume_from) if a.resume_from else "latest"
+    previous = (runs_root / name).resolve()
+    what = f"RESUME_FROM={a.resume_from}" if a.resume_from else f"RESUME=1 ({runs_root}/latest)"
+    if not previous.is_dir():
+        raise HarnessError(f"{what}: no such run; `ls {runs_root}` shows the runs to resume from")
+    found = runs.checkpoints(previous / "output")
+    if not found:
+        raise HarnessError(f"{what}: run {previous.name} has no checkpoint in its output; "
+                           "start afresh without RESUME, or name a run that saved one")  # fmt: skip
+    newest = found[-1]
+    missing = runs.checkpoint_missing(newest)
+    if missing:
+        raise HarnessError(
+            f"{what}: {newest} is incomplete ({missing}): its run stopped while saving it. "
+            f"Remove it (`rm -r {newest}`) to resume from the one before, or start afresh"
+        )
+    saved_by = runs.checkpoint_world_size(newest)
+    if saved_by and saved_by != layout.world_size:
+        raise HarnessError(
+            f"{what}: {newest.name} of run {previous.name} was saved by {saved_by} rank(s); this "
+            f"run has {layout.world_size}. Resume with {saved_by} rank(s) (GPUS or NPROC), "
+            "or start afresh"
+        )
+    status = _json(previous / "summary.json").get("status", "no summary")
+    print(f"harness: resuming from run {previous.name} ({status}): {newest.name}, saved by "
+          f"{saved_by or '?'} rank(s)")  # fmt: skip
+    return previous
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def free_port() -> int:
@@ -201,11 +267,14 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     add_job_flags(p)
     p.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
     p.add_argument("--max-restarts")
-    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint")
+    p.add_argument("--resume", action="store_true", help="resume from the last run's checkpoint")
+    p.add_argument("--resume-from", help="resume from this run's newest checkpoint (a run id)")
     p.add_argument("--grace", type=float, default=GRACE_S,
                    help="seconds to wait for peers after a rank fails")  # fmt: skip
     p.add_argument("--run-id")
     p.add_argument("--trainer", default="harness", help="harness (default) | fms")
+    p.add_argument("--memory", help="memory limit per container (e.g. 8g)")
+    p.add_argument("--pids", help="process limit per container (e.g. 4096)")
     p.add_argument("--entry", help="module to run in IMAGE, a trainer of your own")
 
 

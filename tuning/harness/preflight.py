@@ -7,10 +7,13 @@ tuning.data: no torch), so the host and the ranks can never disagree about what 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 from tuning.config import ConfigError, SFTConfig, coerce
 from tuning.data import DataError, load_examples
@@ -57,9 +60,35 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
         raise HarnessError(f"DATA: {e}") from None
 
 
+def check_world_size(path: Path, world_size: int) -> None:
+    """A config's num_processes is the world size it was written for. The launcher passes
+    the run's own (GPUS, NPROC), so a different one would be overridden in silence: refused.
+    1 is the placeholder accelerate and fms-hf-tuning write ("overridden"), so it passes."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise HarnessError(f"CONFIG={path}: not readable YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"CONFIG={path}: an accelerate config is a mapping of keys")
+    n = data.get("num_processes")
+    if isinstance(n, int) and n not in (-1, 1, world_size):
+        raise HarnessError(
+            f"CONFIG={path} says num_processes: {n}, but this run has {world_size} rank(s) "
+            f"(GPUS/NPROC). Set GPUS or NPROC to {n}, or num_processes to {world_size} (or 1, "
+            "which the launcher overrides)"
+        )
+
+
 def check_accelerate_config(path: Path, image: str | None) -> None:
     """Run accelerate's own loader on a user's config (unknown keys raise there): in the
-    image, or in this environment for LAYOUT=host."""
+    image, or in this environment (LAYOUT=host, and every dry run: no container starts).
+    An environment without accelerate (the harness-only venv) says so and skips it."""
+    if not image and importlib.util.find_spec("accelerate") is None:
+        print(
+            f"harness: note: CONFIG={path} not loaded by accelerate here: no accelerate in "
+            "this environment (`make .venv/.train`); a real run loads it in the image"
+        )
+        return
     if image:
         cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
                "-v", f"{path.resolve()}:/cfg.yaml:ro", image, "-c", CHECK_ACCELERATE,

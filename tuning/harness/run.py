@@ -19,14 +19,14 @@ from pathlib import Path
 
 from tuning import launch
 
-from . import engine, images, preflight, runs, workload
+from . import engine, gpu_locks, images, leftovers, preflight, runs, workload
 from .engine import ROOT, HarnessError
 from .layout import Layout
-from .nodes import Nodes, backend
+from .nodes import NodeLost, Nodes, backend
 from .options import HOST_ASSETS, Spec
 from .progress import Progress
 
-EXIT_CODES = {"succeeded": 0, "interrupted": 130}  # a command's exit status; else 1
+EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
 
 
 class Interrupted(Exception):
@@ -91,10 +91,21 @@ def start(spec: Spec, on_tick=None) -> dict:
     t0 = time.time()
     layout = spec.layout
     client = prepare(layout)
+    leftovers.reap(client, spec.runs_root)  # runs whose harness died: their GPUs, ports back
     if spec.user_config:
         preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
+    held = gpu_locks.take(sorted({g for n in layout.nodes() for g in n.gpu_ids}), layout.run_id)
+    try:
+        return _run(spec, client, t0, on_tick)
+    finally:
+        held.release()
+
+
+def _run(spec: Spec, client, t0: float, on_tick) -> dict:
+    layout = spec.layout
     commands = node_commands(layout, spec.accelerate_config)
     run_dir = spec.runs_root / layout.run_id if spec.run_dir_made else _create(spec)
+    leftovers.claim(run_dir)
     if spec.job_files is None:
         runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
     for key, text in (spec.job_files or {}).items():
@@ -103,21 +114,23 @@ def start(spec: Spec, on_tick=None) -> dict:
         _take_checkpoints(spec.resume_from, run_dir / "output", layout)
     for path, text in render(layout, commands).items():
         (run_dir / path).write_text(text)
-    if layout.kind != "host":
-        _give_to_container_user(run_dir / "output", layout.user)
+    _give_to_container_user(run_dir / "output", layout)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
     print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
           f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
-    status, details = execute(
+    status, details, reason = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
     )
     # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
     restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
-    summary = write_summary(layout, run_dir, status, details, t0, restarts, spec.summary_extra)
+    extra = {**({"reason": reason} if reason else {}),
+             "image": engine.image_record(client, layout.image), **spec.summary_extra}  # fmt: skip
+    summary = write_summary(layout, run_dir, status, details, t0, restarts, extra)
     if status == "failed" and spec.explain:
         explain_failure(run_dir, summary)
-    print(f"harness: {spec.title}{status}; first loss {summary['first_loss']}, final loss "
+    why = f" ({reason})" if reason else ""
+    print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final loss "
           f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
     return summary
 
@@ -133,13 +146,15 @@ def _create(spec: Spec) -> Path:
 
 
 def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,
-            t0: float, on_tick=None) -> tuple[str, dict]:  # fmt: skip
-    """Start, follow to the end, tear down. Returns (status, per-node details).
+            t0: float, on_tick=None) -> tuple[str, dict, str | None]:  # fmt: skip
+    """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
+    `succeeded`); the status comes from what the ranks did (runs.status_of), not only from
+    their exit codes.
 
     `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
     waits for a step there); it may return "stop" to end the follow early."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
-    status = "failed"
+    status, reason = "failed", None
     progress = Progress(total_steps=total_steps)
     output = run_dir / "output"
     try:
@@ -150,6 +165,12 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             progress.update(metrics)
             state = nodes.poll()
             if on_tick and on_tick(metrics, state, nodes) == "stop":
+                # Every rank may have ended already (a launcher lingers in torchrun's exit
+                # barrier): then they say how the run went; else the harness cut it short.
+                if len(runs.ends_seen(metrics)) == layout.world_size:
+                    status, reason = runs.status_of({n: c or 0 for n, c in state.items()}, metrics)
+                else:
+                    reason = "stopped by the harness (fault injection)"
                 break
             failed = any(code not in (None, 0) for code in state.values())
             if failed and nodes.restarts_left > 0:
@@ -157,19 +178,23 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
                 failed_at = None
                 continue
             if all(code is not None for code in state.values()):
-                status = "succeeded" if all(code == 0 for code in state.values()) else "failed"
+                status, reason = runs.status_of(state, runs.read_metrics(output))
                 break
             if failed_at is None and failed:
                 failed_at = time.monotonic()  # peers should fail too; don't wait forever
             if failed_at and time.monotonic() - failed_at > grace:
-                print(f"harness: a rank failed and the others were still running after "
-                      f"{grace:.0f} s; stopping them", file=sys.stderr)  # fmt: skip
+                reason = (f"a rank failed and the others were still running after {grace:.0f} s"
+                          "; the harness stopped them")  # fmt: skip
+                print(f"harness: {reason}", file=sys.stderr)
                 break
             time.sleep(0.5)
         progress.update(runs.read_metrics(output))
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)
-        status = "interrupted"
+        status, reason = "interrupted", f"the harness received {e}"
+    except NodeLost as e:  # removed from outside (docker rm, another `make down`), engine gone
+        print(f"harness: {e}; ending the run as failed", file=sys.stderr)
+        status, reason = "failed", str(e)
     finally:
         # Teardown must finish even if a second Ctrl-C comes.
         for s in old:
@@ -179,10 +204,15 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             details = nodes.details() if status != "interrupted" or _safe(nodes) else {}
         except Exception:
             details = {}
-        nodes.stop()
+        try:
+            nodes.stop()
+        except Exception as e:  # a Docker API error in teardown: recorded, never a traceback
+            status, reason = "failed", f"{reason + '; ' if reason else ''}teardown failed: {e}"
+            print(f"harness: teardown failed: {e}; `make down RUN_ID={layout.run_id}` "
+                  "removes what is left", file=sys.stderr)  # fmt: skip
         for s, handler in old.items():
             signal.signal(s, handler)
-    return status, details
+    return status, details, reason
 
 
 def _safe(nodes) -> bool:
@@ -215,22 +245,37 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
 
 
 def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
-    """RESUME=1: hard-link the previous run's checkpoints into this run's output (copies if
-    links cannot be made), so the trainer's resume_from_checkpoint=true finds the last one."""
-    found = sorted((previous / "output").glob("checkpoint-*"))
-    if not found:
-        print(f"harness: RESUME=1 but {previous.name} has no checkpoint; starting afresh")
-        return
-    for ckpt in found:
+    """RESUME: the previous run's checkpoints into this run's output, where the trainer's
+    resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
+    owns it already, else copied and the copy given to them: the earlier run's own files never
+    change owner or mode (a link shares both)."""
+    uid, gid = _owner(layout)
+    for ckpt in runs.checkpoints(previous / "output"):
+        shutil.copytree(
+            ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
+        )
+        for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
+            if uid is not None:
+                os.chown(d, uid, gid)  # new directories, this run's own
+
+
+def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
+    if uid is None or os.stat(src).st_uid == uid:
         try:
-            shutil.copytree(ckpt, output / ckpt.name, copy_function=os.link)
+            return os.link(src, dst)
         except OSError:
-            shutil.rmtree(output / ckpt.name, ignore_errors=True)
-            shutil.copytree(ckpt, output / ckpt.name)
-        if layout.kind != "host":
-            for path in [output / ckpt.name, *(output / ckpt.name).rglob("*")]:
-                _give_to_container_user(path, layout.user)
-    print(f"harness: resuming from {previous.name}: {', '.join(c.name for c in found)}")
+            pass  # another file system: copy
+    shutil.copy2(src, dst)
+    if uid is not None:
+        os.chown(dst, uid, gid)
+
+
+def _owner(layout: Layout) -> tuple[int | None, int | None]:
+    """The ranks' uid and gid when the harness must give them files (root, containers)."""
+    if layout.kind == "host" or os.geteuid() != 0:
+        return None, None
+    uid, gid = (int(x) for x in layout.user.split(":"))
+    return uid, gid
 
 
 def explain_failure(run_dir: Path, summary: dict) -> None:
@@ -245,10 +290,10 @@ def explain_failure(run_dir: Path, summary: dict) -> None:
             print(f"  {line}", file=sys.stderr)
 
 
-def _give_to_container_user(path: Path, user: str) -> None:
+def _give_to_container_user(path: Path, layout: Layout) -> None:
     # The ranks run as the image's non-root user and must write their output here.
-    if os.geteuid() == 0:
-        uid, gid = (int(x) for x in user.split(":"))
+    uid, gid = _owner(layout)
+    if uid is not None:
         os.chown(path, uid, gid)
 
 

@@ -23,8 +23,25 @@ WARMUP_STEPS = 2  # steps excluded from steady-state figures (compile, allocator
 FMS_LOGS = "training_logs.jsonl"
 
 
+# A run id names a directory under runs/, a Compose project (harness-<id>), labels and a
+# PyTorchJob's labels: so one rule, a DNS label (RFC 1123), lower case. Commands append to
+# it (fault: "-preempt-per-rank", bench: "-r10-per-rank-probe"), hence 40, not 63.
+RUN_ID_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RUN_ID_MAX = 40
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if it keeps the rule, else ValueError saying why and how to fix it."""
+    if len(run_id) <= RUN_ID_MAX and RUN_ID_RE.fullmatch(run_id):
+        return run_id
+    why = (f"is {len(run_id)} characters, more than {RUN_ID_MAX}" if len(run_id) > RUN_ID_MAX
+           else "must be lower-case letters, digits and '-', starting and ending with a "
+                "letter or digit")  # fmt: skip
+    raise ValueError(f"RUN_ID={run_id!r} {why}; e.g. RUN_ID=my-run-2")
 
 
 def create(root: Path, run_id: str) -> Path:
@@ -42,11 +59,17 @@ def create(root: Path, run_id: str) -> Path:
             f"cannot write the run directory under {root}: {e.strerror}. "
             "Make it writable or point RUNS=<dir> elsewhere."
         ) from None
-    latest = root / "latest"
-    tmp = root / f".latest-{run_id}"
-    tmp.symlink_to(run_id)
-    os.replace(tmp, latest)
+    point_latest(root, run_id)
     return run_dir
+
+
+def point_latest(root: Path, name: str) -> None:
+    """runs/latest -> the run that started last (up, fault, kube's rehearsal, a bench). The
+    link is made under its own name and renamed over `latest`, so two runs starting at once
+    never leave it missing or half-made: the later rename wins."""
+    tmp = root / f".latest-{name}-{os.getpid()}"
+    tmp.symlink_to(name)
+    os.replace(tmp, root / "latest")
 
 
 def write_job(run_dir: Path, job: dict, accelerate_config: Path, name: str = "job.yaml") -> None:
@@ -191,6 +214,76 @@ def restarts_seen(metrics: dict[int, list[dict]]) -> list[dict]:
                 failed[str(r)] = (end or {}).get("error") or "no end line"
         out.append({"time": min(back), "by": "torchrun", "failed": failed})
     return out
+
+
+def ends_seen(metrics: dict[int, list[dict]]) -> dict[int, dict]:
+    """Each rank's last end line (its trainer's own account of how it stopped), if any."""
+    out = {}
+    for r, lines in metrics.items():
+        ends = [x for x in lines if x.get("event") == "end"]
+        if ends:
+            out[r] = ends[-1]
+    return out
+
+
+def status_of(
+    exits: dict[str, int | None], metrics: dict[int, list[dict]]
+) -> tuple[str, str | None]:
+    """A run's status once every node exited, and why when it is not `succeeded`. Exit codes
+    alone lie: a rank stopped by SIGTERM checkpoints and exits 0, and a run whose nodes never
+    started has no exit code that failed. The rules (docs/design.md):
+      failed     no node ran; or a rank's end line says failed/refused; or a node exited
+                 non-zero; or a rank that logged anything ended without an end line
+      preempted  some rank stopped early on SIGTERM (and checkpointed), none failed
+      succeeded  every node exited 0 and every rank that logged ended `completed`"""
+    if not exits:
+        return "failed", "no node ran (no container or process was started)"
+    ends = ends_seen(metrics)
+    broken = sorted(r for r, e in ends.items() if e.get("status") not in ("completed", "preempted"))
+    stopped = sorted(r for r, e in ends.items() if e.get("status") == "preempted")
+    if stopped and not broken:
+        return "preempted", (f"rank(s) {_ranks(stopped)} stopped early on SIGTERM and "
+                             "checkpointed; RESUME=1 continues from there")  # fmt: skip
+    if broken:
+        return "failed", f"rank(s) {_ranks(broken)} ended {ends[broken[0]].get('status')}"
+    bad = {n: c for n, c in exits.items() if c != 0}
+    if bad:
+        return "failed", ", ".join(f"{n} exited {c}" for n, c in bad.items())
+    silent = sorted(r for r, lines in metrics.items() if lines and r not in ends)
+    if silent:
+        return "failed", f"rank(s) {_ranks(silent)} exited 0 with no end line (killed?)"
+    return "succeeded", None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+# What a Trainer checkpoint holds once saved: its state, and weights in one of the shapes HF
+# writes (full model, LoRA adapter, FSDP sharded). training_args.bin is not weights.
+CHECKPOINT_WEIGHTS = ("model*.safetensors", "adapter_model.*", "pytorch_model*")
+
+
+def checkpoints(output: Path) -> list[Path]:
+    """output/checkpoint-N directories by N, as transformers' get_last_checkpoint orders them."""
+    found = [p for p in output.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[11:]))
+
+
+def checkpoint_missing(path: Path) -> str | None:
+    """What a checkpoint lacks to be resumed from (None: complete)."""
+    if not (path / "trainer_state.json").is_file():
+        return "no trainer_state.json"
+    if not any(any(path.glob(g)) for g in CHECKPOINT_WEIGHTS):
+        return f"no weights ({', '.join(CHECKPOINT_WEIGHTS)})"
+    return None
+
+
+def checkpoint_world_size(path: Path) -> int | None:
+    """The ranks that saved it: the Trainer writes one rng_state_<rank>.pth per rank (one
+    rng_state.pth for one process)."""
+    per_rank = list(path.glob("rng_state_*.pth"))
+    return len(per_rank) or (1 if (path / "rng_state.pth").is_file() else None)
 
 
 def world_sizes_seen(metrics: dict[int, list[dict]]) -> dict[int, int | None]:
