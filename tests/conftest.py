@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,19 @@ def harness(*args: str, runs: Path, timeout: float = 600, env: dict | None = Non
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def wait_training(runs: Path, run_id: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until every rank has logged a step (so every rank is up and training)."""
+    metrics = runs / run_id / "output/metrics"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        files = list(metrics.glob("rank*.jsonl"))
+        if len(files) == 2 and all('"event": "step"' in f.read_text() for f in files):
+            return
+        time.sleep(0.5)
+    raise AssertionError("ranks never started training")
 
 
 def leftovers(run_id: str | None = None) -> list[str]:

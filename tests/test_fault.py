@@ -152,6 +152,7 @@ def test_fault(kind, layout, harness_image, tmp_path):
         assert peer["signature"] == "collective timeout" and rec["goal_met"] is True
     elif kind in ("term", "preempt"):
         assert rec["outcome"] == "preempted" and rec["goal_met"] is True
+        assert rec["run_status"] == "preempted"  # not "succeeded": exit 0 is not the whole story
         assert all(x["end_status"] == "preempted" for x in ranks.values())
         assert any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
         resume_continues(rec, layout, tmp_path)

@@ -6,11 +6,10 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers
+from conftest import ROOT, leftovers, wait_training
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SECRET = "hf_not-a-real-token-4242"
@@ -24,19 +23,6 @@ def make_up(runs: Path, run_id: str, layout: str, steps: int = 5000) -> subproce
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "HF_TOKEN": SECRET}, start_new_session=True,
     )  # fmt: skip
-
-
-def wait_training(runs: Path, run_id: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    """Until every rank has logged a step (so every container is up and training)."""
-    metrics = runs / run_id / "output/metrics"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()
-        files = list(metrics.glob("rank*.jsonl"))
-        if len(files) == 2 and all('"event": "step"' in f.read_text() for f in files):
-            return
-        time.sleep(0.5)
-    raise AssertionError("ranks never started training")
 
 
 def inspect(run_id: str) -> list[dict]:

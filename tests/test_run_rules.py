@@ -1,0 +1,183 @@
+"""The rules a run is held to before and after it runs (issue 12): the status comes from what
+the ranks did, one rule for run ids, RESUME checks what it resumes from and never changes the
+earlier run's files, a dry run checks CONFIG as a real run does, one GPU for one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, harness
+
+from tuning.harness import gpu_locks, run, runs
+from tuning.harness.engine import HarnessError
+from tuning.harness.layout import Layout
+
+
+def end(status: str) -> list[dict]:
+    return [
+        {"event": "step", "step": 1, "loss": 1.0, "time": 0.0},
+        {"event": "end", "status": status},
+    ]
+
+
+@pytest.mark.parametrize(
+    "exits, metrics, status",
+    [
+        ({"trainer": 0}, {0: end("completed"), 1: end("completed")}, "succeeded"),
+        ({"trainer": 0}, {0: end("preempted"), 1: end("preempted")}, "preempted"),
+        ({"rank0": 0, "rank1": 143}, {0: end("preempted"), 1: end("preempted")}, "preempted"),
+        ({}, {}, "failed"),  # nothing ran is not a success
+        ({"trainer": 0}, {0: end("completed"), 1: end("failed")}, "failed"),
+        ({"trainer": 0}, {0: end("completed"), 1: end("completed")[:1]}, "failed"),  # no end line
+        ({"trainer": 1}, {0: end("completed")}, "failed"),
+        ({"trainer": 0}, {}, "succeeded"),  # a probe logs no metrics: its exit code is all
+    ],
+)
+def test_status_comes_from_what_the_ranks_did(exits, metrics, status):
+    got, reason = runs.status_of(exits, metrics)
+    assert got == status
+    assert (reason is None) == (status == "succeeded")
+
+
+@pytest.mark.parametrize("bad", ["../escape", "MyRun", "a_b", "-x", "x" * 41, "a/b"])
+def test_a_bad_run_id_is_refused_before_anything_is_written(tmp_path, bad):
+    runs_dir = tmp_path / "runs"
+    for cmd in (["up", "--dry-run"], ["up"], ["kube"], ["logs"], ["bench", "--dry-run"]):
+        out = harness(*cmd, f"--run-id={bad}", runs=runs_dir, timeout=120)
+        assert out.returncode == 2, (cmd, out.stdout, out.stderr)
+        assert f"RUN_ID={bad!r}" in out.stderr and "e.g. RUN_ID=" in out.stderr, out.stderr
+    assert not (tmp_path / "escape").exists()
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_a_good_run_id_passes():
+    assert runs.check_run_id("sft-demo-2") == "sft-demo-2"
+    assert runs.check_run_id(runs.new_run_id())
+
+
+def fake_run(root: Path, run_id: str, ckpts: dict[str, list[str]], status="failed") -> Path:
+    """A previous run with checkpoints holding the named files."""
+    d = root / run_id
+    (d / "output").mkdir(parents=True)
+    for name, files in ckpts.items():
+        (d / "output" / name).mkdir()
+        for f in files:
+            (d / "output" / name / f).write_text("x")
+    (d / "summary.json").write_text(json.dumps({"status": status}))
+    runs.point_latest(root, run_id)
+    return d
+
+
+COMPLETE = ["trainer_state.json", "model.safetensors", "rng_state_0.pth", "rng_state_1.pth"]
+
+
+def test_resume_names_what_it_resumes_from_in_a_dry_run(tmp_path):
+    fake_run(tmp_path, "before", {"checkpoint-10": COMPLETE, "checkpoint-20": COMPLETE})
+    out = harness("up", "--dry-run", "--resume", runs=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "resuming from run before (failed): checkpoint-20, saved by 2 rank(s)" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "ckpts, flags, message",
+    [
+        ({"checkpoint-10": COMPLETE, "checkpoint-9x": [], "checkpoint-20": []}, [],
+         "checkpoint-20 is incomplete (no trainer_state.json)"),
+        ({"checkpoint-10": ["trainer_state.json", "training_args.bin"]}, [],
+         "checkpoint-10 is incomplete (no weights"),
+        ({"checkpoint-10": COMPLETE}, ["--nproc", "4"], "saved by 2 rank(s); this run has 4"),
+        ({}, [], "has no checkpoint"),
+    ],
+)  # fmt: skip
+def test_resume_refuses_what_it_cannot_resume(tmp_path, ckpts, flags, message):
+    fake_run(tmp_path, "before", ckpts)
+    for dry in (["--dry-run"], []):
+        out = harness("up", "--resume", *flags, *dry, "--run-id", "after", runs=tmp_path,
+                      timeout=120)  # fmt: skip
+        assert out.returncode == 2 and message in out.stderr, out.stdout + out.stderr
+        assert not (tmp_path / "after").exists()  # refused before anything was written
+
+
+def test_resume_from_names_a_run(tmp_path):
+    fake_run(tmp_path, "first", {"checkpoint-5": COMPLETE})
+    fake_run(tmp_path, "second", {})  # latest: has nothing
+    out = harness("up", "--dry-run", "--resume-from", "first", runs=tmp_path, timeout=120)
+    assert out.returncode == 0 and "resuming from run first" in out.stdout, out.stderr
+    out = harness("up", "--dry-run", "--resume-from", "nope", runs=tmp_path, timeout=120)
+    assert out.returncode == 2 and "RESUME_FROM=nope: no such run" in out.stderr, out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to the ranks' user needs root")
+def test_resume_never_changes_the_earlier_runs_files(tmp_path):
+    prev = fake_run(tmp_path, "before", {"checkpoint-10": COMPLETE})
+    for f in (prev / "output/checkpoint-10").iterdir():
+        f.chmod(0o600)  # as the Trainer leaves model.safetensors
+    before = {
+        f.name: (f.stat().st_uid, f.stat().st_mode)
+        for f in (prev / "output/checkpoint-10").iterdir()
+    }
+    out = tmp_path / "after/output"
+    out.mkdir(parents=True)
+    run._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+    after = {
+        f.name: (f.stat().st_uid, f.stat().st_mode)
+        for f in (prev / "output/checkpoint-10").iterdir()
+    }
+    assert after == before
+    taken = list((out / "checkpoint-10").iterdir())
+    assert sorted(f.name for f in taken) == sorted(COMPLETE)
+    assert all(f.stat().st_uid == 1000 for f in [out / "checkpoint-10", *taken])
+    assert all(f.read_text() == "x" for f in taken)
+
+
+def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("distributed_type: FSDP\nnot_an_accelerate_key: 1\n")
+    out = harness("up", "--dry-run", "--config", str(bad), runs=tmp_path / "runs", timeout=300)
+    assert out.returncode == 2 and "accelerate refuses it" in out.stderr, out.stdout + out.stderr
+    assert "not_an_accelerate_key" in out.stderr
+    eight = tmp_path / "eight.yaml"
+    eight.write_text((ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text().replace(
+        "num_processes: 1", "num_processes: 8"))  # fmt: skip
+    out = harness("up", "--dry-run", "--config", str(eight), "--nproc", "2", runs=tmp_path / "runs")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "says num_processes: 8, but this run has 2 rank(s)" in out.stderr
+    out = harness("up", "--dry-run", "--config", str(eight), "--nproc", "8", runs=tmp_path / "runs")
+    assert out.returncode == 0, out.stderr
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from tuning.harness import gpu_locks
+held = gpu_locks.take(["0", "1"], "other-run", Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_busy_gpu_is_refused_and_freed_when_its_holder_dies(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(HarnessError, match=r"GPU 1 is in use by run other-run \(harness pid"):
+            gpu_locks.take(["2", "1"], "mine", tmp_path)
+        gpu_locks.take(["2"], "mine", tmp_path).release()  # all or none: 2 was let go
+    finally:
+        holder.kill()  # SIGKILL: the kernel drops its locks
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            gpu_locks.take(["0", "1"], "mine", tmp_path).release()
+            break
+        except HarnessError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
