@@ -21,6 +21,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.files import read_or_refuse
+
 CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
 # fms unescapes these (DataArguments.__post_init__): "\\n" typed in a flag or a JSON is a newline
 UNESCAPED = ("data_formatter_template", "response_template")
@@ -364,10 +366,7 @@ def coerce(name: str, value, source: str):
 def load_file(path: str | os.PathLike) -> dict:
     """Read a JSON or YAML job file into a dict of known, type-checked keys."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+    text = read_or_refuse(path, lambda why: ConfigError(f"cannot read job file {path}: {why}"))
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text) if text.strip() else {}

@@ -26,6 +26,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.files import read_or_refuse
+
 IGNORE_INDEX = -100
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -112,10 +114,7 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
     """Parse JSON Lines or a JSON array into (line number, record) pairs; refuse anything
     malformed, naming the file and line."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read data file: {exc.strerror or exc}") from None
+    raw = read_or_refuse(path, lambda why: DataError(f"{path}: cannot read data file: {why}"), True)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
