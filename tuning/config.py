@@ -6,7 +6,8 @@ Argument names, types and defaults are fms-hf-tuning 3.2.2's (its HfArgumentPars
 ModelArguments, DataArguments, TrainingArguments, LoraConfig, trackers): bare ``--flag`` for a
 boolean, ``--target_modules q_proj v_proj``, ``peft_method LORA``, ``\\n`` typed in a template
 unescaped as fms does. fms keys this trainer does not implement are in NO_OP_KEYS (accepted:
-they change nothing here) or REFUSED_KEYS (refused, by name, unless left at fms's default).
+they change nothing here) or REFUSED_KEYS (refused, by name, unless left at fms's default), both
+in tuning/fms_keys.py.
 Pure Python: no torch import here.
 """
 
@@ -21,112 +22,13 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.files import read_or_refuse
+from tuning.fms_keys import NO_OP_KEYS, REFUSED_KEYS, is_default
+
 CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
 # fms unescapes these (DataArguments.__post_init__): "\\n" typed in a flag or a JSON is a newline
 UNESCAPED = ("data_formatter_template", "response_template")
 PEFT_METHODS = ("lora", "none")
-
-# fms keys that change nothing in this trainer: accepted with any value, and why.
-NO_OP_KEYS = {
-    "use_flash_attn": "attention kernel only; the model's default attention is used",
-    "flash_attn_implementation": "attention kernel only (with use_flash_attn)",
-    "include_tokens_per_second": "an HF speed metric; tokens/s is in train_summary.json",
-    "include_num_input_tokens_seen": "an HF counter; tokens are in the step metrics",
-    "log_level": "logging verbosity",
-    "log_level_replica": "logging verbosity",
-    "logging_dir": "TensorBoard directory; no reporter runs here",
-    "logging_first_step": "HF log lines only",
-    "logging_nan_inf_filter": "HF log lines only",
-    "disable_tqdm": "progress bar only",
-    "run_name": "a tracker's run name",
-    "experiment": "a tracker's experiment name",
-    "exp_metadata": "metadata for a tracker",
-    "run_uri_export_path": "where a tracker writes its run URI",
-    "cache_dir": "download cache; models and data are local directories here",
-    "overwrite_output_dir": "not read by the HF Trainer",
-    "do_train": "not read by the HF Trainer",
-    "do_eval": "not read by the HF Trainer",
-    "do_predict": "not read by the HF Trainer",
-    "skip_memory_metrics": "HF memory metrics only",
-    "save_safetensors": "file format of checkpoints (always safetensors here)",
-    "dataloader_pin_memory": "host-to-device copy speed only",
-    "dataloader_persistent_workers": "worker reuse only (no loader workers here)",
-    "remove_unused_columns": "this trainer's collator makes exactly the model's columns",
-    "local_rank": "set by the launcher",
-    "num_train_dataset_shards": "only with do_dataprocessing_only (refused)",
-    "num_eval_dataset_shards": "only with do_dataprocessing_only (refused)",
-    "prompt_tuning_init": "only with peft_method pt (refused)",
-    "num_virtual_tokens": "only with peft_method pt (refused)",
-    "prompt_tuning_init_text": "only with peft_method pt (refused)",
-    "aim_experiment": "aim tracker only (refused)",
-    "aim_repo": "aim tracker only (refused)",
-    "aim_remote_server_ip": "aim tracker only (refused)",
-    "aim_remote_server_port": "aim tracker only (refused)",
-    "aim_url": "aim tracker only (refused)",
-    "mlflow_experiment": "mlflow tracker only (refused)",
-    "mlflow_tracking_uri": "mlflow tracker only (refused)",
-    "clearml_project": "clearml tracker only (refused)",
-    "clearml_task": "clearml tracker only (refused)",
-    "scanner_output_filename": "hf_resource_scanner tracker only (refused)",
-}
-
-# fms keys (and HF TrainingArguments fms passes through) that would change training and that
-# this trainer does not implement: fms's default -> accepted; anything else -> refused.
-REFUSED_KEYS = {
-    # fms ModelArguments / DataArguments
-    "embedding_size_multiple_of": 1,
-    "instruction_template": None,
-    "chat_template": None,
-    "dataset_conversation_field": None,
-    "dataset_image_field": None,
-    "data_config_path": None,
-    "add_special_tokens": None,
-    "do_dataprocessing_only": False,
-    # fms TrainingArguments
-    "packing": False,
-    "enable_reduce_loss_sum": False,
-    # fms extras: quantization, acceleration plugins, trainer controller, aLoRA
-    "quantization_method": "none",
-    "dequantize": True,
-    "trainer_controller_config_file": None,
-    "alora_invocation_string": None,
-    "padding_free": None,
-    "multipack": None,
-    "fast_moe": None,
-    "fused_lora": None,
-    "fast_kernels": None,
-    "auto_gptq": None,
-    "bitsandbytes": None,
-    # HF TrainingArguments
-    "bf16": False,
-    "fp16": False,
-    "tf32": None,
-    "torch_compile": False,
-    "deepspeed": None,
-    "fsdp": "",
-    "fsdp_config": None,
-    "gradient_checkpointing_kwargs": None,
-    "group_by_length": False,
-    "auto_find_batch_size": False,
-    "ignore_data_skip": False,
-    "neftune_noise_alpha": None,
-    "label_smoothing_factor": 0.0,
-    "eval_on_start": False,
-    "push_to_hub": False,
-    "report_to": "none",
-    "use_cpu": False,
-    # peft LoraConfig (fms's LoraConfig extends it)
-    "bias": "none",
-    "use_rslora": False,
-    "use_dora": False,
-    "fan_in_fan_out": False,
-    "modules_to_save": None,
-    "exclude_modules": None,
-    "layers_to_transform": None,
-    "layers_pattern": None,
-    "trainable_token_indices": None,
-    "init_lora_weights": True,
-}
 
 
 class ConfigError(ValueError):
@@ -203,7 +105,7 @@ class SFTConfig:
             )
         for name, default in REFUSED_KEYS.items():
             value = getattr(self, name)
-            if not _is_default(value, default):
+            if not is_default(value, default):
                 raise ConfigError(
                     f"{name}={value!r} in {source} would change training and is not implemented"
                     f" by this trainer; remove it (fms's default is {default!r}) or run"
@@ -264,33 +166,6 @@ SFTConfig = dataclasses.make_dataclass(
 SFTConfig.__module__ = __name__
 FIELDS = {f.name: f for f in dataclasses.fields(SFTConfig)}
 EXTRA_KEYS = set(NO_OP_KEYS) | set(REFUSED_KEYS)
-
-
-def _norm(value):
-    """A value from a file or a flag, compared loosely with a default: 'false' == False,
-    'None' == '' == [] == None, '1.0' == 1."""
-    if isinstance(value, list | tuple):
-        return None if not value else (_norm(value[0]) if len(value) == 1 else list(value))
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("", "none", "null"):
-            return None
-        if low in ("true", "false"):
-            return low == "true"
-        try:
-            return float(low)
-        except ValueError:
-            return low
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _is_default(value, default) -> bool:
-    a, b = _norm(value), _norm(default)
-    if b in (None, False):
-        return a in (None, False)
-    return a == b
 
 
 def _base_type(name: str):
@@ -364,10 +239,7 @@ def coerce(name: str, value, source: str):
 def load_file(path: str | os.PathLike) -> dict:
     """Read a JSON or YAML job file into a dict of known, type-checked keys."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+    text = read_or_refuse(path, lambda why: ConfigError(f"cannot read job file {path}: {why}"))
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text) if text.strip() else {}

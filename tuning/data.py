@@ -21,21 +21,14 @@ Every record carries an ``index`` (its position in the dataset); the collator tu
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.files import read_or_refuse
+from tuning.template import SPECIAL_NAMES, NeedsJinja, render_template
+
 IGNORE_INDEX = -100
-PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ELEMENT_ITEM = re.compile(r"""element\s*\[\s*(['"])(.*?)\1\s*\]""", re.S)
-ELEMENT_ATTR = re.compile(r"element\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-LEGACY_KEY = re.compile(r"""[^'"\[\]().|%,+*/~=<>!{}]+""")  # {{Tweet text}}: a name, not Jinja
-# The names fms puts beside the record's fields when it renders a template
-# (tokenizer.special_tokens_map); until the tokenizer is known they render as these defaults.
-SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                 "mask_token", "additional_special_tokens")  # fmt: skip
 
 
 class DataError(ValueError):
@@ -112,10 +105,7 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
     """Parse JSON Lines or a JSON array into (line number, record) pairs; refuse anything
     malformed, naming the file and line."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read data file: {exc.strerror or exc}") from None
+    raw = read_or_refuse(path, lambda why: DataError(f"{path}: cannot read data file: {why}"), True)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -150,82 +140,6 @@ def _field(path, number, record, name) -> str:
     return str(value)
 
 
-class _NeedsJinja(Exception):
-    pass
-
-
-def _lookup(expr: str, record: dict, special: dict):
-    """The value of one ``{{ expr }}``: a field, element['field'], element.field, a special
-    token, or a field name with spaces ({{Tweet text}}). Anything else is Jinja's business."""
-    e = expr.strip()
-    if IDENT.fullmatch(e):
-        if e in record:
-            return record[e]
-        if e in special:
-            return special[e]
-        raise KeyError(e)
-    m = ELEMENT_ITEM.fullmatch(e) or ELEMENT_ATTR.fullmatch(e)
-    if m:
-        key = m.group(m.lastindex)
-        if key in record:
-            return record[key]
-        raise KeyError(key)
-    if LEGACY_KEY.fullmatch(e):
-        if e in record:
-            return record[e]
-        raise KeyError(e)
-    raise _NeedsJinja
-
-
-def _legacy_to_jinja(template: str, record: dict) -> str:
-    """{{Tweet text}} -> {{ element['Tweet text'] }}, so Jinja can render the rest."""
-
-    def sub(m):
-        e = m.group(1).strip()
-        if not IDENT.fullmatch(e) and LEGACY_KEY.fullmatch(e):
-            return "{{ element[" + repr(e) + "] }}"
-        return m.group(0)
-
-    return PLACEHOLDER.sub(sub, template)
-
-
-def render_template(template: str, record: dict, special: dict) -> str:
-    """Render a data_formatter_template as fms 3.2.2 does (Jinja, StrictUndefined, with
-    ``element`` = the record and the record's fields and the special tokens as names).
-    Raises KeyError(name) for a field the record lacks."""
-    if "{%" not in template and "{#" not in template:
-        # Jinja's lexer: newlines normalised to \n, one trailing newline dropped.
-        source = re.sub(r"\r\n|\r", "\n", template)
-        if source.endswith("\n"):
-            source = source[:-1]
-        try:
-            parts, at = [], 0
-            for m in PLACEHOLDER.finditer(source):
-                parts.append(source[at : m.start()])
-                value = _lookup(m.group(1), record, special)
-                parts.append("None" if value is None else str(value))
-                at = m.end()
-            parts.append(source[at:])
-            return "".join(parts)
-        except _NeedsJinja:
-            pass
-    try:
-        from jinja2 import StrictUndefined, UndefinedError
-        from jinja2.sandbox import SandboxedEnvironment
-    except ImportError:
-        raise _NeedsJinja from None
-    env = SandboxedEnvironment(undefined=StrictUndefined)
-    try:
-        compiled = env.from_string(_legacy_to_jinja(template, record))
-        return compiled.render(element=record, **{**special, **record})
-    except UndefinedError as exc:
-        name = re.search(r"'([^']*)' is undefined|has no attribute '([^']*)'", str(exc))
-        key = next((g for g in name.groups() if g), str(exc)) if name else str(exc)
-        raise KeyError(key) from None
-    except Exception as exc:
-        raise ValueError(f"cannot render data_formatter_template: {exc}") from None
-
-
 def _render(path, number, record, template, special) -> str | None:
     try:
         return render_template(template, record, special)
@@ -236,7 +150,7 @@ def _render(path, number, record, template, special) -> str | None:
         ) from None
     except ValueError as exc:
         raise DataError(f"{path}:{number}: {exc}") from None
-    except _NeedsJinja:
+    except NeedsJinja:
         return None  # full Jinja, and jinja2 is not installed here (the host): checked in the image
 
 

@@ -73,20 +73,29 @@ def write(out: str | Path, n: int = 512, seed: int = 0, words: int | None = None
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tuning.demo_data", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--out", required=True, help="JSONL file to write")
-    parser.add_argument("--n", type=int, default=512, help="number of records (default 512)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--words", type=int, default=None, help="exactly W words per record (default: 3-6)"
-    )
-    args = parser.parse_args(argv)
-    path = write(args.out, args.n, args.seed, args.words)
-    print(f"wrote {args.n} records to {path}")
+def cli(argv: list[str] | None, module: str, doc: str, options: dict[str, dict], run) -> int:
+    """The command line of this module and of tuning.tiny_model: ``python -m MODULE`` with
+    `options` (flag -> add_argument keywords, in order); run(args) writes the files and returns
+    the line to print."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    for flag, kwargs in options.items():
+        parser.add_argument(flag, **kwargs)
+    print(run(parser.parse_args(argv)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = {
+        "--out": dict(required=True, help="JSONL file to write"),
+        "--n": dict(type=int, default=512, help="number of records (default 512)"),
+        "--seed": dict(type=int, default=0),
+        "--words": dict(type=int, default=None, help="exactly W words per record (default: 3-6)"),
+    }
+
+    def run(a):
+        return f"wrote {a.n} records to {write(a.out, a.n, a.seed, a.words)}"
+
+    return cli(argv, "tuning.demo_data", __doc__, options, run)
 
 
 if __name__ == "__main__":

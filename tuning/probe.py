@@ -61,13 +61,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import fcntl
-import ipaddress
 import json
 import os
-import socket
-import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,9 +70,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tuning.transport import (  # noqa: F401 (the parsers are still reached as probe.*: tests)
+    parse_ip_addr,
+    parse_proc_net_tcp,
+    tcp_connections,
+    transport_info,
+)
+
 GB = 1e9
 MIN_TIMED_ITERS = 3
-_TCP_ESTABLISHED = "01"
 
 
 # ---------------------------------------------------------------------------------------
@@ -115,147 +116,6 @@ def timed_iters(op_time_s: float, iters: int, budget_s: float) -> int:
         return iters
     fit = int(budget_s // op_time_s)
     return max(MIN_TIMED_ITERS, min(iters, fit))
-
-
-def _hex_ip(hexaddr: str) -> str:
-    raw = bytes.fromhex(hexaddr)
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    # IPv6: four 32-bit words, each in host (little-endian) order.
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-    ip = ipaddress.IPv6Address(words)
-    return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
-
-
-def parse_proc_net_tcp(text: str) -> list[dict]:
-    """Rows of /proc/net/tcp{,6}: [{local_ip, local_port, remote_ip, remote_port, state, inode}]."""
-    rows = []
-    for line in text.splitlines()[1:]:
-        f = line.split()
-        if len(f) < 10:
-            continue
-        (lip, lport), (rip, rport) = f[1].split(":"), f[2].split(":")
-        rows.append(
-            {
-                "local_ip": _hex_ip(lip),
-                "local_port": int(lport, 16),
-                "remote_ip": _hex_ip(rip),
-                "remote_port": int(rport, 16),
-                "state": f[3],
-                "inode": int(f[9]),
-            }
-        )
-    return rows
-
-
-def parse_ip_addr(text: str) -> dict[str, str]:
-    """`ip -o addr` output -> {address: interface}."""
-    out = {}
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[2] in ("inet", "inet6"):
-            out[f[3].split("/")[0]] = f[1].rstrip(":").split("@")[0]
-    return out
-
-
-def _socket_inodes(pid: str = "self") -> set[int]:
-    inodes = set()
-    fd_dir = f"/proc/{pid}/fd"
-    for fd in os.listdir(fd_dir):
-        try:
-            target = os.readlink(os.path.join(fd_dir, fd))
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def interface_addresses() -> dict[str, str]:
-    """This network namespace's addresses -> interface name."""
-    try:
-        res = subprocess.run(
-            ["ip", "-o", "addr"], capture_output=True, text=True, timeout=5, check=True
-        )
-        found = parse_ip_addr(res.stdout)
-        if found:
-            return found
-    except (OSError, subprocess.SubprocessError):
-        pass
-    found = {}
-    siocgifaddr = 0x8915
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                req = struct.pack("256s", name.encode()[:15])
-                res = fcntl.ioctl(s.fileno(), siocgifaddr, req)
-                found[socket.inet_ntoa(res[20:24])] = name
-            except OSError:
-                continue
-    try:
-        with open("/proc/net/if_inet6") as f:
-            for line in f:
-                p = line.split()
-                if len(p) >= 6:
-                    found[str(ipaddress.IPv6Address(bytes.fromhex(p[0])))] = p[5]
-    except OSError:
-        pass
-    return found
-
-
-def _interface_of(ip: str, addrs: dict[str, str]) -> str | None:
-    if ip in addrs:
-        return addrs[ip]
-    if ipaddress.ip_address(ip).is_loopback:
-        return next((n for a, n in addrs.items() if ipaddress.ip_address(a).is_loopback), "lo")
-    return None
-
-
-def tcp_connections(master_port: int | None, pid: str = "self") -> list[dict]:
-    """This process's ESTABLISHED TCP connections, each with interface, kind and loopback."""
-    inodes = _socket_inodes(pid)
-    addrs = interface_addresses()
-    conns = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            text = Path(table).read_text()
-        except OSError:
-            continue
-        for r in parse_proc_net_tcp(text):
-            if r["state"] != _TCP_ESTABLISHED or r["inode"] not in inodes:
-                continue
-            store = master_port is not None and master_port in (r["local_port"], r["remote_port"])
-            remote_local = ipaddress.ip_address(r["remote_ip"]).is_loopback or (
-                r["remote_ip"] in addrs
-            )
-            conns.append(
-                {
-                    "local": f"{r['local_ip']}:{r['local_port']}",
-                    "remote": f"{r['remote_ip']}:{r['remote_port']}",
-                    "interface": _interface_of(r["local_ip"], addrs),
-                    "kind": "store" if store else "collective",
-                    "loopback": remote_local,
-                }
-            )
-    return sorted(conns, key=lambda c: (c["kind"], c["local"], c["remote"]))
-
-
-def transport_info(rank: int, master_port: int | None) -> dict:
-    conns = tcp_connections(master_port)
-    coll = [c for c in conns if c["kind"] == "collective"]
-    ifaces = sorted({c["interface"] or "?" for c in coll})
-    return {
-        "rank": rank,
-        "hostname": socket.gethostname(),
-        "interface": ",".join(ifaces) if ifaces else None,
-        "interfaces": ifaces,
-        "local": sorted({c["local"].rsplit(":", 1)[0] for c in coll}),
-        "peers": [c["remote"] for c in coll],
-        "loopback": bool(coll) and all(c["loopback"] for c in coll),
-        "store": [c["remote"] for c in conns if c["kind"] == "store"],
-        "connections": conns,
-        "nccl_debug": os.environ.get("NCCL_DEBUG"),
-    }
 
 
 # ---------------------------------------------------------------------------------------

@@ -45,6 +45,14 @@ from tuning.metrics import (
 )
 
 EXIT_REFUSED = 2
+# SFTConfig fields handed to TrainingArguments under the same name, unchanged.
+PASSED_THROUGH = (
+    "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+    "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
+    "lr_scheduler_type", "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "logging_strategy",
+    "weight_decay", "max_grad_norm", "seed", "logging_steps", "eval_steps", "save_strategy",
+    "save_steps", "save_total_limit", "ddp_timeout",
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,30 +164,9 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
     elif resume.lower() == "false":
         resume = None
     args = TrainingArguments(
-        output_dir=cfg.output_dir,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
+        **{name: getattr(cfg, name) for name in PASSED_THROUGH},
         warmup_steps=cfg.warmup_steps or cfg.warmup_ratio,  # transformers 5: < 1 is a ratio
-        optim=cfg.optim,
-        adam_beta1=cfg.adam_beta1,
-        adam_beta2=cfg.adam_beta2,
-        adam_epsilon=cfg.adam_epsilon,
-        logging_strategy=cfg.logging_strategy,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        seed=cfg.seed,
-        logging_steps=cfg.logging_steps,
         eval_strategy=cfg.eval_strategy if eval_ds is not None else "no",
-        eval_steps=cfg.eval_steps,
-        save_strategy=cfg.save_strategy,
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        ddp_timeout=cfg.ddp_timeout,
         ddp_find_unused_parameters=False,
         bf16=False,
         report_to="none",

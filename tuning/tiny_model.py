@@ -16,8 +16,9 @@ output layer costs what a real 32000-token vocabulary costs) with model_max_leng
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from tuning.demo_data import cli
 
 ARCHS = ("llama", "gpt2", "granite", "mistral")
 SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -117,21 +118,17 @@ def build(out: str | Path, arch: str = "llama", seed: int = 0, size: str = "tiny
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tuning.tiny_model", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--out", required=True, help="directory to write the model and tokenizer to"
-    )
-    parser.add_argument("--arch", choices=ARCHS, default="llama")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--size", choices=SIZES, default="tiny", help="tiny (default) or 1b (llama only)"
-    )
-    args = parser.parse_args(argv)
-    path = build(args.out, args.arch, args.seed, args.size)
-    print(f"wrote a {args.size} {args.arch} model to {path}")
-    return 0
+    options = {
+        "--out": dict(required=True, help="directory to write the model and tokenizer to"),
+        "--arch": dict(choices=ARCHS, default="llama"),
+        "--seed": dict(type=int, default=0),
+        "--size": dict(choices=SIZES, default="tiny", help="tiny (default) or 1b (llama only)"),
+    }
+
+    def run(a):
+        return f"wrote a {a.size} {a.arch} model to {build(a.out, a.arch, a.seed, a.size)}"
+
+    return cli(argv, "tuning.tiny_model", __doc__, options, run)
 
 
 if __name__ == "__main__":
