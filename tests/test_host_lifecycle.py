@@ -28,8 +28,14 @@ def start(runs: Path, run_id: str) -> subprocess.Popen:
 
 def ranks_of(run_dir: Path) -> list[int]:
     """Processes whose command line names the run (the launcher and its ranks)."""
-    out = subprocess.run(["pgrep", "-f", str(run_dir / "job")], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(run_dir / "job").encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass  # gone meanwhile
+    return found
 
 
 def parent(pid: int) -> int:

@@ -50,13 +50,13 @@ def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
     return value
 
 
-def checked_run_id(raw: str | None) -> str:
+def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
     """RUN_ID, checked by the one rule (runs.check_run_id) before anything is written; a new
     id when unset."""
     if not raw:
         return runs.new_run_id()
     try:
-        return runs.check_run_id(raw)
+        return runs.check_run_id(raw, limit)
     except ValueError as e:
         raise HarnessError(str(e)) from None
 
@@ -177,7 +177,8 @@ class Spec:
 
 
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
-    run_id = checked_run_id(run_id or a.run_id)
+    # A command's own id for one of its runs (bench, fault) derives from a checked RUN_ID.
+    run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(a.run_id)
     workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
     runs_root = Path(a.runs).resolve()
     layout = layout_from(a, run_id, runs_root / run_id)

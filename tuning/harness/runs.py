@@ -24,21 +24,24 @@ FMS_LOGS = "training_logs.jsonl"
 
 
 # A run id names a directory under runs/, a Compose project (harness-<id>), labels and a
-# PyTorchJob's labels: so one rule, a DNS label (RFC 1123), lower case. Commands append to
-# it (fault: "-preempt-per-rank", bench: "-r10-per-rank-probe"), hence 40, not 63.
+# PyTorchJob's labels: so one rule, a DNS label (RFC 1123), lower case, at most 63. Commands
+# append to the id a user gives (fault: "-partition-per-rank", bench:
+# "-r10-per-rank-isolated-probe", 29 at most), hence 32 for that one.
 RUN_ID_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-RUN_ID_MAX = 40
+RUN_ID_MAX = 32
+LABEL_MAX = 63
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def check_run_id(run_id: str) -> str:
-    """`run_id` if it keeps the rule, else ValueError saying why and how to fix it."""
-    if len(run_id) <= RUN_ID_MAX and RUN_ID_RE.fullmatch(run_id):
+def check_run_id(run_id: str, limit: int = RUN_ID_MAX) -> str:
+    """`run_id` if it keeps the rule, else ValueError saying why and how to fix it. `limit`:
+    LABEL_MAX for the ids commands derive from a checked one."""
+    if len(run_id) <= limit and RUN_ID_RE.fullmatch(run_id):
         return run_id
-    why = (f"is {len(run_id)} characters, more than {RUN_ID_MAX}" if len(run_id) > RUN_ID_MAX
+    why = (f"is {len(run_id)} characters, more than {limit}" if len(run_id) > limit
            else "must be lower-case letters, digits and '-', starting and ending with a "
                 "letter or digit")  # fmt: skip
     raise ValueError(f"RUN_ID={run_id!r} {why}; e.g. RUN_ID=my-run-2")
