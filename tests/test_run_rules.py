@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import docker.errors
 import pytest
 from conftest import ROOT, harness
 
-from tuning.harness import gpu_locks, run, runs
+from tuning.harness import gpu_locks, nodes, run, runs
 from tuning.harness.engine import HarnessError
 from tuning.harness.layout import Layout
 
@@ -181,3 +182,20 @@ def test_a_busy_gpu_is_refused_and_freed_when_its_holder_dies(tmp_path):
         except HarnessError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+class TeardownFails(nodes.HostNodes):
+    """Host nodes whose teardown meets the engine error a `compose down` can raise."""
+
+    def stop(self) -> None:
+        super().stop()
+        raise docker.errors.APIError("500 Server Error: the engine is going away")
+
+
+def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
+    layout = Layout(kind="host", run_dir=str(tmp_path))
+    (tmp_path / "logs").mkdir()
+    commands = {"host": {"argv": [sys.executable, "-c", "pass"], "env": {}}}
+    backend = TeardownFails(layout, tmp_path, commands)
+    status, _, reason = run.execute(layout, tmp_path, backend, None, 5.0, time.time())
+    assert status == "failed" and "teardown failed: 500 Server Error" in reason
