@@ -155,7 +155,7 @@ def main(a: argparse.Namespace) -> int:
     if existed and any(bench_dir.iterdir()):
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
     world = options.layout_from(a, bench_id, bench_dir).world_size  # checks GPUS, NPROC, MODEL ..
-    threads = options.int_arg("THREADS", a.threads, 1) or max(1, (os.cpu_count() or 1) // world)
+    threads = options.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
     whats = ("train",) if a.entry else ("train", "probe")
     plan = _plan(bench_id, names, repeat, whats)
 

@@ -92,7 +92,9 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
     }
     if kind == "crash":
         env.update(HARNESS_CRASH_AT_STEP=str(k["at_step"]), HARNESS_CRASH_RANK=str(k["rank"]))
-    spec = options.spec_from(b, run_id=run_id, kind=layout_kind, extra_env=tuple(env.items()))
+    spec = options.spec_from(b, run_id=run_id, kind=layout_kind)
+    env["OMP_NUM_THREADS"] = str(options.threads_per_rank(spec.layout.world_size))
+    spec.layout = spec.layout.with_(extra_env=tuple(env.items()))
     layout = spec.layout
     if not 0 <= k["rank"] < layout.world_size:
         raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
@@ -251,7 +253,14 @@ class Follow:
             self.stopped_by = "launcher lingered"
             return self.stop()
         long = self.kind in ("slow", *SIGNAL_KINDS) or self.max_restarts > 0
-        deadline = self.injected_at + (LONG_DEADLINE_S if long else self.timeout + SLACK_S)
+        # slow: the run is expected to go on, only slower; its deadline runs from its newest
+        # step, so a throttled rank's pace (1-4 s a step here, by load) never cuts it short.
+        since = (
+            max(self.injected_at, self.last_step_seen[1])
+            if self.kind == "slow"
+            else self.injected_at
+        )
+        deadline = since + (LONG_DEADLINE_S if long else self.timeout + SLACK_S)
         if now > deadline:
             self.event(f"deadline (fault + {deadline - self.injected_at:.0f} s): stopping")
             self.stopped_by = "deadline"

@@ -85,6 +85,13 @@ def memory(raw: str | None) -> str | None:
     return raw.lower()
 
 
+def threads_per_rank(world_size: int) -> int:
+    """OMP_NUM_THREADS for ranks sharing this host: its cores split between them. More
+    threads than cores spin against each other, and under a CPU quota (fault `slow`) their
+    spinning eats the quota itself."""
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
 def existing(name: str, raw: str | None, kind: str) -> str | None:
     if not raw:
         return None
