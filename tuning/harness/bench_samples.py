@@ -23,7 +23,6 @@ lines. Transport: gloo's from probe.json; NCCL's from the probe run's logs (NCCL
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import datetime
@@ -145,7 +144,7 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
         memory.append(max(cuda) if cuda else max(rss) if rss else None)
     train_summary = run_dir / "output/train_summary.json"
     if memory and memory[0] is None and train_summary.is_file():  # an image without step peaks
-        memory[0] = read_json(train_summary).get("peak_rss_bytes")
+        memory[0] = runs.read_json(train_summary).get("peak_rss_bytes")
     return {
         "run_id": summary["run_id"],
         "status": summary["status"],
@@ -158,16 +157,9 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
     }
 
 
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def probe_sample(run_dir: Path, summary: dict) -> dict:
     """A report repeat's probe half: probe.json, and NCCL's transport from the logs."""
-    probe = read_json(run_dir / "output/probe.json") or None
+    probe = runs.read_json(run_dir / "output/probe.json") or None
     out = {"probe_run_id": summary["run_id"], "probe_status": summary["status"], "probe": probe}
     if probe and probe.get("backend") == "nccl":
         text = "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("logs/*.log")))

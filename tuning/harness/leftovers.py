@@ -12,7 +12,6 @@ themselves (nodes.HostNodes: PR_SET_PDEATHSIG); their run gets the same summary.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -36,11 +35,12 @@ def claim(run_dir: Path) -> None:
 def alive(run_dir: Path) -> bool:
     """Whether the harness that claimed `run_dir` is still that process (a pid may be reused:
     its start time and the boot must match too)."""
-    try:
-        owner = json.loads((run_dir / OWNER).read_text())
-    except (OSError, ValueError):
-        return False
-    return owner.get("boot_id") == _boot_id() and _started(owner["pid"]) == owner.get("started")
+    owner = runs.read_json(run_dir / OWNER)
+    return (
+        bool(owner)
+        and owner.get("boot_id") == _boot_id()
+        and _started(owner["pid"]) == owner.get("started")
+    )
 
 
 def reap(client, runs_root: Path, only: str | None = None, log=print) -> dict[str, list[str]]:
@@ -83,10 +83,7 @@ def _bury(client, run_dir: Path, containers: list, log) -> list[str]:
             pass  # its run directory or the container's log may be gone; remove it anyway
     gone = engine.remove_labelled(client, run_id).get(run_id, []) if client else []
     if run_dir.is_dir() and not (run_dir / "summary.json").is_file():
-        try:
-            owner = json.loads((run_dir / OWNER).read_text())
-        except (OSError, ValueError):
-            owner = {}
+        owner = runs.read_json(run_dir / OWNER)
         metrics = runs.read_metrics(run_dir / "output")
         runs.write_json(run_dir / "summary.json", {
             "run_id": run_id, "status": "interrupted",

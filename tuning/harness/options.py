@@ -8,7 +8,6 @@ command that runs jobs takes the same ones and reads them the same way.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -237,17 +236,10 @@ def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Pat
             f"run has {layout.world_size}. Resume with {saved_by} rank(s) (GPUS or NPROC), "
             "or start afresh"
         )
-    status = _json(previous / "summary.json").get("status", "no summary")
+    status = runs.read_json(previous / "summary.json").get("status", "no summary")
     print(f"harness: resuming from run {previous.name} ({status}): {newest.name}, saved by "
           f"{saved_by or '?'} rank(s)")  # fmt: skip
     return previous
-
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def free_port() -> int:

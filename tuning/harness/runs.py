@@ -91,6 +91,14 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path) -> dict:
+    """A JSON file the harness wrote ({} when it is missing or half-written)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def read_metrics(output_dir: Path) -> dict[int, list[dict]]:
     """Each rank's metric lines; a line being written (no newline yet) is skipped."""
     out: dict[int, list[dict]] = {}
