@@ -62,7 +62,9 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
             proc.wait(30)
         time.sleep(2)
         # The defect this guards against: the ranks go on, holding their CPUs or GPUs.
-        assert all(c.status == "running" for rid in procs for c in containers(rid))
+        for rid in procs:
+            left = {c.name: c.status for c in containers(rid)}
+            assert left and set(left.values()) == {"running"}, f"run {rid}: {left}"
 
         out = harness("down", "--run-id", "deada", runs=tmp_path, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
