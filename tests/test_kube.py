@@ -95,7 +95,9 @@ def test_pods_pass_the_restricted_pod_security_standard(gpus, nodes):
             assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
             per_pod = gpus or 2  # rendered(): GPUS and NPROC are per pod
             assert ctr["resources"]["requests"]["cpu"] == str(per_pod)
-            assert ctr["resources"]["requests"]["memory"].endswith("Gi")
+            # the README's promise: 16 GiB host memory per GPU rank, 2 GiB per CPU rank
+            want = f"{16 * gpus}Gi" if gpus else "4Gi"
+            assert ctr["resources"]["requests"]["memory"] == want, (gpus, ctr["resources"])
 
 
 def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
