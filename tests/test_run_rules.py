@@ -4,10 +4,13 @@ earlier run's files, a dry run checks CONFIG as a real run does, one GPU for one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -135,6 +138,43 @@ def test_resume_never_changes_the_earlier_runs_files(tmp_path):
     assert sorted(f.name for f in taken) == sorted(COMPLETE)
     assert all(f.stat().st_uid == 1000 for f in [out / "checkpoint-10", *taken])
     assert all(f.read_text() == "x" for f in taken)
+
+
+@contextlib.contextmanager
+def as_a_normal_user(tree: Path):
+    """Root becomes uid 65534 for the block (seteuid, then back); others are one already."""
+    if os.geteuid() != 0:
+        yield
+        return
+    for f in [tree, *tree.rglob("*")]:
+        os.chown(f, 65534, 65534, follow_symlinks=False)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def test_resume_as_a_normal_user_links_and_changes_nothing():
+    """The path every non-root user takes: the earlier run's files are hard-linked, never
+    chowned or chmodded. Under root it runs as uid 65534, so it runs everywhere."""
+    tree = Path(tempfile.mkdtemp(prefix="resume-user-"))  # not under root's 0700 pytest dir
+    try:
+        tree.chmod(0o755)
+        prev = fake_run(tree, "before", {"checkpoint-10": COMPLETE})
+        out = tree / "after/output"
+        out.mkdir(parents=True)
+        files = sorted((prev / "output/checkpoint-10").iterdir())
+        for f in files:
+            f.chmod(0o600)  # as the Trainer leaves model.safetensors
+        with as_a_normal_user(tree):
+            before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
+            run._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+        assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
+        taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}
+        assert taken == {f.name: f.stat().st_ino for f in files}  # the same inodes: links
+    finally:
+        shutil.rmtree(tree)
 
 
 def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
