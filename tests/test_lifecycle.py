@@ -73,6 +73,15 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
         a = json.loads((tmp_path / "deada/summary.json").read_text())
         assert a["status"] == "interrupted" and a["steps"] > 0
         assert (tmp_path / "deada/logs/trainer.log").stat().st_size > 0  # logs saved first
+        # make ps: the survivor's container, still running, and nothing of the removed run
+        ps = harness("ps", runs=tmp_path, timeout=60)
+        assert ps.returncode == 0 and "deadb  harness-deadb-trainer-1  running" in ps.stdout
+        assert "deada" not in ps.stdout, ps.stdout
+        # make logs of a run whose containers are gone: the logs the harness saved
+        logs = harness("logs", "--run-id", "deada", runs=tmp_path, timeout=60)
+        assert logs.returncode == 0, logs.stderr
+        assert f"==> {tmp_path / 'deada/logs/trainer.log'} <==" in logs.stdout, logs.stdout
+        assert "harness-launch: accelerate launch" in logs.stdout, logs.stdout
 
         out = harness("up", "--gpus", "0", "--steps", "2", "--run-id", "next", runs=tmp_path,
                       timeout=300)  # fmt: skip
