@@ -71,6 +71,7 @@ def run_fault(kind: str, layout: str, runs: Path, *extra: str) -> dict:
     assert record_file.is_file(), f"exit {out.returncode}, no fault.json:\n{out.stdout}{out.stderr}"
     record = json.loads(record_file.read_text())
     record["_out"] = out.stdout + out.stderr
+    record["_md"] = (runs / "latest" / "fault.md").read_text()
     assert "Traceback" not in out.stderr, out.stderr
     assert record["leftovers"] == [] and leftovers(record["run_id"]) == []
     return record
@@ -109,6 +110,26 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
 
 
 CASES = [(k, lay) for k in KINDS for lay in LAYOUTS]
+# fault.md's line on what the same fault costs on a cluster with default timeouts, per case
+_BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
+_COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "
+               "30 min) the same fault holds the job that long")  # fmt: skip
+_SIGNAL = ("the ranks agree to stop at the next step and checkpoint; Kubernetes gives a pod 30 s "
+           "(terminationGracePeriodSeconds) before SIGKILL, so the step time plus the save must "
+           "fit in it")  # fmt: skip
+CLUSTER_COST = {
+    **{(k, lay): _BROKEN for k in ("kill", "crash", "oom") for lay in LAYOUTS},
+    **{(k, lay): _SIGNAL for k in ("term", "preempt") for lay in LAYOUTS},
+    **{("slow", lay): "no timeout is involved: every rank runs at the pace of the slowest"
+       for lay in LAYOUTS},
+    **{("pause", lay): _COLLECTIVE for lay in LAYOUTS},
+    ("partition", "per-rank"): (_COLLECTIVE, _BROKEN),  # the cut may be seen either way
+    ("no-show", "per-rank"): f"peers gave up after RDZV_TIMEOUT={TIMEOUT} s; with torchrun's "
+    "join timeout 600 s they would wait 10 min for the missing rank",
+    ("no-show", "single"): f"peers gave up building the process group after TIMEOUT={TIMEOUT} s "
+    "(that wait uses the collective timeout); with the defaults (NCCL 10 min, gloo 30 min) the "
+    "same fault holds the job that long",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("kind,layout", CASES, ids=[f"{k}-{lay}" for k, lay in CASES])
@@ -131,6 +152,9 @@ def test_fault(kind, layout, harness_image, tmp_path):
         return
     assert rec["status"] == "done", rec["_out"]
     ranks, target, peer = by_rank(rec), by_rank(rec)[1], by_rank(rec)[0]
+    cluster = next(x for x in rec["_md"].splitlines() if x.startswith("- on a cluster: "))
+    want = CLUSTER_COST[kind, layout]
+    assert cluster.removeprefix("- on a cluster: ") in (want if isinstance(want, tuple) else {want})
     if kind == "kill":
         check_failed(rec)
         assert target["signal"] == 9 and target["signature"] == "SIGKILL"
