@@ -133,7 +133,8 @@ def trainer_pods(runtime, train_job) -> list[Node]:
     nnodes = trainer.num_nodes or runtime.spec.ml_policy.num_nodes or 1
     nproc = trainer.num_proc_per_node or 1
     limits = (trainer.resources_per_node and trainer.resources_per_node.limits) or {}
-    gpus = int(limits.get("nvidia.com/gpu", 0))
+    gpus = limits.get("nvidia.com/gpu")  # a Quantity: a string or a number, one of the two
+    gpus = int(gpus.actual_instance) if gpus is not None else 0
     pods = []
     for rank in range(nnodes):
         pet = {"PET_NNODES": str(nnodes), "PET_NPROC_PER_NODE": str(nproc),
