@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import images, kube_pod, kube_restarts, options, run, runs
+from . import images, kube_pod, kube_restarts, kube_trainjob, options, run, runs
 from .engine import HarnessError
 from .layout import CONTAINER_UID, IMAGE, JobLayout, LayoutError, Node, contract_env, device_of
 
@@ -169,6 +169,20 @@ def operator_pods(job) -> list[Node]:
     return pods
 
 
+def pods_of(objects: tuple) -> tuple[str, str, list[Node], str]:
+    """(kind, image, pods, manifest name) for a rendered (ConfigMap, PyTorchJob) or
+    (ConfigMap, TrainingRuntime, TrainJob): what its operator runs."""
+    job = objects[-1]
+    if job.kind == "TrainJob":
+        pods = kube_trainjob.trainer_pods(objects[1], job)
+        return "TrainJob", job.spec.trainer.image, pods, kube_trainjob.MANIFEST
+    image = next(
+        c.image for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
+        if c.name == CONTAINER
+    )  # fmt: skip
+    return "PyTorchJob", image, operator_pods(job), MANIFEST
+
+
 # --- The command ----------------------------------------------------------------------------
 
 
@@ -200,7 +214,7 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    from . import kube_rehearse, kube_trainjob
+    from . import kube_rehearse
 
     nodes = options.int_arg("NODES", a.nodes, 1) or 1
     gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
@@ -251,5 +265,6 @@ def main(a: argparse.Namespace) -> int:
     print(manifest, flush=True)
     if not a.rehearse:
         return 0
-    summary = kube_rehearse.rehearse(layout, run_dir, objects, a.grace, accelerate_config)
+    made = pods_of(objects)
+    summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace, accelerate_config)
     return run.EXIT_CODES.get(summary["status"], 1)

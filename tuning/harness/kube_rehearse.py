@@ -9,31 +9,17 @@ from pathlib import Path
 
 import yaml
 
-from . import engine, kube, kube_trainjob, options, run
+from . import engine, options, run
 from .engine import HarnessError
 from .layout import JobLayout
 
 
-def pods_of(objects: tuple) -> tuple[str, str, list, str]:
-    """(kind, image, pods, manifest name) for a rendered (ConfigMap, PyTorchJob) or
-    (ConfigMap, TrainingRuntime, TrainJob)."""
-    job = objects[-1]
-    if job.kind == "TrainJob":
-        runtime = objects[1]
-        return ("TrainJob", job.spec.trainer.image, kube_trainjob.trainer_pods(runtime, job),
-                kube_trainjob.MANIFEST)  # fmt: skip
-    image = next(
-        c.image for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
-        if c.name == kube.CONTAINER
-    )  # fmt: skip
-    return "PyTorchJob", image, kube.operator_pods(job), kube.MANIFEST
-
-
-def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, grace: float,
+def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grace: float,
              accelerate_config: Path) -> dict:  # fmt: skip
-    """Run the operator's pods of `objects` and follow them to the end. `run_dir` exists;
+    """Run the pods an operator makes of `objects` and follow them to the end. `made` is
+    (kind, image, pods, manifest name) as kube.pods_of reads them; `run_dir` exists;
     returns the summary."""
-    kind, image, pods, manifest = pods_of(objects)
+    kind, image, pods, manifest = made
     layout = layout.with_(image=image, pods=tuple(pods))
     if layout.gpus and engine.gpu_count() < layout.gpus:
         raise HarnessError(
