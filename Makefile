@@ -25,7 +25,8 @@ FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
-  $(call switch,REHEARSE,rehearse)
+  $(call switch,REHEARSE,rehearse) $(call flag,KIND,kind) $(call flag,MAX_RESTARTS,max-restarts) \
+  $(call flag,RESTART_POLICY,restart-policy)
 
 .PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
@@ -58,7 +59,9 @@ help: ## list targets and variables
 	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
 	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"
 	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"
-	@echo "  REHEARSE=1      kube: also run the PyTorchJob's pods here, as Compose services"
+	@echo "  REHEARSE=1      kube: also run the job's pods here, as Compose services"
+	@echo "  KIND=trainjob   kube: a Trainer v2 TrainJob + TrainingRuntime (default pytorchjob)"
+	@echo "  RESTART_POLICY= kube: PyTorchJob Never|OnFailure|ExitCode (MAX_RESTARTS: backoffLimit)"
 
 # Every environment installs at the lock's exact versions (make lock re-makes it).
 $(VENV)/.harness: pyproject.toml $(LOCK)
@@ -99,7 +102,7 @@ bench: $(VENV)/.train ## the layouts side by side: host, single, per-rank isolat
 fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] [AT_STEP=k]
 	$(PY) -m tuning.harness fault $(FAULT_FLAGS)
 
-kube: $(VENV)/.harness ## render the job as a Kubeflow PyTorchJob: [GPUS=N] [NODES=m] [IMAGE=..]
+kube: $(VENV)/.harness ## render the job as a PyTorchJob or TrainJob: [KIND=trainjob] [GPUS=N] [NODES=m]
 	$(PY) -m tuning.harness kube $(KUBE_FLAGS)
 
 fms-lock: $(VENV)/.harness ## regenerate docker/fms.lock: fms-hf-tuning 3.2.2, every package pinned

@@ -68,6 +68,28 @@ RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"
                       "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
 
 
+def check_restricted(pod: dict) -> None:
+    """The rules of "restricted" on a pod spec as kubectl sends it; TrainJob's runtime too."""
+    psc = pod.get("securityContext", {})
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert {next(iter(set(v) - {"name"})) for v in pod["volumes"]} <= RESTRICTED_VOLUMES
+    assert pod["automountServiceAccountToken"] is False
+    for ctr in pod["containers"]:
+        sc = ctr["securityContext"]
+        seccomp = sc.get("seccompProfile") or psc.get("seccompProfile")
+        assert seccomp["type"] in ("RuntimeDefault", "Localhost")
+        assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True
+        assert sc.get("runAsUser", psc.get("runAsUser")) not in (None, 0)
+        assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
+        assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+        assert not any(p.get("hostPort") for p in ctr.get("ports", []))
+        # beyond "restricted": a read-only root with each path the trainer writes mounted
+        assert sc["readOnlyRootFilesystem"] is True
+        mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+        assert {"/output", "/dev/shm", "/tmp"} <= set(mounts) and mounts["/job"]["readOnly"]
+        assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
+
+
 @pytest.mark.parametrize(("gpus", "nodes"), [(4, 2), (0, 1)])
 def test_pods_pass_the_restricted_pod_security_standard(gpus, nodes):
     doc = next(
@@ -75,29 +97,13 @@ def test_pods_pass_the_restricted_pod_security_standard(gpus, nodes):
     )
     for replica in doc["spec"]["pytorchReplicaSpecs"].values():
         pod = replica["template"]["spec"]
-        psc = pod.get("securityContext", {})
-        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
-        assert {next(iter(set(v) - {"name"})) for v in pod["volumes"]} <= RESTRICTED_VOLUMES
-        assert pod["automountServiceAccountToken"] is False
-        for ctr in pod["containers"]:
-            sc = ctr["securityContext"]
-            seccomp = sc.get("seccompProfile") or psc.get("seccompProfile")
-            assert seccomp["type"] in ("RuntimeDefault", "Localhost")
-            assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True
-            assert sc.get("runAsUser", psc.get("runAsUser")) not in (None, 0)
-            assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
-            assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
-            assert not any(p.get("hostPort") for p in ctr["ports"])
-            # beyond "restricted": a read-only root with each path the trainer writes mounted
-            assert sc["readOnlyRootFilesystem"] is True
-            mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-            assert {"/output", "/dev/shm", "/tmp"} <= set(mounts) and mounts["/job"]["readOnly"]
-            assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
-            per_pod = gpus or 2  # rendered(): GPUS and NPROC are per pod
-            assert ctr["resources"]["requests"]["cpu"] == str(per_pod)
-            # the README's promise: 16 GiB host memory per GPU rank, 2 GiB per CPU rank
-            want = f"{16 * gpus}Gi" if gpus else "4Gi"
-            assert ctr["resources"]["requests"]["memory"] == want, (gpus, ctr["resources"])
+        check_restricted(pod)
+        (ctr,) = pod["containers"]
+        per_pod = gpus or 2  # rendered(): GPUS and NPROC are per pod
+        assert ctr["resources"]["requests"]["cpu"] == str(per_pod)
+        # the README's promise: 16 GiB host memory per GPU rank, 2 GiB per CPU rank
+        want = f"{16 * gpus}Gi" if gpus else "4Gi"
+        assert ctr["resources"]["requests"]["memory"] == want, (gpus, ctr["resources"])
 
 
 def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):

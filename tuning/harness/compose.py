@@ -80,7 +80,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
             "harness.ranks": ",".join(str(r) for r in node.ranks),
         },
         "volumes": volumes,
-        "networks": [NETWORK],
+        "networks": {NETWORK: {"aliases": list(node.aliases)}} if node.aliases else [NETWORK],
         # c10d looks up the name of each store client; a loopback client shows as
         # ::ffff:127.0.0.1, which /etc/hosts lacks, and Docker's DNS on an internal network
         # takes 10 s to fail that lookup (make bench: rendezvous 10 s in one container).

@@ -1,17 +1,14 @@
-"""`make kube`: the run as a Kubeflow PyTorchJob (kubeflow.org/v1), and a local rehearsal of it.
+"""`make kube`: the run as a Kubeflow PyTorchJob (kubeflow.org/v1), or with KIND=trainjob a
+Trainer v2 TrainJob (kube_trainjob.py), and a local rehearsal of either (kube_rehearse.py).
 
-Three steps, each built on the one before:
-
-1. `JobLayout` (layout.py): the layout model with a PyTorchJob's shape: `replicas` pods of
+1. `JobLayout` (layout.py): the layout model with a job's shape: `replicas` pods of
    `per_pod` ranks each (GPUs per pod, or CPU ranks when GPUS=0), job name and image.
 2. `render()`: the PyTorchJob and the ConfigMap holding the job config (job.yaml and
    accelerate.yaml, as `up` writes them), built from the Training Operator's own SDK models
-   (`kubeflow-training`) and the `kubernetes` client models, so field names and types are
-   theirs. `dump()` writes them as one YAML file for `kubectl apply -f`.
+   (`kubeflow-training`) and the `kubernetes` client models (the pod: kube_pod.py), so field
+   names and types are theirs. `dump()` writes them as one YAML file for `kubectl apply -f`.
 3. `operator_pods()`: what the Training Operator makes of that object (pod names, node ranks
-   and the environment it injects), read from the object itself. `rehearse()` runs those pods
-   as Compose services with exactly that environment, the image's own entrypoint and the
-   ConfigMap's content at /job: a `run.start`, as `up` is.
+   and the environment it injects), read from the object itself.
 
 The SDKs are imported only here, lazily: the rest of the CLI works without the `kube` extra,
 and nothing on this side imports torch.
@@ -24,31 +21,15 @@ from pathlib import Path
 
 import yaml
 
-from . import compose as compose_mod
-from . import engine, images, options, run, runs
+from . import images, kube_pod, kube_restarts, kube_trainjob, options, run, runs
 from .engine import HarnessError
-from .layout import (
-    CONTAINER_UID,
-    IMAGE,
-    JOB_DIR,
-    OUTPUT_DIR,
-    TMP_DIR,
-    JobLayout,
-    LayoutError,
-    Node,
-    contract_env,
-    device_of,
-)
+from .layout import CONTAINER_UID, IMAGE, JobLayout, LayoutError, Node, contract_env, device_of
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 PORT_NAME = "pytorchjob-port"  # ... and the rendezvous port by this one
-SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 MANIFEST = "pytorchjob.yaml"
-# Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
-# host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
-CPU_PER_RANK = 1
-MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
+KINDS = ("pytorchjob", "trainjob")
 
 
 def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
@@ -67,111 +48,45 @@ def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLa
 def _sdk():
     try:
         import kubeflow.training as kf
-        import kubernetes.client as k8s
     except ImportError as e:
         raise HarnessError(
             f"the Kubeflow Training SDK is missing ({e}); install the kube extra: "
             "`.venv/bin/pip install -e '.[kube]'` (kubeflow-training 1.9)"
         ) from None
-    return kf, k8s
+    return kf, kube_pod.k8s()
 
 
-def config_map_name(layout: JobLayout) -> str:
-    return f"{layout.name}-job"
+config_map_name = kube_pod.config_map_name
 
 
-def render(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple[object, object]:
-    """(ConfigMap, PyTorchJob) as SDK model objects."""
+def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int = 0,
+           restart_policy: str | None = None) -> tuple[object, object]:  # fmt: skip
+    """(ConfigMap, PyTorchJob) as SDK model objects. MAX_RESTARTS is runPolicy.backoffLimit;
+    the restart policy defaults to Never without restarts, ExitCode with them."""
     kf, k8s = _sdk()
-    labels = {compose_mod.LABEL: layout.run_id, "app.kubernetes.io/name": layout.name}
-    config_map = k8s.V1ConfigMap(
-        api_version="v1",
-        kind="ConfigMap",
-        metadata=k8s.V1ObjectMeta(name=config_map_name(layout), labels=labels),
-        data={"job.yaml": yaml.safe_dump(job, sort_keys=False), "accelerate.yaml": accelerate_yaml},
-    )
-    uid, gid = (int(x) for x in layout.user.split(":"))
-    gpus = layout.gpus_per_pod
-    container = k8s.V1Container(
-        name=CONTAINER,
-        image=layout.image,
-        image_pull_policy="IfNotPresent",
-        # No `command`: the image's ENTRYPOINT (python -m tuning.launch), as under Compose.
-        args=["--config", f"{JOB_DIR}/job.yaml"],
-        env=[
-            k8s.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml"),
-            k8s.V1EnvVar(name="HOME", value=TMP_DIR),  # caches (~/.cache, ~/.triton) stay writable
-        ],
-        ports=[k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")],
-        resources=k8s.V1ResourceRequirements(
-            requests={
-                "cpu": str(CPU_PER_RANK * layout.per_pod),
-                "memory": f"{MEMORY_PER_RANK[layout.device] * layout.per_pod}Gi",
-            },
-            limits={"nvidia.com/gpu": str(gpus)} if gpus else None,
-        ),  # fmt: skip
-        volume_mounts=[
-            k8s.V1VolumeMount(name="job", mount_path=JOB_DIR, read_only=True),
-            k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
-            k8s.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
-            k8s.V1VolumeMount(name="tmp", mount_path=TMP_DIR),
-        ],
-        # The Pod Security Standard "restricted": the image's non-root user, no capabilities,
-        # no privilege escalation, the runtime's seccomp profile, and a read-only root: the
-        # trainer writes only to /output, /dev/shm and /tmp, each a volume.
-        security_context=k8s.V1SecurityContext(
-            run_as_user=uid,
-            run_as_group=gid,
-            run_as_non_root=True,
-            allow_privilege_escalation=False,
-            capabilities=k8s.V1Capabilities(drop=["ALL"]),
-            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
-            read_only_root_filesystem=True,
-        ),
-    )
-    template = k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(labels=labels),
-        spec=k8s.V1PodSpec(
-            containers=[container],
-            automount_service_account_token=False,  # training never talks to the API server
-            security_context=k8s.V1PodSecurityContext(
-                run_as_non_root=True,
-                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
-            ),
-            volumes=[
-                k8s.V1Volume(
-                    name="job",
-                    config_map=k8s.V1ConfigMapVolumeSource(name=config_map_name(layout)),
-                ),
-                k8s.V1Volume(
-                    name="dshm",
-                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT),
-                ),
-                # Checkpoints and metrics; swap for a ReadWriteMany PVC to keep them.
-                k8s.V1Volume(name="output", empty_dir=k8s.V1EmptyDirVolumeSource()),
-                k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource()),
-            ],
-        ),
-    )
-    # Static rendezvous: a pod that restarts alone cannot rejoin its peers, so a failed pod
-    # fails the job (as `restart: "no"` under Compose) and the operator removes the rest.
-    specs = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy="Never",
+    policy = kube_restarts.v1_policy(restart_policy, max_restarts)
+    port = k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")
+    ctr = kube_pod.container(layout, CONTAINER, ports=[port])
+    template = kube_pod.pod_template(layout, ctr)
+    specs = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy=policy,
                                                    template=template)}  # fmt: skip
     if layout.replicas > 1:
         specs["Worker"] = kf.KubeflowOrgV1ReplicaSpec(
-            replicas=layout.replicas - 1, restart_policy="Never", template=template
+            replicas=layout.replicas - 1, restart_policy=policy, template=template
         )
     job_obj = kf.KubeflowOrgV1PyTorchJob(
         api_version=API_VERSION,
         kind="PyTorchJob",
-        metadata=k8s.V1ObjectMeta(name=layout.name, labels=labels),
+        metadata=k8s.V1ObjectMeta(name=layout.name, labels=kube_pod.labels(layout)),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             pytorch_replica_specs=specs,
             nproc_per_node=str(layout.per_pod),
-            run_policy=kf.KubeflowOrgV1RunPolicy(clean_pod_policy="Running", backoff_limit=0),
+            run_policy=kf.KubeflowOrgV1RunPolicy(
+                clean_pod_policy="Running", backoff_limit=max_restarts
+            ),  # fmt: skip
         ),
     )
-    return config_map, job_obj
+    return kube_pod.config_map(layout, job, accelerate_yaml), job_obj
 
 
 class _Dumper(yaml.SafeDumper):
@@ -187,10 +102,8 @@ _Dumper.add_representer(str, _str)
 
 
 def dump(*objects) -> str:
-    """The objects as one YAML stream, serialized by the kubernetes client's ApiClient."""
-    _, k8s = _sdk()
-    api = k8s.ApiClient()
-    docs = [api.sanitize_for_serialization(obj) for obj in objects]
+    """The objects as one YAML stream, as kubectl would send them (kube_pod.plain)."""
+    docs = [kube_pod.plain(obj) for obj in objects]
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
 
 
@@ -256,48 +169,41 @@ def operator_pods(job) -> list[Node]:
     return pods
 
 
-# --- The rehearsal: the operator's pods as Compose services ---------------------------------
-
-
-def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float,
-             accelerate_config: Path) -> dict:  # fmt: skip
-    """Run the pods `operator_pods` makes of `job_obj` as Compose services and follow them
-    to the end: a `run.start`, with /job holding the ConfigMap's files. `run_dir` exists;
-    returns the summary."""
+def pods_of(objects: tuple) -> tuple[str, str, list[Node], str]:
+    """(kind, image, pods, manifest name) for a rendered (ConfigMap, PyTorchJob) or
+    (ConfigMap, TrainingRuntime, TrainJob): what its operator runs."""
+    job = objects[-1]
+    if job.kind == "TrainJob":
+        pods = kube_trainjob.trainer_pods(objects[1], job)
+        return "TrainJob", job.spec.trainer.image, pods, kube_trainjob.MANIFEST
     image = next(
-        c.image for c in job_obj.spec.pytorch_replica_specs["Master"].template.spec.containers
+        c.image for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
         if c.name == CONTAINER
     )  # fmt: skip
-    pods = operator_pods(job_obj)
-    layout = layout.with_(image=image, pods=tuple(pods))
-    if layout.gpus and engine.gpu_count() < layout.gpus:
-        raise HarnessError(
-            f"a rehearsal of {layout.replicas} pod(s) x {layout.gpus_per_pod} GPU(s) needs "
-            f"{layout.gpus} GPUs here; rehearse with GPUS=0 (CPU ranks, NPROC per pod)"
-        )
-    files = dict(config_map.data or {})
-    names = ", ".join(p.name for p in pods)
-    banner = (f"harness: rehearsing PyTorchJob {layout.name}: pods {names}; "
-              f"{layout.world_size} rank(s); {run_dir}")  # fmt: skip
-    record = {"pytorchjob": {"name": layout.name, "manifest": str(run_dir / MANIFEST),
-                             "pods": [p.name for p in pods]}}  # fmt: skip
-    spec = options.Spec(layout, yaml.safe_load(files["job.yaml"]), accelerate_config,
-                        run_dir.parent, grace, run_dir_made=True, job_files=files,
-                        banner=banner, title="rehearsal ", summary_extra=record,
-                        explain=False)  # fmt: skip
-    return run.start(spec)
+    return "PyTorchJob", image, operator_pods(job), MANIFEST
 
 
 # --- The command ----------------------------------------------------------------------------
 
 
 def register(sub) -> None:
-    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob (and rehearse it)")
+    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob or TrainJob "
+                                    "(and rehearse it)")  # fmt: skip
+    p.add_argument(
+        "--kind",
+        default="pytorchjob",
+        choices=KINDS,
+        help="pytorchjob (Training Operator V1, default) or trainjob (Trainer v2)",
+    )
     p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
-    p.add_argument("--nodes", help="pods: Master + NODES-1 Workers (default 1)")
+    p.add_argument("--nodes", help="pods: Master + NODES-1 Workers, or NODES TrainJob nodes")
     p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
-    p.add_argument("--name", default="sft", help="the PyTorchJob's name (pods <name>-master-0...)")
+    p.add_argument("--name", default="sft", help="the job's name (pods <name>-master-0...)")
     options.add_job_flags(p)
+    p.add_argument("--max-restarts", help="PyTorchJob backoffLimit; TrainJob maxRestarts")
+    p.add_argument("--restart-policy", choices=kube_restarts.V1_POLICIES,
+                   help="PyTorchJob: Never (default without restarts) | OnFailure | ExitCode "
+                        "(default with MAX_RESTARTS)")  # fmt: skip
     p.add_argument("--rehearse", action="store_true",
                    help="then run it here as the operator would: Compose services named as its "
                         "pods, with the environment it injects")  # fmt: skip
@@ -308,17 +214,30 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    from . import kube_rehearse
+
     nodes = options.int_arg("NODES", a.nodes, 1) or 1
     gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
     nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
+    max_restarts = options.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
+    if a.restart_policy and a.kind == "trainjob":
+        raise HarnessError("RESTART_POLICY is a PyTorchJob's; a TrainJob restarts every pod "
+                           "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
     run_id = options.checked_run_id(a.run_id)
     runs_root = Path(a.runs).resolve()
     layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
-    job = options.job_from(a, layout)
+    # With restarts, every (re)start resumes from the newest checkpoint in /output.
+    job = options.job_from(a, layout, max_restarts > 0)
     accelerate_config = options.accelerate_config(a, layout)
-    config_map, job_obj = render(layout, job, accelerate_config.read_text())
-    text = dump(config_map, job_obj)
+    if a.kind == "trainjob":
+        objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), max_restarts)
+        manifest_name = kube_trainjob.MANIFEST
+    else:
+        objects = render(layout, job, accelerate_config.read_text(), max_restarts,
+                         a.restart_policy)  # fmt: skip
+        manifest_name = MANIFEST
+    text = dump(*objects)
 
     run_dir = Path(layout.run_dir)
     try:
@@ -330,15 +249,22 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
     except PermissionError as e:
         raise HarnessError(str(e)) from None
-    manifest = run_dir / MANIFEST
+    manifest = run_dir / manifest_name
     manifest.write_text(text)
-    shape = f"Master 1 + Worker {nodes - 1}" if nodes > 1 else "Master 1"
     per_pod = f"{gpus} x nvidia.com/gpu" if gpus else f"{nproc} CPU rank(s), no GPU"
-    print(f"harness: PyTorchJob {layout.name}: {shape}; nprocPerNode {layout.per_pod} "
-          f"({per_pod} per pod); world size {layout.world_size}; image {layout.image}")  # fmt: skip
-    print(f"harness: apply with `kubectl apply -f {manifest}` (a ConfigMap and the PyTorchJob)")
+    if a.kind == "trainjob":
+        shape = f"numNodes {nodes}; numProcPerNode {layout.per_pod}"
+        what = "a ConfigMap, the TrainingRuntime and the TrainJob"
+    else:
+        pods = f"Master 1 + Worker {nodes - 1}" if nodes > 1 else "Master 1"
+        shape = f"{pods}; nprocPerNode {layout.per_pod}"
+        what = "a ConfigMap and the PyTorchJob"
+    print(f"harness: {objects[-1].kind} {layout.name}: {shape} ({per_pod} per pod); "
+          f"world size {layout.world_size}; image {layout.image}")  # fmt: skip
+    print(f"harness: apply with `kubectl apply -f {manifest}` ({what})")
     print(manifest, flush=True)
     if not a.rehearse:
         return 0
-    summary = rehearse(layout, run_dir, config_map, job_obj, a.grace, accelerate_config)
+    made = pods_of(objects)
+    summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace, accelerate_config)
     return run.EXIT_CODES.get(summary["status"], 1)

@@ -56,6 +56,7 @@ class Node:
     nproc: int
     gpu_ids: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()  # more names it answers to (a TrainJob pod's FQDN)
 
     @property
     def ranks(self) -> range:

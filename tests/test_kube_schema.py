@@ -1,0 +1,190 @@
+"""Every rendered PyTorchJob, TrainJob and TrainingRuntime against the operators' own CRD
+schemas (openAPIV3Schema), read from ../shared/kube/ beside the checkout: third-party files,
+never copied into this repository. jsonschema does not evaluate the CRDs' CEL rules
+(x-kubernetes-validations); the ones a create meets are checked here by hand, and a rule
+this file does not know fails the test."""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from tuning.harness import kube, kube_pod, kube_trainjob
+
+jsonschema = pytest.importorskip("jsonschema")
+
+CRDS = ROOT.parent / "shared" / "kube"
+FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+         "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+         "TrainingRuntime": "trainer.kubeflow.org_trainingruntimes.yaml"}  # fmt: skip
+FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
+CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
+SHAPES = [(4, 2, 1), (0, 1, 2), (0, 2, 1), (8, 1, 1), (0, 3, 2)]  # GPUs/pod, pods, CPU ranks/pod
+
+
+@cache
+def schema(kind: str) -> dict:
+    path = CRDS / FILES[kind]
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing: CI keeps the operators' CRDs beside the checkout")
+        pytest.skip(f"{path} is missing (the operators' CRDs, kept beside the checkout)")
+    (version,) = yaml.safe_load(path.read_text())["spec"]["versions"]
+    return strict(version["schema"]["openAPIV3Schema"])
+
+
+def strict(s):
+    """The schema as the API server applies it under kubectl's default strict field
+    validation: a field the schema does not name is an error, not pruned in silence."""
+    if isinstance(s, dict):
+        s = {k: strict(v) for k, v in s.items()}
+        if (
+            "properties" in s
+            and "additionalProperties" not in s
+            and not s.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            s["additionalProperties"] = False
+    elif isinstance(s, list):
+        s = [strict(v) for v in s]
+    return s
+
+
+def errors(doc: dict) -> list[str]:
+    v = jsonschema.Draft7Validator(schema(doc["kind"]))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in v.iter_errors(doc)]
+
+
+# --- The CEL rules --------------------------------------------------------------------------
+
+MLPOLICY_ONE = ("[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost),"
+                "has(self.flux)].filter(x, x).size() <= 1")  # fmt: skip
+STARTUP = ("!(has(self.startupPolicy) && self.startupPolicy.startupPolicyOrder == 'InOrder' && "
+           "self.replicatedJobs.exists(x, has(x.dependsOn)))")  # fmt: skip
+URI = "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')"
+# Each rule a create can meet, in Python. Rules on `oldSelf` are transition rules: the API
+# server evaluates them on updates only, and a rendered object is created.
+CEL = {
+    MLPOLICY_ONE: lambda v: sum(k in v for k in ("torch", "mpi", "jax", "xgboost", "flux")) <= 1,
+    "self >= 1": lambda v: v >= 1,
+    "!self.exists(c, c == 'node')": lambda v: "node" not in v,
+    STARTUP: lambda v: not (
+        v.get("startupPolicy", {}).get("startupPolicyOrder") == "InOrder"
+        and any("dependsOn" in x for x in v.get("replicatedJobs", []))
+    ),
+    "self.templates.all(t, !has(t.metadata.namespace) || size(t.metadata.namespace) == 0)":
+        lambda v: all(not t.get("metadata", {}).get("namespace") for t in v["templates"]),
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')":
+        lambda v: re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", v["metadata"]["name"]) is not None,
+    "size(self.metadata.name) <= 63": lambda v: len(v["metadata"]["name"]) <= 63,
+    URI: lambda v: v == "" or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$", v) is not None,
+    "self in ['trainer.kubeflow.org/trainjob-controller', 'kueue.x-k8s.io/multikueue']":
+        lambda v: v in ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"),
+    "has(self.lastUpdatedTime)": lambda v: "lastUpdatedTime" in v,  # status: set by the operator
+}  # fmt: skip
+
+
+def cel_rules(s: dict, path: tuple = ()):
+    """(path, rule) for every x-kubernetes-validations rule; "[]" an item, "{}" a map value."""
+    for r in s.get("x-kubernetes-validations", []):
+        yield path, " ".join(r["rule"].split())
+    for key, sub in s.get("properties", {}).items():
+        yield from cel_rules(sub, (*path, key))
+    if isinstance(s.get("items"), dict):
+        yield from cel_rules(s["items"], (*path, "[]"))
+    if isinstance(s.get("additionalProperties"), dict):
+        yield from cel_rules(s["additionalProperties"], (*path, "{}"))
+
+
+def at(value, path: tuple):
+    """The values at `path` in a document (none where a field is absent: no rule runs)."""
+    if not path:
+        yield value
+    elif path[0] in ("[]", "{}"):
+        for v in value if path[0] == "[]" else value.values():
+            yield from at(v, path[1:])
+    elif isinstance(value, dict) and path[0] in value:
+        yield from at(value[path[0]], path[1:])
+
+
+def cel_failures(doc: dict) -> list[str]:
+    failed = []
+    for path, rule in cel_rules(schema(doc["kind"])):
+        if "oldSelf" in rule:
+            continue
+        for value in at(doc, path):
+            if not CEL[rule](value):
+                failed.append(f"{'.'.join(path) or '<root>'}: {rule}")
+    return failed
+
+
+# --- The rendered objects -------------------------------------------------------------------
+
+
+def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", **kw) -> list:
+    layout = kube.job_layout(gpus, nproc, nodes, name=name, run_id="r1", run_dir="/tmp/r1")
+    job, acc = {"max_steps": 3, "output_dir": "/output"}, FSDP if gpus else CPU
+    if kind == "trainjob":
+        objects = kube_trainjob.render(layout, job, acc, **kw)
+    else:
+        objects = kube.render(layout, job, acc, **kw)
+    return [kube_pod.plain(o) for o in objects[1:]]  # the ConfigMap is core, no CRD
+
+
+@pytest.mark.parametrize(("gpus", "nodes", "nproc"), SHAPES)
+@pytest.mark.parametrize(
+    ("kind", "restarts"),
+    [("pytorchjob", {}), ("pytorchjob", {"max_restarts": 3}),
+     ("pytorchjob", {"max_restarts": 2, "restart_policy": "OnFailure"}),
+     ("trainjob", {}), ("trainjob", {"max_restarts": 2})],
+)  # fmt: skip
+def test_rendered_objects_validate_against_the_crds(kind, restarts, gpus, nodes, nproc):
+    docs = rendered(kind, gpus, nodes, nproc, **restarts)
+    assert [d["kind"] for d in docs] == (
+        ["PyTorchJob"] if kind == "pytorchjob" else ["TrainingRuntime", "TrainJob"]
+    )
+    for doc in docs:
+        assert errors(doc) == [], doc["kind"]
+        assert cel_failures(doc) == [], doc["kind"]
+
+
+def test_every_cel_rule_is_known_and_the_update_only_ones_listed():
+    found = {kind: sorted({rule for _, rule in cel_rules(schema(kind))}) for kind in FILES}
+    create = {r for rules in found.values() for r in rules if "oldSelf" not in r}
+    assert create <= set(CEL), f"CEL rules this test does not check: {create - set(CEL)}"
+    # The transition rules: immutability, checked on update by the API server only.
+    assert found["PyTorchJob"] == ["self == oldSelf"]
+    assert "self == oldSelf" in found["TrainJob"] and "self == oldSelf" in found["TrainingRuntime"]
+    paths = {".".join(p) for p, r in cel_rules(schema("TrainJob")) if r == "self == oldSelf"}
+    assert {"spec.runtimeRef", "spec.trainer", "spec.managedBy"} <= paths
+
+
+def test_the_checks_can_fail():
+    runtime, train_job = rendered("trainjob", 0, 2, 1)
+    bad = {**train_job, "spec": {**train_job["spec"], "trainer": {
+        **train_job["spec"]["trainer"], "numNodes": "two", "numNode": 2}}}  # fmt: skip
+    assert sorted(errors(bad)) == [
+        "spec.trainer.numNodes: 'two' is not of type 'integer'",
+        "spec.trainer: Additional properties are not allowed ('numNode' was unexpected)",
+    ]
+    named = {**train_job, "metadata": {**train_job["metadata"], "name": "Bad_Name"}}
+    assert cel_failures(named) == [
+        "<root>: self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+    ]
+    two = {**runtime, "spec": {**runtime["spec"], "mlPolicy": {"torch": {}, "mpi": {}}}}
+    assert cel_failures(two) == [f"spec.mlPolicy: {MLPOLICY_ONE}"]
+    (job,) = rendered("pytorchjob", 0, 1, 2)
+    job["spec"]["runPolicy"]["backoffLimit"] = "0"
+    assert errors(job) == ["spec.runPolicy.backoffLimit: '0' is not of type 'integer'"]
+
+
+def test_the_stock_runtime_validates_as_a_sanity_check_of_the_validator():
+    stock = yaml.safe_load((CRDS / "torch_distributed.yaml").read_text()) if CRDS.is_dir() else None
+    if stock is None:
+        schema("TrainingRuntime")  # skips, or fails under CI
+    stock["kind"] = "TrainingRuntime"  # the same spec schema as the ClusterTrainingRuntime
+    assert errors(stock) == [] and cel_failures(stock) == []
