@@ -230,6 +230,8 @@ def _parse(argv):
     p.add_argument("--probe", help="the all-reduce probe's probe.json (report)")
     p.add_argument("--probe-log", help="the probe run's log, NCCL_DEBUG=INFO (report)")
     p.add_argument("--command", help="the command that produced the run (report)")
+    p.add_argument("--layouts", help="the Compose layouts' bench report.json (report)")
+    p.add_argument("--layouts-skipped", help="why the Compose layouts did not run (report)")
     p.add_argument("--job", default="{}", help="JSON: the job's batch, words... (report)")
     p.add_argument("--markdown", help="write the report's markdown section here")
     p.add_argument("--docs", help="put the report's section in place in this markdown file")
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             probe = mfu_report.probe_summary(json.loads(Path(a.probe).read_text()), log)
         doc = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "command": a.command, "job": json.loads(a.job), "machine": mfu_report.machine(),
-               "probe": probe, "train": result}  # fmt: skip
+               "probe": probe, "train": result,
+               "layouts": mfu_report.layouts(a.layouts, a.layouts_skipped)}  # fmt: skip
         section = mfu_report.markdown(doc)
         if a.markdown:
             Path(a.markdown).write_text(section)

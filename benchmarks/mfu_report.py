@@ -86,6 +86,40 @@ def probe_summary(probe: dict, log_text: str = "") -> dict:
     }
 
 
+def layouts(report_json: str | None, skipped: str | None) -> dict:
+    """The Compose layouts' part: from the bench's report.json (`make bench GPUS=2`), per layout
+    NCCL's transport (its channel lines), busbw at the largest size and the steady step; or why
+    they were not run."""
+    if not report_json:
+        return {"skipped": skipped or "not run"}
+    bench = json.loads(Path(report_json).read_text())
+    derived = bench.get("derived") or {}
+    out = []
+    for lay in bench.get("layouts") or []:
+        d = (derived.get("layouts") or {}).get(lay["name"]) or {}
+        reps = lay.get("repeats") or []
+        out.append({"name": lay["name"], "transport": d.get("transport") or [],
+                    "busbw_GBps": d.get("busbw_largest_GBps"),
+                    "step_s": (d.get("step_s") or {}).get("median"),
+                    "status": sorted({r.get(k) for r in reps for k in ("status", "probe_status")
+                                      if r.get(k)})})  # fmt: skip
+    return {"report": str(report_json), "layouts": out}
+
+
+def _layout_lines(part: dict) -> list[str]:
+    if "layouts" not in part:
+        return ["", f"Compose layouts (2 GPUs): skipped: {part['skipped']}."]
+    bench = "`make bench GPUS=2 REPEAT=1 STEPS=5`"
+    lines = ["", f"Compose layouts, 2 GPUs ({bench}: {part['report']})",
+             "", "| layout | NCCL transport | busbw at largest (GB/s) | step s | status |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for x in part["layouts"]:
+        busbw = "n/a" if x["busbw_GBps"] is None else f"{x['busbw_GBps']:.1f}"
+        lines.append(f"| {x['name']} | {', '.join(x['transport']) or 'n/a'} | {busbw} | "
+                     f"{_s(x['step_s'])} | {', '.join(x['status']) or '?'} |")  # fmt: skip
+    return lines
+
+
 def _s(x):
     return f"{x:.3f} s" if x is not None else "n/a"
 
@@ -159,6 +193,8 @@ def markdown(report: dict) -> str:
             f" MiB: algbw {big.get('algbw_GBps', 0):.1f} GB/s, busbw {big.get('busbw_GBps', 0):.1f}"
             f" GB/s{note}; transport: {', '.join(p.get('transport') or []) or 'none named'} |"
         )
+    if report.get("layouts"):
+        lines += _layout_lines(report["layouts"])
     lines += [
         "",
         "Machine-readable: `gpu_check.json` in the script's output directory (every probe"

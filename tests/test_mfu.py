@@ -212,3 +212,31 @@ def test_gpu_peaks_cli():
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_peaks.py"), "NVIDIA A10G"],
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "--peak-tflops" in bad.stderr
+
+
+def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_path, llama_1b):
+    from tuning.harness import report as rp
+
+    def rep(name, transport, busbw):
+        probe = {"backend": "nccl", "world_size": 2, "samples": [
+            {"bytes": 2**28, "algbw_GBps": busbw, "busbw_GBps": busbw}]}  # fmt: skip
+        return {"name": name, "repeats": [{"status": "succeeded", "probe_status": "succeeded",
+                                           "step_s": [[0.5, 0.5]], "probe": probe,
+                                           "transport": transport}]}  # fmt: skip
+
+    bench = {"layouts": [rep("single", ["nccl/P2P/CUMEM"], 120.0),
+                         rep("per-rank-isolated", ["nccl/NET/Socket"], 2.5),
+                         rep("per-rank-shared", ["nccl/SHM/direct"], 9.0)]}  # fmt: skip
+    bench["derived"] = rp.derive(bench)
+    (tmp_path / "report.json").write_text(json.dumps(bench))
+    run = _write_run(tmp_path / "run", ranks=1, batch=8, seq=2048)
+    base = ["--model", str(llama_1b), "--run", str(run), "--peak-tflops", "989", "--command",
+            "benchmarks/gpu_check.sh", "--markdown", str(tmp_path / "s.md")]  # fmt: skip
+    assert mfu.main([*base, "--layouts", str(tmp_path / "report.json")]) == 0
+    section = (tmp_path / "s.md").read_text()
+    assert "| single | nccl/P2P/CUMEM | 120.0 | 0.500 s | succeeded |" in section
+    assert "| per-rank-isolated | nccl/NET/Socket | 2.5 | 0.500 s | succeeded |" in section
+    assert "| per-rank-shared | nccl/SHM/direct | 9.0 | 0.500 s | succeeded |" in section
+    assert mfu.main([*base, "--layouts-skipped", "no docker client on PATH"]) == 0
+    section = (tmp_path / "s.md").read_text()
+    assert "Compose layouts (2 GPUs): skipped: no docker client on PATH." in section
