@@ -7,16 +7,24 @@
 #   1. the all-reduce probe (tuning.probe, NCCL, on every visible GPU): algbw, busbw, transport
 #      (with one GPU busbw is 0 by nccl-tests' definition; algbw is then the local reduction);
 #   2. the trainer's tokens/s (its train_summary.json, warm-up steps left out) and MFU by
-#      torchtitan's formula (benchmarks/mfu.py; peak --peak-tflops, default $PEAK_TFLOPS or 989);
+#      torchtitan's formula (benchmarks/mfu.py; the peak: --peak-tflops or $PEAK_TFLOPS, else
+#      the dense bf16 peak of the GPU's name in benchmarks/gpu_peaks.py; a part not there stops
+#      the check before anything runs, asking for --peak-tflops);
+#   3. where Docker has the NVIDIA runtime (or an NVIDIA CDI spec) and 2 GPUs are visible, the
+#      Compose layouts: `make bench GPUS=2 REPEAT=1 STEPS=5` runs single, per-rank isolated and
+#      per-rank shared (and host), each with the probe, whose NCCL log (the launcher sets
+#      NCCL_DEBUG=INFO for the probe on GPUs) names the transport each layout really used;
+#      elsewhere the check says what it skipped and why;
 # and writes $OUT (or --out, default build/gpu-check/) gpu_check.json and gpu_check.md (the
 # section), the logs, probe.json, train_summary.json and rank0.jsonl, and puts the section in
 # place in docs/benchmarks.md (--no-docs: leave it). Work files (the 2.2 GB model, data, the
 # run) go to --work (default build/gpu-check/work). Expected wall time on one H200: ~2-3 min
 # (model build ~30 s, probe ~30 s, training ~60-90 s with start-up); each stage has a hard
-# timeout (build 120 s, data 60 s, probe 90 s, train 240 s, report 90 s: 10 min at most).
+# timeout (build 120 s, data 60 s, probe 90 s, train 240 s, report 90 s: 10 min at most; the
+# Compose layouts, where they run, 20 min more at most).
 #
 #   benchmarks/gpu_check.sh [--dry-run] [--out DIR] [--work DIR] [--steps 30] [--batch 8]
-#                           [--seq-len 2048] [--peak-tflops 989] [--python PY] [--no-docs]
+#                           [--seq-len 2048] [--peak-tflops N] [--python PY] [--no-docs]
 #   make gpu-check [DRY_RUN=1] [STEPS=n] [GPU_PYTHON=py]
 #
 # --dry-run prints every command and checks what needs no GPU (python and torch import, the
@@ -46,14 +54,14 @@ WORK=build/gpu-check/work
 STEPS=30
 BATCH=8
 SEQ_LEN=2048
-PEAK=${PEAK_TFLOPS:-989}
+PEAK=${PEAK_TFLOPS:-}
 PY=${GPU_PYTHON:-}
 DOCS=docs/benchmarks.md
 FIXTURE=configs/accelerate/fsdp.yaml
-T_BUILD=120 T_DATA=60 T_PROBE=90 T_TRAIN=240 T_REPORT=90  # seconds, each stage's hard limit
+T_BUILD=120 T_DATA=60 T_PROBE=90 T_TRAIN=240 T_REPORT=90 T_COMPOSE=1200  # s, each stage's limit
 
 die() { echo "gpu-check: $*" >&2; exit "${EXIT:-1}"; }
-usage() { sed -n '18,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '/^#   benchmarks\/gpu_check.sh/,/^#   make gpu-check/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -110,8 +118,25 @@ DATA_CMD=("$PY_PATH" -m tuning.demo_data --out "$DATA" --n "$RECORDS" --words "$
 LAUNCH_ENV=(HARNESS_DEVICE=gpu PET_NNODES=1 PET_NODE_RANK=0 MASTER_ADDR=127.0.0.1
   ACCELERATE_CONFIG="$ROOT/$FIXTURE")
 
+compose_skip() {  # compose_skip NGPU: why the Compose layouts cannot run here (nothing: they can)
+  if ! command -v docker >/dev/null; then echo "no docker client on PATH"
+  elif ! docker info >/dev/null 2>&1; then echo "the Docker engine does not answer (docker info)"
+  elif ! { docker info 2>/dev/null | grep -qi 'runtimes:.*nvidia' ||
+           ls /etc/cdi/nvidia*.y*ml /var/run/cdi/nvidia*.y*ml >/dev/null 2>&1; }; then
+    echo "Docker has neither the NVIDIA runtime nor an NVIDIA CDI spec (the NVIDIA Container Toolkit)"
+  elif [ "$1" -lt 2 ]; then echo "the Compose layouts need 2 GPUs; $1 visible"
+  fi
+}
+COMPOSE_RUNS=$WORK/compose
+COMPOSE_CMD=(make bench GPUS=2 REPEAT=1 STEPS=5 RUNS="$COMPOSE_RUNS")
+# The host's driver check (issue 17, host side: `python -m tuning.harness gpus`), run when this
+# tree has it. WIRE-LATER: confirm its name and exit codes once the host side is merged.
+DRIVER_CMD=("$PY_PATH" -m tuning.harness gpus)
+
 if [ "$DRY_RUN" = 1 ]; then
   NGPU=1; PROBE_PORT=29500; TRAIN_PORT=29501
+  GPU_NAME="<nvidia-smi --query-gpu=name>"
+  SEEN=0; command -v nvidia-smi >/dev/null && SEEN=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 else
   # --- a GPU, and a CUDA torch to drive it -------------------------------------------------
   command -v nvidia-smi >/dev/null ||
@@ -125,6 +150,10 @@ else
   or point --python at a Python whose torch has CUDA."
   "$PY_PATH" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' ||
     EXIT=3 die "no GPU visible: torch (CUDA $cuda) sees none (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  if [ -z "$PEAK" ]; then  # MFU needs the peak: known part, or --peak-tflops; ask before running
+    "$PY_PATH" benchmarks/gpu_peaks.py "$GPU_NAME" >/dev/null || EXIT=2 die "MFU needs the GPU's peak: rerun with --peak-tflops N (dense bf16 TFLOP/s of '$GPU_NAME')"
+  fi
   PROBE_PORT=$(free_port); TRAIN_PORT=$(free_port)
 fi
 PROBE_CMD=(env "${LAUNCH_ENV[@]}" PET_NPROC_PER_NODE="$NGPU" MASTER_PORT="$PROBE_PORT"
@@ -132,13 +161,13 @@ PROBE_CMD=(env "${LAUNCH_ENV[@]}" PET_NPROC_PER_NODE="$NGPU" MASTER_PORT="$PROBE
   "$PY_PATH" -m tuning.launch)
 TRAIN_CMD=(env "${LAUNCH_ENV[@]}" PET_NPROC_PER_NODE=1 MASTER_PORT="$TRAIN_PORT"
   "$PY_PATH" -m tuning.launch "${TRAIN_ARGS[@]}")
-SHOWN="benchmarks/gpu_check.sh --steps $STEPS --batch $BATCH --seq-len $SEQ_LEN --peak-tflops $PEAK"
+SHOWN="benchmarks/gpu_check.sh --steps $STEPS --batch $BATCH --seq-len $SEQ_LEN${PEAK:+ --peak-tflops $PEAK}"
 JOB=$(printf '{"batch": %d, "seq_len": %d, "words": %d, "records": %d, "steps": %d}' \
   "$BATCH" "$SEQ_LEN" "$WORDS" "$RECORDS" "$STEPS")
-REPORT_CMD=("$PY_PATH" benchmarks/mfu.py --model "$MODEL" --run "$RUN" --peak-tflops "$PEAK"
-  --probe "$PROBE_OUT/probe.json" --probe-log "$OUT_DIR/probe.log" --command "$SHOWN"
-  --job "$JOB" --json "$OUT_DIR/gpu_check.json" --markdown "$OUT_DIR/gpu_check.md"
-  ${DOCS:+--docs "$ROOT/$DOCS"})
+REPORT_CMD=("$PY_PATH" benchmarks/mfu.py --model "$MODEL" --run "$RUN" --gpu "$GPU_NAME"
+  ${PEAK:+--peak-tflops "$PEAK"} --command "$SHOWN" --job "$JOB" --json "$OUT_DIR/gpu_check.json"
+  --markdown "$OUT_DIR/gpu_check.md" ${DOCS:+--docs "$ROOT/$DOCS"})
+REPORT_PROBE=(--probe "$PROBE_OUT/probe.json" --probe-log "$OUT_DIR/probe.log")
 
 show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
 
@@ -149,11 +178,22 @@ if [ "$DRY_RUN" = 1 ]; then
   echo "# probe (${T_PROBE} s; PET_NPROC_PER_NODE = the visible GPUs, 1 shown)"
   show "${PROBE_CMD[@]}"
   echo "# train (${T_TRAIN} s)"; show "${TRAIN_CMD[@]}"
-  echo "# report (${T_REPORT} s)"; show "${REPORT_CMD[@]}"
+  echo "# compose layouts (${T_COMPOSE} s): single, per-rank isolated, per-rank shared (and host)"
+  echo "#   on 2 GPUs, each with the probe: NCCL's transport per layout"
+  show "${COMPOSE_CMD[@]}"
+  skip=$(compose_skip "$SEEN")
+  echo "gpu-check: compose layouts here: ${skip:+skipped: }${skip:-would run}"
+  echo "# report (${T_REPORT} s)"
+  show "${REPORT_CMD[@]}" "${REPORT_PROBE[@]}" --layouts "$COMPOSE_RUNS/latest/report.json"
+  if "$PY_PATH" -m tuning.harness gpus --help >/dev/null 2>&1; then
+    echo "# driver check (first)"; show "${DRIVER_CMD[@]}"
+  else
+    echo "gpu-check: no host driver check in this tree yet (${DRIVER_CMD[*]:1}): skipped"
+  fi
   echo "gpu-check: checks that need no GPU:"
   mkdir -p "$WORK/dry"
   GC_SEQ=$SEQ_LEN GC_WORDS=$WORDS GC_FIXTURE="$ROOT/$FIXTURE" GC_DRY="$WORK/dry" \
-  GC_PROBE_ARGS="$PROBE_ARGS" GC_PYBIN="$PYBIN" \
+  GC_PROBE_ARGS="$PROBE_ARGS" GC_PYBIN="$PYBIN" GC_SAMPLE_GPU="NVIDIA H100 80GB HBM3" \
     timeout -k 10 300 "$PY_PATH" - "${TRAIN_ARGS[@]}" <<'EOF'
 import os, shlex, sys
 from pathlib import Path
@@ -225,9 +265,10 @@ for row in tokenize_examples(load_examples(str(data)), tok, seq, str(data)).rows
     (len(row["input_ids"]) == seq and n_loss > seq // 3) or fail(
         f"a record of {words} words gives {len(row['input_ids'])} tokens ({n_loss} in the loss)")
 ok(f"a record of {words} words fills max_seq_length {seq} exactly ({n_loss} tokens in the loss)")
-code = mfu.main(["--model", str(dry / "model"), "--sample", str(dry / "run")])
+gpu = os.environ["GC_SAMPLE_GPU"]
+code = mfu.main(["--model", str(dry / "model"), "--sample", str(dry / "run"), "--gpu", gpu])
 code == 0 or fail("the MFU module on a sample run")
-ok("the MFU module computes on a sample run")
+ok(f"the MFU module computes on a sample run (peak from the table for {gpu!r})")
 EOF
   echo "gpu-check: dry run ok (nothing ran on a GPU; no docs written)"
   exit 0
@@ -256,7 +297,10 @@ echo "gpu-check: $NGPU GPU(s): $(nvidia-smi --query-gpu=name,driver_version --fo
 [[ $have == "$lock_torch"* ]] || echo "gpu-check: note: torch ${have%% *} is not the lock's $lock_torch (recorded, not refused)"
 
 T0=$SECONDS
-rm -rf "$RUN" "$PROBE_OUT"
+rm -rf "$RUN" "$PROBE_OUT" "$COMPOSE_RUNS"
+if "$PY_PATH" -m tuning.harness gpus --help >/dev/null 2>&1; then
+  stage driver 60 "$OUT_DIR/driver.log" "${DRIVER_CMD[@]}" || die "the host's driver check refused (see $OUT_DIR/driver.log)"
+fi
 stage build "$T_BUILD" "$OUT_DIR/build.log" "${BUILD_CMD[@]}" || die "the 1B model did not build"
 stage data "$T_DATA" "$WORK/data.log" "${DATA_CMD[@]}" || die "the data was not written"
 PROBE_OK=1
@@ -265,11 +309,23 @@ grep '^probe:' "$OUT_DIR/probe.log" | tail -n 4 | sed 's/^/    /' || true
 stage train "$T_TRAIN" "$OUT_DIR/train.log" "${TRAIN_CMD[@]}" ||
   { cp "$RUN/metrics/rank0.jsonl" "$OUT_DIR/" 2>/dev/null || true; die "training failed: ${FAILED[*]}"; }
 if [ "$PROBE_OK" = 0 ] || [ ! -f "$PROBE_OUT/probe.json" ]; then  # report without the probe
-  REPORT_CMD=("$PY_PATH" benchmarks/mfu.py --model "$MODEL" --run "$RUN" --peak-tflops "$PEAK"
-    --command "$SHOWN" --job "$JOB" --json "$OUT_DIR/gpu_check.json"
-    --markdown "$OUT_DIR/gpu_check.md" ${DOCS:+--docs "$ROOT/$DOCS"})
+  REPORT_PROBE=()
 fi
-stage report "$T_REPORT" "$WORK/report.log" "${REPORT_CMD[@]}" || true
+SKIP=$(compose_skip "$NGPU")
+if [ -z "$SKIP" ]; then
+  stage compose "$T_COMPOSE" "$OUT_DIR/compose.log" "${COMPOSE_CMD[@]}" || true
+  BENCH_REPORT=$COMPOSE_RUNS/latest/report.json
+  if [ -f "$BENCH_REPORT" ]; then
+    cp "$BENCH_REPORT" "$OUT_DIR/compose-report.json"
+    REPORT_PROBE+=(--layouts "$BENCH_REPORT")
+  else
+    REPORT_PROBE+=(--layouts-skipped "the bench wrote no report (see compose.log)")
+  fi
+else
+  echo "gpu-check: [compose] skipped: $SKIP"
+  REPORT_PROBE+=(--layouts-skipped "$SKIP")
+fi
+stage report "$T_REPORT" "$WORK/report.log" "${REPORT_CMD[@]}" "${REPORT_PROBE[@]}" || true
 cat "$WORK/report.log"
 cp "$RUN/train_summary.json" "$RUN/metrics/rank0.jsonl" "$OUT_DIR/" 2>/dev/null || true
 [ -f "$PROBE_OUT/probe.json" ] && cp "$PROBE_OUT/probe.json" "$OUT_DIR/"

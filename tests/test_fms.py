@@ -17,7 +17,7 @@ from conftest import PYTHON, ROOT, leftovers
 
 from tuning.harness import compose, runs, workload
 from tuning.harness.engine import HarnessError
-from tuning.harness.layout import LAUNCHER, RANK_RECORD, Layout, LayoutError
+from tuning.harness.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
 from tuning.harness.options import job_for
 from tuning.harness.run import node_commands
 
@@ -38,6 +38,7 @@ def test_foreign_service_gets_launcher_recorder_and_json_job():
     binds = {v["target"]: v for v in svc["volumes"]}
     assert binds[LAUNCHER]["read_only"] and binds[LAUNCHER]["source"].endswith("tuning/launch.py")
     assert binds[RANK_RECORD]["source"].endswith("tuning/rank_record.py")
+    assert binds[GPU_GUARD]["source"].endswith("tuning/gpu_guard.py")  # beside the recorder
     env = svc["environment"]
     assert env["HARNESS_ENTRY"] == "harness_rank"
     assert env["HARNESS_WRAPPED_ENTRY"] == "tuning.sft_trainer"

@@ -26,8 +26,8 @@ def test_dry_run_passes_and_prints_every_command(tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     commands = [line for line in out.splitlines() if line.startswith("+ ")]
-    assert len(commands) == 5  # build, data, probe, train, report
-    build, data, probe, train, report = commands
+    assert len(commands) == 6  # build, data, probe, train, the Compose layouts, report
+    build, data, probe, train, compose, report = commands
     assert "-m tuning.tiny_model --size 1b" in build
     assert "-m tuning.demo_data" in data and "--words 1024" in data and "--n 240" in data
     assert "HARNESS_ENTRY=tuning.probe" in probe and "NCCL_DEBUG=INFO" in probe
@@ -36,7 +36,18 @@ def test_dry_run_passes_and_prints_every_command(tmp_path):
                  "--torch_dtype bfloat16", "--max_seq_length 2048", "--max_steps 30",
                  "--save_strategy no"):  # fmt: skip
         assert want in train, want
-    assert "benchmarks/mfu.py" in report and "--peak-tflops 989" in report
+    # the peak comes from the GPU's name unless --peak-tflops is given
+    assert "benchmarks/mfu.py" in report and "--gpu " in report and "--peak-tflops" not in report
+    assert "--layouts " in report and "compose/latest/report.json" in report
+    # the Compose layouts: the bench on 2 GPUs, one round, 5 steps; skipped here, saying why
+    assert compose.startswith("+ make bench GPUS=2 REPEAT=1 STEPS=5 RUNS=")
+    assert "single, per-rank isolated, per-rank shared" in out
+    seen = next(x for x in out.splitlines() if x.startswith("gpu-check: compose layouts here:"))
+    if shutil.which("docker") is None:
+        assert seen == "gpu-check: compose layouts here: skipped: no docker client on PATH"
+    elif NO_GPU:
+        assert seen.startswith("gpu-check: compose layouts here: skipped: ")
+    assert "peak from the table for 'NVIDIA H100 80GB HBM3'" in out
     # what the launcher makes of it: one GPU rank, accelerate launch on the FSDP fixture
     rendered = next(x for x in out.splitlines() if "launcher (train) renders:" in x)
     assert "accelerate launch --config_file" in rendered and "--num_processes 1" in rendered
@@ -51,6 +62,10 @@ def test_peak_and_steps_reach_the_commands(tmp_path):
     proc = run("--dry-run", "--work", str(tmp_path), "--steps", "12", "--peak-tflops", "500")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "--max_steps 12" in proc.stdout and "--peak-tflops 500" in proc.stdout
+    env_peak = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--work", str(tmp_path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OUT": "", "PEAK_TFLOPS": "312"})  # fmt: skip
+    assert env_peak.returncode == 0 and "--peak-tflops 312" in env_peak.stdout
 
 
 @pytest.mark.skipif(not NO_GPU, reason="a GPU is visible here")

@@ -12,7 +12,7 @@ Environment read (anchors.md, Kubeflow PyTorchJob v1 and Trainer v2):
   PET_NODE_RANK | RANK              this node's rank (RANK is a NODE rank in a PyTorchJob)
 Harness extras, all optional:
   ACCELERATE_CONFIG                 accelerate config fixture (default: by device)
-  HARNESS_DEVICE                    cpu | gpu (default: gpu when /dev/nvidia0 exists)
+  HARNESS_DEVICE                    cpu | gpu (default: detected, see `device()`)
   HARNESS_MAX_RESTARTS              torchrun --max-restarts
   HARNESS_RDZV_TIMEOUT              seconds the static rendezvous waits for every node
                                     (torchrun --rdzv_conf timeout=s; its default is 600)
@@ -20,7 +20,9 @@ Harness extras, all optional:
   HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
                                     trainer's (bench: the probe's --out, --max-bytes ...)
 Set for the ranks: HARNESS_DISTRIBUTED_TYPE, what the accelerate config asks for (FSDP, ...):
-the trainer fails when accelerate sets up something else.
+the trainer fails when accelerate sets up something else. For the probe on GPUs (the bench, the
+GPU check) also NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS, unless set: NCCL's log then names the
+transport of every channel (P2P, SHM, NET), which the host reads. Training runs stay quiet.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
 DEFAULT_PORT = 29500
+# NCCL prints each channel's transport at INFO under INIT (NCCL src/transport/p2p.cc, shm.cc,
+# net.cc); the other three add how P2P/SHM/NET were set up (or why not).
+NCCL_TRANSPORT_LOG = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,SHM,NET"}
 
 
 def _get(env: Mapping[str, str], *names: str, default: str | None = None) -> str | None:
@@ -53,24 +58,41 @@ def _int(env: Mapping[str, str], *names: str, default: int) -> int:
     return value
 
 
-def device(env: Mapping[str, str]) -> str:
-    chosen = env.get("HARNESS_DEVICE") or ("gpu" if Path("/dev/nvidia0").exists() else "cpu")
+# What the NVIDIA container runtime writes into NVIDIA_VISIBLE_DEVICES for "no GPU".
+_NO_GPUS = ("", "none", "void")
+
+
+def gpu_nodes(dev_root: str | Path = "/dev") -> list[str]:
+    """The GPU device nodes in this container: nvidia0, nvidia5, ... (not nvidiactl and
+    nvidia-uvm). A container or pod keeps the host's names: one given GPU 5 sees nvidia5 only."""
+    return sorted(p.name for p in Path(dev_root).glob("nvidia[0-9]*"))
+
+
+def device(env: Mapping[str, str], dev_root: str | Path = "/dev") -> str:
+    """HARNESS_DEVICE when set; else gpu when a GPU device node is visible, or when the NVIDIA
+    runtime's NVIDIA_VISIBLE_DEVICES names GPUs (a PyTorchJob pod gets no HARNESS_DEVICE);
+    else cpu."""
+    chosen = env.get("HARNESS_DEVICE")
+    if not chosen:
+        visible = env.get("NVIDIA_VISIBLE_DEVICES", "").strip().lower()
+        chosen = "gpu" if gpu_nodes(dev_root) or visible not in _NO_GPUS else "cpu"
     if chosen not in ("cpu", "gpu"):
         raise SystemExit(f"launch: HARNESS_DEVICE={chosen!r}; use cpu or gpu")
     return chosen
 
 
-def _nproc(env: Mapping[str, str], dev: str) -> int:
+def _nproc(env: Mapping[str, str], dev: str, dev_root: str | Path = "/dev") -> int:
     # PyTorchJob allows nprocPerNode "auto"; like fms's entrypoint, that means one rank per
-    # visible GPU (one rank on CPU).
+    # visible GPU (one rank on CPU), counted as `device()` finds them.
     if env.get("PET_NPROC_PER_NODE", "auto") != "auto":
         return _int(env, "PET_NPROC_PER_NODE", default=1)
     if dev == "cpu":
         return 1
-    visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("NVIDIA_VISIBLE_DEVICES") or ""
-    if visible and visible not in ("all", "void", "none"):
-        return len(visible.split(","))
-    return max(1, len(list(Path("/dev").glob("nvidia[0-9]*"))))
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+        visible = env.get(name, "").strip()
+        if visible and visible.lower() not in ("all", *_NO_GPUS):
+            return len(visible.split(","))
+    return max(1, len(gpu_nodes(dev_root)))
 
 
 def distributed_type(config: str) -> str:
@@ -88,13 +110,17 @@ def distributed_type(config: str) -> str:
 
 
 def command(
-    env: Mapping[str, str], trainer_args: list[str], config_file: str | None = None
+    env: Mapping[str, str],
+    trainer_args: list[str],
+    config_file: str | None = None,
+    dev_root: str | Path = "/dev",
 ) -> tuple[list[str], dict[str, str]]:
     """Return (argv, extra environment) for this node. `config_file` is where to read the
-    accelerate config when it is not at its path in the node yet (the host, rendering)."""
-    dev = device(env)
+    accelerate config when it is not at its path in the node yet (the host, rendering);
+    `dev_root` where to look for GPU device nodes."""
+    dev = device(env, dev_root)
     nnodes = _int(env, "PET_NNODES", default=1)
-    nproc = _nproc(env, dev)
+    nproc = _nproc(env, dev, dev_root)
     node_rank = _int(env, "PET_NODE_RANK", "RANK", default=0)
     if nnodes < 1 or nproc < 1:
         raise SystemExit(f"launch: PET_NNODES={nnodes} and PET_NPROC_PER_NODE={nproc} must be >= 1")
@@ -128,13 +154,16 @@ def command(
         extra["ACCELERATE_USE_CPU"] = "1"
         if asked in ("MULTI_CPU", "NO"):
             argv.append("--multi_gpu")
+    entry = env.get("HARNESS_ENTRY") or "tuning.sft_trainer"
+    if dev == "gpu" and entry == "tuning.probe":
+        extra.update({k: v for k, v in NCCL_TRANSPORT_LOG.items() if not env.get(k)})
     restarts = _int(env, "HARNESS_MAX_RESTARTS", default=0)
     if restarts:
         argv += ["--max_restarts", str(restarts)]
     rdzv_timeout = _int(env, "HARNESS_RDZV_TIMEOUT", default=0)
     if rdzv_timeout:
         argv += ["--rdzv_conf", f"timeout={rdzv_timeout}"]
-    argv += ["-m", env.get("HARNESS_ENTRY") or "tuning.sft_trainer"]
+    argv += ["-m", entry]
     if env.get("HARNESS_ENTRY_ARGS"):
         trainer_args = shlex.split(env["HARNESS_ENTRY_ARGS"])
     return argv + list(trainer_args), extra

@@ -32,9 +32,10 @@ Transport. For every backend the probe lists this process's ESTABLISHED TCP conn
 and ``/proc/net/tcp6``) and names the interface that owns each local address. Connections to
 or from ``MASTER_PORT`` are the rendezvous store ("store"); the rest are the collective's
 ("collective": gloo's pairs, or NCCL's bootstrap and NET/Socket sockets). For NCCL the
-transport between GPUs (P2P/IPC, SHM, NET/Socket) is not visible from here: run with
-``NCCL_DEBUG=INFO`` and hand the log to ``tuning.harness.report.parse_nccl_transport`` on the
-host; the probe records ``nccl_debug`` (the variable's value) so the host knows whether to look.
+transport between GPUs (P2P/IPC, SHM, NET/Socket) is not visible from here: NCCL names it in
+its log at ``NCCL_DEBUG=INFO`` (the launcher sets that for the probe on GPUs), which the host
+reads with ``tuning.transport.parse_nccl_transport``; the probe records ``nccl_debug`` (the
+variable's value) so the host knows whether to look.
 
 Rank 0 writes ``DIR/probe.json``::
 
@@ -54,7 +55,8 @@ connection stays inside this network namespace (its remote address is a loopback
 one of this namespace's own addresses, so the kernel carries it over ``lo``).
 
 Exit status: 0; 1 when any sum was wrong (probe.json is written first) or when
-``HARNESS_DEVICE=gpu`` finds no CUDA; 2 on bad arguments.
+``HARNESS_DEVICE=gpu`` finds no usable GPU (tuning/gpu_guard.py names what it found); 2 on bad
+arguments.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tuning import gpu_guard
 from tuning.transport import (  # noqa: F401 (the parsers are still reached as probe.*: tests)
     parse_ip_addr,
     parse_proc_net_tcp,
@@ -126,8 +129,9 @@ def timed_iters(op_time_s: float, iters: int, budget_s: float) -> int:
 def _backend_and_device() -> tuple[str, torch.device]:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     want = os.environ.get("HARNESS_DEVICE", "").lower()
-    if want == "gpu" and not torch.cuda.is_available():
-        raise SystemExit("probe: HARNESS_DEVICE=gpu but CUDA is not available")
+    message = gpu_guard.problem()  # HARNESS_DEVICE=gpu without a usable GPU: what, and the fix
+    if message:
+        raise SystemExit(f"probe: {message}")
     if want != "cpu" and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return "nccl", torch.device("cuda", local_rank)

@@ -2,7 +2,9 @@
 read from that trainer: the process group this rank really joined, and how it ended.
 
 It also installs fsdp_gloo.py (mounted beside it): FSDP on CPU ranks, and a rank whose config
-asked for FSDP and got anything else fails before its first step.
+asked for FSDP and got anything else fails before its first step. And before the trainer's
+module is even imported, gpu_guard.py (mounted beside it too): a rank told it has GPUs
+(HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -83,14 +85,20 @@ def watch_process_group(record: Record) -> None:
     dist.distributed_c10d.init_process_group = init_process_group
 
 
-def fsdp_on_gloo() -> None:
-    """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py, mounted beside
-    this file), for a trainer that cannot import it: fms on CPU ranks shards too."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_gloo.py")
-    spec = importlib.util.spec_from_file_location("harness_fsdp_gloo", path)
+def _beside(name: str):
+    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py), loaded by path: the
+    user's image may have a `tuning` package of its own."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install()
+    return module
+
+
+def fsdp_on_gloo() -> None:
+    """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py), for a trainer
+    that cannot import it: fms on CPU ranks shards too."""
+    _beside("fsdp_gloo").install()
 
 
 def accelerate_distributed_type() -> str | None:
@@ -109,6 +117,11 @@ def main() -> int:
         return 2
     record = Record()
     record.write("phase", name="imports", entry=entry, utc_offset_s=time.localtime().tm_gmtoff)
+    message = _beside("gpu_guard").problem()  # no silent CPU: fail before the trainer starts
+    if message:
+        print(f"harness_rank: {message}", file=sys.stderr, flush=True)
+        record.write("end", status="failed", exit_code=1, error=message, distributed_type=None)
+        return 1
     watch_process_group(record)
     fsdp_on_gloo()
     sys.argv = [entry, *sys.argv[1:]]

@@ -4,7 +4,9 @@ Reads in one sitting, top to bottom: config -> output dirs -> data validated -> 
 rendezvous -> model -> tokenized data -> Trainer.train -> summary. Everything tunable is in
 tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plain ``python``.
 
-Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else.
+Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else
+(HARNESS_DEVICE=gpu on a rank that cannot use CUDA among them: tuning/gpu_guard.py, before data
+or model are read; never a quiet fall back to CPU).
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
 i raise at the start of step k, once per output_dir (a marker in <output_dir>/.harness/ lets a
 restarted group pass it); HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
@@ -33,7 +35,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import fsdp_gloo
+from tuning import fsdp_gloo, gpu_guard
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
 from tuning.metrics import (
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     writer.phase("imports")  # the module's imports (torch, transformers) are done by now
     status, error = "failed", None
     try:
+        gpu_guard.check()  # told it has GPUs and cannot use them: fail now, never train on CPU
         examples, eval_examples = _load_data(cfg)
         status = _train(cfg, writer, examples, eval_examples)
         return 0
@@ -74,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         status, error = "refused", str(exc)
         print(f"sft_trainer: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except gpu_guard.GpuUnavailable as exc:
+        error = str(exc)
+        print(f"sft_trainer: error: {exc}", file=sys.stderr)
+        return 1
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise
@@ -99,6 +106,7 @@ def _load_data(cfg: SFTConfig):
 def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> str:
     # 2. Rendezvous. Without a GPU, accelerate must be told to use gloo (ACCELERATE_USE_CPU=1),
     # and the collective timeout (ddp_timeout) is set here, because accelerate's CPU path drops it.
+    # (HARNESS_DEVICE=gpu without CUDA never gets here: gpu_guard.check() in main.)
     on_gpu = torch.cuda.is_available() and os.environ.get(
         "ACCELERATE_USE_CPU", "0"
     ).lower() not in ("1", "true")

@@ -1,10 +1,13 @@
-"""This process's TCP connections and their interfaces: the probe's transport record, no torch."""
+"""The transport ranks used, no torch: this process's TCP connections and their interfaces
+(gloo, the probe's record), and NCCL's own account of its channels (from an NCCL_DEBUG=INFO log,
+read on the host by the bench and the GPU check)."""
 
 from __future__ import annotations
 
 import fcntl
 import ipaddress
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -152,3 +155,26 @@ def transport_info(rank: int, master_port: int | None) -> dict:
         "connections": conns,
         "nccl_debug": os.environ.get("NCCL_DEBUG"),
     }
+
+
+# NCCL names each channel's transport when it connects the ring/tree peers, at INFO level under
+# the INIT subsystem (NCCL src/transport/p2p.cc, shm.cc, net.cc):
+#   "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"   (P2P/CUMEM/read, P2P/direct pointer)
+#   "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct"
+#   "NCCL INFO Channel 00/0 : 1[1] -> 0[0] [send] via NET/Socket/0"   (NET/IB/0/GDRDMA ...)
+_NCCL_CHANNEL = re.compile(
+    r"NCCL INFO Channel \d+/\d+ : .*?\bvia\s+([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)"
+)
+
+
+def parse_nccl_transport(text: str) -> list[str]:
+    """NCCL's transports from an ``NCCL_DEBUG=INFO`` log, unique, in order of first appearance:
+    the kind and its mechanism (``P2P/IPC``, ``P2P/CUMEM``, ``SHM/direct``, ``NET/Socket``,
+    ``NET/IB``), without device index, read/write mode or GDR. Empty when no channel line is
+    there (one rank, or NCCL_DEBUG not INFO)."""
+    seen: list[str] = []
+    for line in text.splitlines():
+        m = _NCCL_CHANNEL.search(line)
+        if m and m.group(1) not in seen:
+            seen.append(m.group(1))
+    return seen

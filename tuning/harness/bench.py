@@ -107,8 +107,6 @@ def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int)
     if probe:
         env += [("HARNESS_ENTRY", "tuning.probe"),
                 ("HARNESS_ENTRY_ARGS", _probe_args(a, lay.output_dir))]  # fmt: skip
-        if lay.gpus:
-            env.append(("NCCL_DEBUG", "INFO"))  # the log names NCCL's transport
     spec.layout = lay.with_(extra_env=lay.extra_env + tuple(env))
     return spec
 

@@ -18,7 +18,8 @@ end of step 1. The parts are the differences, so they add up to first step minus
 
 Steady state: the step_s and tokens of steps after `runs.WARMUP_STEPS`, per rank. Peak memory:
 per rank, the largest ``peak_rss_bytes`` (on CUDA ``max_memory_allocated_bytes``) of its step
-lines. Transport: gloo's from probe.json; NCCL's from the probe run's logs (NCCL_DEBUG=INFO).
+lines. Transport: gloo's from probe.json; NCCL's from the probe run's logs (the launcher sets
+NCCL_DEBUG=INFO for a probe on GPUs): its channel lines, e.g. ``nccl/P2P/CUMEM``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import re
 import time
 from datetime import datetime
 from pathlib import Path
+
+from tuning.transport import parse_nccl_transport
 
 from . import report, runs, workload
 
@@ -163,7 +166,8 @@ def probe_sample(run_dir: Path, summary: dict) -> dict:
     out = {"probe_run_id": summary["run_id"], "probe_status": summary["status"], "probe": probe}
     if probe and probe.get("backend") == "nccl":
         text = "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("logs/*.log")))
-        found = report.parse_nccl_transport(text)
-        if found:
-            out["transport"] = [f"nccl/{t}" for t in found]
+        # NCCL's own channel lines; without them (NCCL_DEBUG not INFO, one rank) it is
+        # unknown: probe.json's TCP sockets are NCCL's bootstrap, not how the GPUs talk.
+        found = parse_nccl_transport(text)
+        out["transport"] = [f"nccl/{t}" for t in found] or ["nccl/unknown"]
     return out

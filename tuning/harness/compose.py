@@ -10,6 +10,7 @@ import yaml
 from .layout import (
     DATA_FILE,
     FSDP_GLOO,
+    GPU_GUARD,
     JOB_DIR,
     LAUNCHER,
     MODEL_DIR,
@@ -66,6 +67,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
         volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
+        volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

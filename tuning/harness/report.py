@@ -27,7 +27,8 @@ Input schema (a plain dict, JSON-serialisable)
               "peak_memory_bytes": [r0, r1],        # per rank
               "transport": ["gloo/lo"]    # optional strings; if absent they come from
                                           # probe["transport"] (backend/interface), and for
-                                          # NCCL from parse_nccl_transport(log text)
+                                          # NCCL from the log's channel lines
+                                          # (tuning.transport.parse_nccl_transport)
             }, ...
           ]
         }, ...
@@ -40,7 +41,6 @@ The derived figures and the goals: `report_derive.py`.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from .report_derive import PHASES, derive
@@ -59,29 +59,6 @@ TABLE_HEADER = (
     "step ratio to single",
     "busbw ratio to single",
 )
-
-# ---------------------------------------------------------------------------------------
-# NCCL logs
-# ---------------------------------------------------------------------------------------
-
-_NCCL_VIA = re.compile(r"NCCL INFO .*?\bvia\s+([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?)")
-
-
-def parse_nccl_transport(text: str) -> list[str]:
-    """Transport names from an ``NCCL_DEBUG=INFO`` log, unique, in order of first appearance.
-
-    A channel line such as ``... NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC`` gives
-    ``P2P/IPC``; ``via SHM/direct/direct`` gives ``SHM/direct``; ``via NET/Socket/0`` gives
-    ``NET/Socket``; ``via P2P/CUMEM/read`` gives ``P2P/CUMEM`` (the kind and its mechanism,
-    without device index or read/write mode).
-    """
-    seen: list[str] = []
-    for line in text.splitlines():
-        m = _NCCL_VIA.search(line)
-        if m and m.group(1) not in seen:
-            seen.append(m.group(1))
-    return seen
-
 
 # ---------------------------------------------------------------------------------------
 # Files

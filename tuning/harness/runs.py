@@ -256,7 +256,9 @@ def status_of(
         return "preempted", (f"rank(s) {_ranks(stopped)} stopped early on SIGTERM and "
                              "checkpointed; RESUME=1 continues from there")  # fmt: skip
     if broken:
-        return "failed", f"rank(s) {_ranks(broken)} ended {ends[broken[0]].get('status')}"
+        first = ends[broken[0]]  # its own words (e.g. the GPU guard's), so the summary says why
+        why = f": {first['error']}" if first.get("error") else ""
+        return "failed", f"rank(s) {_ranks(broken)} ended {first.get('status')}{why}"
     bad = {n: c for n, c in exits.items() if c != 0}
     if bad:
         return "failed", ", ".join(f"{n} exited {c}" for n, c in bad.items())
