@@ -29,16 +29,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning.records import DataError, Record, describe, read_path
+from tuning.records import DataError, Record, read_path
+from tuning.shapes import shape_of
 from tuning.template import SPECIAL_NAMES, NeedsJinja, render_template
 
 IGNORE_INDEX = -100
-SHAPES = (
-    "'input' and 'output' fields (the default); a text field named by dataset_text_field, with"
-    " response_template; data_formatter_template over the record's fields; 'input_ids' and"
-    " 'labels' (pre-tokenized)"
-)
-CHAT_FIELDS = ("messages", "conversations")  # trl's conversational records
 
 
 @dataclass(frozen=True)
@@ -108,22 +103,7 @@ def _ids(where, record, name) -> list[int]:
     return value
 
 
-def _pretokenized(records: list[Record], path, formatting: dict) -> list[Example]:
-    """fms's Data Format 1 (setup_dataprocessor.is_pretokenized_dataset: both columns)."""
-    first = records[0]
-    if "labels" not in first.data:
-        raise DataError(
-            f"{first.where}: 'input_ids' without 'labels' ({describe(path)}; record has"
-            f" {sorted(first.data)}): fms 3.2.2 takes records as pre-tokenized only with both"
-            " columns. Add 'labels' (a copy of input_ids trains on every token; -100 leaves a"
-            " token out of the loss)"
-        )
-    given = [name for name, value in formatting.items() if value]
-    if given:
-        raise DataError(
-            f"{path}: pre-tokenized records (input_ids, labels) take no {', '.join(given)}"
-            " (fms refuses them too): remove it from the job"
-        )
+def _pretokenized(records: list[Record]) -> list[Example]:
     examples = []
     for index, (where, line, record) in enumerate(records):
         ids, labels = _ids(where, record, "input_ids"), _ids(where, record, "labels")
@@ -131,21 +111,6 @@ def _pretokenized(records: list[Record], path, formatting: dict) -> list[Example
             raise DataError(f"{where}: {len(ids)} input_ids but {len(labels)} labels")
         examples.append(Example(index, line, where=where, input_ids=ids, labels=labels))
     return examples
-
-
-def _no_shape(record: Record, path) -> DataError:
-    keys = sorted(record.data)
-    if any(name in record.data for name in CHAT_FIELDS):
-        return DataError(
-            f"{record.where}: chat records ({describe(path)}; record has {keys}): this trainer"
-            " does not apply chat templates. fms 3.2.2 trains on them with instruction_template"
-            " and response_template set, the tokenizer's chat template (or chat_template) and"
-            " dataset_conversation_field: run it with TRAINER=fms. Accepted here: " + SHAPES
-        )
-    return DataError(
-        f"{record.where}: the record matches no shape we train on ({describe(path)}; record has"
-        f" {keys}). Accepted: {SHAPES}"
-    )
 
 
 def load_examples(
@@ -161,15 +126,11 @@ def load_examples(
     records = read_path(path)
     if not records:
         raise DataError(f"{path}: empty data file (no records)")
-    if "input_ids" in records[0].data:
-        formatting = {"dataset_text_field": dataset_text_field,
-                      "response_template": response_template,
-                      "data_formatter_template": data_formatter_template}  # fmt: skip
-        return _pretokenized(records, path, formatting)
-    if not (data_formatter_template or dataset_text_field) and not (
-        {"input", "output"} & set(records[0].data)
-    ):
-        raise _no_shape(records[0], path)
+    shape = shape_of(
+        records[0], path, dataset_text_field, response_template, data_formatter_template
+    )
+    if shape == "p":
+        return _pretokenized(records)
     special = {name: f"<{name}>" for name in SPECIAL_NAMES}
     special.update(special_tokens or {})
     examples = []

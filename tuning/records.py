@@ -170,6 +170,38 @@ def directory_files(path: Path) -> tuple[str, list[Path]]:
     return builder.name, [Path(f) for f in splits["train"]]
 
 
+def needs_datasets(path: str | Path) -> bool:
+    """Whether reading this path takes datasets (all but JSON files)."""
+    path = Path(path)
+    return path.is_dir() or path.suffix.lower() in BUILDERS
+
+
+def table_columns(path: str | Path) -> list[str] | None:
+    """A Parquet or Arrow file's column names from its schema alone (pyarrow reads no rows);
+    a text file's one column; None for a directory, or where pyarrow is not installed."""
+    path = Path(path)
+    builder = BUILDERS.get(path.suffix.lower())
+    if builder == "text":
+        return ["text"]
+    try:
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        return None
+    try:
+        if builder == "parquet":
+            return list(pyarrow.parquet.read_schema(path).names)
+        if builder == "arrow":
+            with pyarrow.memory_map(str(path)) as source:
+                try:
+                    return list(pyarrow.ipc.open_stream(source).schema.names)
+                except pyarrow.ArrowInvalid:  # the IPC file format, not a stream
+                    return list(pyarrow.ipc.open_file(source).schema.names)
+    except (OSError, pyarrow.ArrowException) as exc:
+        raise DataError(f"{path}: cannot read as {builder}: {exc}") from None
+    return None
+
+
 def describe(path: str | Path) -> str:
     """What a data path is, in words, for errors."""
     path = Path(path)
