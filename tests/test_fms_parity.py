@@ -1,7 +1,8 @@
 """Parity with fms-hf-tuning 3.2.2: the same job through fms's own data preprocessing (in the
 fms image, tests/fms_side/preprocess.py) and ours gives the same input_ids and labels, token
 for token, on three shapes: the twitter shape (formatter template + response template), input/
-output fields, a text field plus a response template. fms's `tuning` package collides with
+output fields, a text field plus a response template; and on every format fms reads: Parquet and
+Arrow files, a directory of two files, pre-tokenized records, a byte-order mark with CRLF. fms's `tuning` package collides with
 ours, so its side runs in its own interpreter: the image `make up TRAINER=fms` runs (built
 from docker/fms.lock if missing), with no network, this test's files mounted at their paths."""
 
@@ -198,3 +199,92 @@ def test_fms_refuses_the_older_placeholder_form(fms_python, model_dir, tmp_path)
         tmp_path,
     )  # fmt: skip
     assert proc.returncode != 0 and "jinja template syntax is invalid" in proc.stderr
+
+
+# --- Every format fms reads: Parquet, Arrow, a directory, pre-tokenized, a byte-order mark ----
+
+IO_ROWS = [
+    {"input": "### Input: cat dog\n\n## Label:", "output": " red blue"},
+    {"input": "### Input: owl", "output": "gold"},
+    {"input": "@HMRCcustomers No this is my first job", "output": "no complaint"},
+]
+
+
+def _table(path: Path, rows: list[dict]) -> Path:
+    """Parquet, or an Arrow stream (the file datasets' save_to_disk writes), by suffix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows)
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    return path
+
+
+def _io_job(model_dir: Path, data: Path, tmp_path: Path) -> dict:
+    return {"model_name_or_path": str(model_dir), "training_data_path": str(data),
+            "output_dir": str(tmp_path / "out"), "max_seq_length": 64,
+            "use_flash_attn": False}  # fmt: skip
+
+
+def _same(fms_python, tmp_path, tokenizer, job: dict, collator: str) -> int:
+    theirs = fms_side(fms_python, tmp_path, job=job)
+    assert theirs["collator"] == collator
+    return assert_same(our_side(tokenizer, job=job, tmp_path=tmp_path), theirs)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_twitter_shape_as_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    data = _table(tmp_path / f"twitter{suffix}", TWEETS)
+    job = {**_io_job(model_dir, data, tmp_path), "max_seq_length": 160,
+           "response_template": RESPONSE, "data_formatter_template": JINJA_TEMPLATE}  # fmt: skip
+    tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForCompletionOnlyLM")
+    print(f"twitter shape, {suffix}: {tokens} tokens identical")
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_input_output_shape_as_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    data = _table(tmp_path / f"io{suffix}", IO_ROWS)
+    job = _io_job(model_dir, data, tmp_path)
+    tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
+    print(f"input/output shape, {suffix}: {tokens} tokens identical")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_directory_of_two_files(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name, rows in (("part-b", IO_ROWS[2:]), ("part-a", IO_ROWS[:2])):
+        path = folder / f"{name}{suffix}"
+        _table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
+    job = _io_job(model_dir, folder, tmp_path)
+    tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
+    print(f"directory of two {suffix} files: {tokens} tokens identical")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_pretokenized_records(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    rows = []
+    for r in IO_ROWS:  # ids made by the tokenizer, labels masked over the input, as a user would
+        ids = tokenizer(r["input"] + " " + r["output"])["input_ids"]
+        n = len(tokenizer(r["input"])["input_ids"])
+        rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * n + ids[n:]})
+    rows.append(
+        {"input_ids": list(range(5, 90)), "labels": [IGNORE_INDEX] * 3 + list(range(8, 90))}
+    )
+    path = tmp_path / f"tok{suffix}"
+    data = _table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
+    job = _io_job(model_dir, data, tmp_path)  # max_seq_length 64 truncates the last record
+    tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
+    print(f"pre-tokenized, {suffix}: {tokens} tokens identical")
+
+
+def test_byte_order_mark_and_crlf(fms_python, model_dir, tmp_path, tokenizer):
+    data = tmp_path / "bom.jsonl"
+    data.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps(r).encode() + b"\r\n" for r in IO_ROWS))
+    job = _io_job(model_dir, data, tmp_path)
+    tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
+    print(f"byte-order mark, CRLF: {tokens} tokens identical")

@@ -1,13 +1,18 @@
-"""Training data: three shapes, validated before training, tokenized and masked as fms-hf-tuning
+"""Training data: four shapes, validated before training, tokenized and masked as fms-hf-tuning
 3.2.2 does it (tests/test_fms_parity.py compares the two token for token).
 
-Files: JSON Lines, or a JSON array of objects (fms's ``twitter_complaints_small.json``), any suffix.
-Shapes (chosen from the config, as fms chooses them):
+Files and directories are read as fms reads them (tuning/records.py): JSON Lines or a JSON array,
+Parquet, Arrow, text, or a directory of them.
+Shapes (chosen from the config and the records, as fms chooses them):
+  (p) ``input_ids`` + ``labels`` (pre-tokenized; fms needs both columns): passed through as they
+      are, truncated to max_seq_length as trl truncates them;
   (a) ``dataset_text_field`` + ``response_template``: the field's text plus the EOS token;
   (b) ``input``/``output`` fields (the default): ``input [+ " "] + output + EOS``, input masked;
   (c) ``data_formatter_template`` over the record's fields, with ``response_template``:
       ``{{input}}``, ``{{element['Tweet text']}}`` (fms's Jinja form) and ``{{Tweet text}}`` (a
       field name with spaces, fms's older form) are filled; other Jinja needs ``jinja2``.
+Chat records (``messages``) are refused: fms trains on them with instruction_template and a chat
+template, which this trainer does not implement (``TRAINER=fms`` does).
 Masking, as fms: (b) labels are -100 over as many tokens as the input alone tokenizes to;
 (a, c) like trl's DataCollatorForCompletionOnlyLM with fms's template ids
 (``encode(response_template)[2:]``): everything up to the end of the template's LAST occurrence
@@ -20,24 +25,20 @@ Every record carries an ``index`` (its position in the dataset); the collator tu
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning.files import read_or_refuse
+from tuning.records import DataError, Record, read_path
+from tuning.shapes import shape_of
 from tuning.template import SPECIAL_NAMES, NeedsJinja, render_template
 
 IGNORE_INDEX = -100
 
 
-class DataError(ValueError):
-    """A data file the trainer refuses before training; the message names the file and line."""
-
-
 @dataclass(frozen=True)
 class Example:
-    """One validated record: input/output pieces, or a text (rendered from a template)."""
+    """One validated record: input/output pieces, a text (from a template), or token ids."""
 
     index: int
     line: int
@@ -46,6 +47,9 @@ class Example:
     text: str | None = None  # shapes (a) and (c), rendered with placeholder special tokens
     template: str | None = None  # shapes (a, c): re-rendered with the tokenizer's special tokens
     record: dict = field(default_factory=dict, compare=False, repr=False)
+    where: str = ""  # file:line or file row N
+    input_ids: list[int] | None = None  # shape (p)
+    labels: list[int] | None = None  # shape (p)
 
     def render(self, special_tokens: dict | None) -> str:
         if self.template is None:
@@ -53,112 +57,60 @@ class Example:
         return render_template(self.template, self.record, special_tokens or {})
 
 
-def _read_array(path: Path, text: str) -> list[tuple[int, dict]]:
-    """A JSON array of objects, each with the line its object starts on."""
-    decoder = json.JSONDecoder()
-    records = []
-    pos = text.index("[") + 1
-
-    def skip(p):
-        while p < len(text) and text[p] in " \t\r\n":
-            p += 1
-        return p
-
-    def line_of(p):
-        return text.count("\n", 0, p) + 1
-
-    pos = skip(pos)
-    if pos < len(text) and text[pos] == "]":
-        return records
-    while True:
-        record, end = _decode(path, lambda at=pos: decoder.raw_decode(text, at), None)
-        _object(path, line_of(pos), record, " in the array")
-        records.append((line_of(pos), record))
-        pos = skip(end)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip(pos + 1)
-            continue
-        if pos < len(text) and text[pos] == "]":
-            if skip(pos + 1) != len(text):
-                raise DataError(f"{path}:{line_of(pos)}: text after the end of the JSON array")
-            return records
-        raise DataError(f"{path}:{line_of(pos)}: malformed JSON array: expected ',' or ']'")
-
-
-def _decode(path, parse, line: int | None):
-    """parse(), or a DataError naming the file and line (`line`, else the error's own)."""
-    try:
-        return parse()
-    except json.JSONDecodeError as exc:
-        where = exc.lineno if line is None else line
-        raise DataError(f"{path}:{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
-
-
-def _object(path, line: int, record, where: str = "") -> None:
-    if not isinstance(record, dict):
-        raise DataError(
-            f"{path}:{line}: expected a JSON object{where}, got {type(record).__name__}"
-        )
-
-
 def read_records(path: str | Path) -> list[tuple[int, dict]]:
-    """Parse JSON Lines or a JSON array into (line number, record) pairs; refuse anything
-    malformed, naming the file and line."""
-    path = Path(path)
-    raw = read_or_refuse(path, lambda why: DataError(f"{path}: cannot read data file: {why}"), True)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
-    if text.lstrip().startswith("["):
-        records = _read_array(path, text)
-    else:
-        records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            record = _decode(path, lambda line=line: json.loads(line), number)
-            _object(path, number, record)
-            records.append((number, record))
+    """(line or row, record) pairs of a data file or directory; refused if it has none."""
+    records = read_path(path)
     if not records:
-        raise DataError(f"{path}: empty data file (no JSON records)")
-    return records
+        raise DataError(f"{path}: empty data file (no records)")
+    return [(r.line, r.data) for r in records]
 
 
 read_jsonl = read_records  # the old name
 
 
-def _field(path, number, record, name) -> str:
+def _field(where, record, name) -> str:
     if name not in record:
-        raise DataError(f"{path}:{number}: missing field {name!r} (record has {sorted(record)})")
+        raise DataError(f"{where}: missing field {name!r} (record has {sorted(record)})")
     value = record[name]
     if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise DataError(
-            f"{path}:{number}: field {name!r} must be a string, not {type(value).__name__}"
-        )
+        raise DataError(f"{where}: field {name!r} must be a string, not {type(value).__name__}")
     return str(value)
 
 
-def _render(path, number, record, template, special) -> str | None:
+def _render(where, record, template, special) -> str | None:
     try:
         return render_template(template, record, special)
     except KeyError as exc:
         name = exc.args[0]
-        raise DataError(
-            f"{path}:{number}: missing field {name!r} (record has {sorted(record)})"
-        ) from None
+        raise DataError(f"{where}: missing field {name!r} (record has {sorted(record)})") from None
     except ValueError as exc:
-        raise DataError(f"{path}:{number}: {exc}") from None
+        raise DataError(f"{where}: {exc}") from None
     except NeedsJinja:
         return None  # full Jinja, and jinja2 is not installed here (the host): checked in the image
 
 
-def _check_template(path, number, text, response_template) -> None:
+def _check_template(where, text, response_template) -> None:
     if text is not None and response_template and response_template not in text:
-        raise DataError(
-            f"{path}:{number}: response_template {response_template!r} not found in the text"
-        )
+        raise DataError(f"{where}: response_template {response_template!r} not found in the text")
+
+
+def _ids(where, record, name) -> list[int]:
+    value = record.get(name)
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in value
+    ):
+        raise DataError(f"{where}: {name!r} must be a list of token ids (integers)")
+    return value
+
+
+def _pretokenized(records: list[Record]) -> list[Example]:
+    examples = []
+    for index, (where, line, record) in enumerate(records):
+        ids, labels = _ids(where, record, "input_ids"), _ids(where, record, "labels")
+        if len(ids) != len(labels):
+            raise DataError(f"{where}: {len(ids)} input_ids but {len(labels)} labels")
+        examples.append(Example(index, line, where=where, input_ids=ids, labels=labels))
+    return examples
 
 
 def load_examples(
@@ -168,25 +120,36 @@ def load_examples(
     data_formatter_template: str | None = None,
     special_tokens: dict | None = None,
 ) -> list[Example]:
-    """Read and validate a whole file into Examples. Pure Python: safe to call before rendezvous
-    (and on the host). ``special_tokens``: the tokenizer's special_tokens_map, where known."""
+    """Read and validate a whole file or directory into Examples. Safe to call before
+    rendezvous (and on the host, for JSON). ``special_tokens``: the tokenizer's
+    special_tokens_map, where known."""
+    records = read_path(path)
+    if not records:
+        raise DataError(f"{path}: empty data file (no records)")
+    shape = shape_of(
+        records[0], path, dataset_text_field, response_template, data_formatter_template
+    )
+    if shape == "p":
+        return _pretokenized(records)
     special = {name: f"<{name}>" for name in SPECIAL_NAMES}
     special.update(special_tokens or {})
     examples = []
-    for index, (number, record) in enumerate(read_records(path)):
+    for index, (where, line, record) in enumerate(records):
         if data_formatter_template:
             template = data_formatter_template
         elif dataset_text_field:
-            _field(path, number, record, dataset_text_field)
+            _field(where, record, dataset_text_field)
             template = "{{ element[" + repr(dataset_text_field) + "] }}{{ eos_token }}"
         else:
-            prompt = _field(path, number, record, "input")
-            response = _field(path, number, record, "output")
-            examples.append(Example(index, number, prompt=prompt, response=response))
+            prompt = _field(where, record, "input")
+            response = _field(where, record, "output")
+            examples.append(Example(index, line, prompt=prompt, response=response, where=where))
             continue
-        text = _render(path, number, record, template, special)
-        _check_template(path, number, text, response_template)
-        examples.append(Example(index, number, text=text, template=template, record=record))
+        text = _render(where, record, template, special)
+        _check_template(where, text, response_template)
+        examples.append(
+            Example(index, line, text=text, template=template, record=record, where=where)
+        )
     return examples
 
 
@@ -223,6 +186,9 @@ def tokenize_example(
 ) -> dict:
     """Token ids and labels for one Example, as fms-hf-tuning 3.2.2 makes them."""
     max_len = min(max_seq_length, getattr(tokenizer, "model_max_length", max_seq_length))
+    if example.input_ids is not None:  # (p) as they are; trl's truncate_dataset cuts both
+        ids, labels = example.input_ids[:max_len], example.labels[:max_len]
+        return {"input_ids": list(ids), "labels": list(labels), "index": example.index}
     eos = tokenizer.eos_token or ""
     if example.text is None and example.template is None:  # (b) input/output
         prompt, response = example.prompt, example.response
@@ -243,7 +209,7 @@ def tokenize_example(
             template_ids = response_template_ids(tokenizer, response_template)
             if not _mask_through_last(labels, template_ids):
                 warnings.warn(
-                    f"record {example.index} (line {example.line}): response_template"
+                    f"record {example.index} ({example.where}): response_template"
                     f" {response_template!r} not found in its first {max_len} tokens; it adds"
                     " nothing to the loss (as in fms)",
                     stacklevel=2,

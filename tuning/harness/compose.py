@@ -8,7 +8,6 @@ from pathlib import Path
 import yaml
 
 from .layout import (
-    DATA_FILE,
     FSDP_GLOO,
     GPU_GUARD,
     JOB_DIR,
@@ -20,6 +19,7 @@ from .layout import (
     Layout,
     LayoutError,
     Node,
+    data_target,
 )
 
 TUNING = Path(__file__).resolve().parents[1]  # the launcher and rank recorder, bound in
@@ -62,7 +62,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
     if layout.model:
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:
-        volumes.append(_bind(layout.data, DATA_FILE, rel, read_only=True))
+        volumes.append(_bind(layout.data, data_target(layout.data), rel, read_only=True))
     if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
         volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))

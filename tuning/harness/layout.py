@@ -22,7 +22,7 @@ CONTAINER_UID = "1000:1000"  # the image's `tuner` user
 JOB_DIR = "/job"
 OUTPUT_DIR = "/output"
 MODEL_DIR = "/model"
-DATA_FILE = "/data/train.jsonl"
+DATA_DIR = "/data"  # DATA is mounted here under its own name: a file, or a directory
 TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HOME, HF_HOME, caches)
 IMAGE_MODEL = "/opt/harness/assets/tiny-model"
 IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
@@ -39,6 +39,11 @@ JOB_KIND = "pytorchjob"
 OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
 NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
+
+
+def data_target(host_path: str) -> str:
+    """DATA inside a container: /data/<its name>, so its suffix picks its reader (fms's too)."""
+    return f"{DATA_DIR}/{Path(host_path).name}"
 
 
 def device_of(gpus: int) -> str:
@@ -75,7 +80,7 @@ class Layout:
     port: int = PORT
     network: str = "isolated"  # per-rank: own network/IPC per rank, or shared with rank 0
     model: str | None = None  # host path of a model dir; None = the image's tiny model
-    data: str | None = None  # host path of a JSONL file; None = the image's demo data
+    data: str | None = None  # host path of a data file or directory; None = the demo data
     run_dir: str = "runs/example"  # host path; job/ and output/ live under it
     user: str = CONTAINER_UID
     max_restarts: int = 0
@@ -195,7 +200,7 @@ class Layout:
     def data_path(self, host_default: str) -> str:
         if self.kind == "host":
             return self.data or host_default
-        return DATA_FILE if self.data else IMAGE_DATA
+        return data_target(self.data) if self.data else IMAGE_DATA
 
 
 @dataclass(frozen=True)

@@ -95,16 +95,16 @@ def existing(name: str, raw: str | None, kind: str) -> str | None:
     if not raw:
         return None
     path = Path(raw).expanduser().resolve()
-    ok = path.is_dir() if kind == "dir" else path.is_file()
+    ok = {"directory": path.is_dir, "file": path.is_file, "file or directory": path.exists}[kind]()
     if not ok:
-        raise HarnessError(f"{name}={raw}: no such {'directory' if kind == 'dir' else 'file'}")
+        raise HarnessError(f"{name}={raw}: no such {kind}")
     return str(path)
 
 
 def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
     n_gpus = gpus(a.gpus)
     nproc = int_arg("NPROC", a.nproc, 1) or 2
-    model = existing("MODEL", a.model, "dir")
+    model = existing("MODEL", a.model, "directory")
     if model and not (Path(model) / "config.json").is_file():
         raise HarnessError(f"MODEL={a.model} has no config.json: not a Hugging Face model dir")
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
@@ -113,7 +113,7 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
             secrets=secrets,
             kind=a.layout, gpus=n_gpus, nproc=nproc, run_id=run_id,
             image=images.resolve(a.image, device_of(n_gpus)),
-            network=a.network, model=model, data=existing("DATA", a.data, "file"),
+            network=a.network, model=model, data=existing("DATA", a.data, "file or directory"),
             run_dir=str(run_dir), max_restarts=int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
             entry=getattr(a, "entry", None), memory=memory(getattr(a, "memory", None)),
             pids=int_arg("PIDS", getattr(a, "pids", None), 16),
@@ -263,7 +263,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
     p.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
     p.add_argument("--model", help="local model directory (default: the tiny model)")
-    p.add_argument("--data", help="JSON Lines training file (default: the demo data)")
+    p.add_argument("--data", help="training data: a file or directory (default: the demo data)")
     add_job_flags(p)
     p.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
     p.add_argument("--max-restarts")

@@ -17,6 +17,8 @@ import yaml
 
 from tuning.config import ConfigError, SFTConfig, coerce
 from tuning.data import DataError, load_examples
+from tuning.records import describe, needs_datasets, table_columns
+from tuning.shapes import check_columns
 
 from .engine import HarnessError
 
@@ -51,11 +53,21 @@ def check_model(path: str | None) -> None:
 
 
 def check_data(path: str | None, cfg: SFTConfig) -> None:
+    """Every record where this environment reads them (JSON always; the rest with datasets);
+    else a table's columns from its schema (pyarrow), and the rest is the trainer's to check."""
     if not path:
         return
+    fmt = (cfg.dataset_text_field, cfg.response_template, cfg.data_formatter_template)
     try:
-        load_examples(path, cfg.dataset_text_field, cfg.response_template,
-                      cfg.data_formatter_template)  # fmt: skip
+        if not needs_datasets(path) or importlib.util.find_spec("datasets") is not None:
+            load_examples(path, *fmt)
+            return
+        columns = table_columns(path)
+        if columns is not None:
+            check_columns(path, columns, *fmt)
+        checked = "its columns checked" if columns is not None else "not read here"
+        print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `datasets` in this"
+              " environment); the trainer checks its records before training")  # fmt: skip
     except DataError as e:
         raise HarnessError(f"DATA: {e}") from None
 
