@@ -20,12 +20,13 @@ and nothing on this side imports torch.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from . import compose as compose_mod
-from . import engine, images, options, run, runs
+from . import devices, nvidia, options, run, runs
 from .engine import HarnessError
 from .layout import (
     CONTAINER_UID,
@@ -37,7 +38,6 @@ from .layout import (
     LayoutError,
     Node,
     contract_env,
-    device_of,
 )
 
 API_VERSION = "kubeflow.org/v1"
@@ -51,10 +51,11 @@ CPU_PER_RANK = 1
 MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
 
 
-def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
-    """GPUS and NPROC as `make kube` means them: per pod."""
+def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
+               **kw) -> JobLayout:  # fmt: skip
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
     per_pod = gpus_per_pod or nproc_per_pod
-    kw["image"] = images.resolve(kw.get("image") or IMAGE, device_of(gpus_per_pod))
+    kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
     try:
         return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
     except LayoutError as e:
@@ -100,6 +101,8 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple[object, 
         args=["--config", f"{JOB_DIR}/job.yaml"],
         env=[
             k8s.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml"),
+            # GPU ranks or not, said: a pod's devices keep the node's names (/dev/nvidia5)
+            k8s.V1EnvVar(name="HARNESS_DEVICE", value=layout.device),
             k8s.V1EnvVar(name="HOME", value=TMP_DIR),  # caches (~/.cache, ~/.triton) stay writable
         ],
         ports=[k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")],
@@ -269,22 +272,29 @@ def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float
         if c.name == CONTAINER
     )  # fmt: skip
     pods = operator_pods(job_obj)
+    plan = None
+    if layout.gpus:  # the pods' GPUs are free host GPUs here, each pod its share
+        try:
+            plan = devices.for_host(layout.gpus, image)
+        except HarnessError as e:
+            raise HarnessError(f"a rehearsal of {layout.replicas} pod(s) x "
+                               f"{layout.gpus_per_pod} GPU(s) here: {e}; or rehearse with "
+                               "GPUS=0 (CPU ranks, NPROC per pod)") from None  # fmt: skip
+        share = layout.gpus_per_pod
+        pods = [replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share])
+                for i, p in enumerate(pods)]  # fmt: skip
     layout = layout.with_(image=image, pods=tuple(pods))
-    if layout.gpus and engine.gpu_count() < layout.gpus:
-        raise HarnessError(
-            f"a rehearsal of {layout.replicas} pod(s) x {layout.gpus_per_pod} GPU(s) needs "
-            f"{layout.gpus} GPUs here; rehearse with GPUS=0 (CPU ranks, NPROC per pod)"
-        )
     files = dict(config_map.data or {})
     names = ", ".join(p.name for p in pods)
     banner = (f"harness: rehearsing PyTorchJob {layout.name}: pods {names}; "
               f"{layout.world_size} rank(s); {run_dir}")  # fmt: skip
     record = {"pytorchjob": {"name": layout.name, "manifest": str(run_dir / MANIFEST),
-                             "pods": [p.name for p in pods]}}  # fmt: skip
+                             "pods": [p.name for p in pods]},
+              **({"gpus": plan.record()} if plan else {})}  # fmt: skip
     spec = options.Spec(layout, yaml.safe_load(files["job.yaml"]), accelerate_config,
                         run_dir.parent, grace, run_dir_made=True, job_files=files,
                         banner=banner, title="rehearsal ", summary_extra=record,
-                        explain=False)  # fmt: skip
+                        explain=False, plan=plan)  # fmt: skip
     return run.start(spec)
 
 
@@ -294,6 +304,7 @@ def rehearse(layout: JobLayout, run_dir: Path, config_map, job_obj, grace: float
 def register(sub) -> None:
     p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob (and rehearse it)")
     p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
+    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
     p.add_argument("--nodes", help="pods: Master + NODES-1 Workers (default 1)")
     p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
     p.add_argument("--name", default="sft", help="the PyTorchJob's name (pods <name>-master-0...)")
@@ -309,11 +320,12 @@ def register(sub) -> None:
 
 def main(a: argparse.Namespace) -> int:
     nodes = options.int_arg("NODES", a.nodes, 1) or 1
-    gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
+    gpus = options.gpus(a.gpus)  # per pod, on a cluster; unset: as many as this host shows
+    gpus = len(nvidia.visible(nvidia.inventory())) if gpus is None else gpus
     nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
     run_id = options.checked_run_id(a.run_id)
     runs_root = Path(a.runs).resolve()
-    layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
+    layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
     job = options.job_from(a, layout)
     accelerate_config = options.accelerate_config(a, layout)
