@@ -318,8 +318,11 @@ def test_pytorchjob_pods_say_they_are_gpu_ranks():
     config_map, job = kube.render(layout, {"max_steps": 1}, "x: 1\n")
     for pod in kube.operator_pods(job):  # the rehearsal reads the env from the object
         assert pod.env["HARNESS_DEVICE"] == "gpu"
-    ctr = job.spec.pytorch_replica_specs["Worker"].template.spec.containers[0]
+    pod = job.spec.pytorch_replica_specs["Worker"].template.spec
+    ctr = pod.containers[0]
     assert ctr.image == "tuning-harness:gpu" and ctr.resources.limits == {"nvidia.com/gpu": "4"}
+    (dshm,) = [v.empty_dir for v in pod.volumes if v.name == "dshm"]
+    assert (dshm.medium, dshm.size_limit) == ("Memory", "2Gi")  # NCCL's /dev/shm
     cpu = kube.job_layout(0, 2, 1, name="tj", run_id="r1", run_dir="/tmp/r1")
     _, job = kube.render(cpu, {"max_steps": 1}, "x: 1\n")
     assert kube.operator_pods(job)[0].env["HARNESS_DEVICE"] == "cpu"
@@ -332,6 +335,7 @@ def test_examples_run_the_gpu_image():
         doc = yaml.safe_load((examples.DIR / name).read_text())
         for i, svc in enumerate(doc["services"].values()):
             gpu_service_checks(svc)
+            assert svc["shm_size"] == "2gb"
             want = [str(i)] if layout.kind == "per-rank" else [str(g) for g in range(layout.gpus)]
             assert device_ids(svc) == want
             assert (svc["environment"].get("NCCL_SOCKET_IFNAME") == "eth0") is (

@@ -80,7 +80,9 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 
 def cmd_image(a: argparse.Namespace) -> int:
-    seen = nvidia.visible(inv := nvidia.inventory())
+    # DEVICE=cpu asks nothing of the driver (a broken one must not stop a CPU image)
+    inv = nvidia.inventory() if a.device != "cpu" else nvidia.Inventory()
+    seen = nvidia.visible(inv)
     device = a.device or ("gpu" if seen else "cpu")
     if a.trainer == "fms":  # fms-hf-tuning's own image (workload.py)
         a.image = workload.FMS_IMAGE
