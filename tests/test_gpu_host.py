@@ -1,99 +1,21 @@
-"""GPU boxes, host side, on a box without a GPU: which GPUs a run takes, the driver check, MIG,
-a broken driver, and the render of every GPU shape.
-
-`nvidia-smi` here is a stand-in: a script put first on PATH that answers the two command lines
-the harness runs (`--query-gpu=...` and `-L`) in the real tool's output format, for GPUs
-described by FAKE_SMI_* variables; FAKE_SMI_FAIL=1 answers as nvidia-smi does on a
-driver/library mismatch (NVML's message, exit 18). Dry runs start nothing, so no Docker.
-"""
+"""GPU boxes, host side, on a box without a GPU: which GPUs a run takes, a broken driver, MIG,
+the driver check per image, and what is recorded. `nvidia-smi` is a stand-in (gpu_standin.py);
+dry runs start nothing, so no Docker."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
+import gpu_standin
 import pytest
-import yaml
-
-from tuning.harness import compose, devices, examples, images, kube
-from tuning.harness.engine import HarnessError
-from tuning.harness.layout import Layout
-
-ROOT = Path(__file__).resolve().parents[1]
-H100 = "NVIDIA H100 80GB HBM3"
-
-NVIDIA_SMI = textwrap.dedent(f"""\
-    #!{sys.executable}
-    import os, sys
-    env = os.environ.get
-    if env("FAKE_SMI_FAIL"):
-        print("Failed to initialize NVML: Driver/library version mismatch")
-        print("NVML library version: 580.95")
-        sys.exit(18)
-    n = int(env("FAKE_SMI_GPUS", "8"))
-    mig = {{int(i) for i in env("FAKE_SMI_MIG", "").split(",") if i}}
-    def uuid(i):
-        return f"GPU-{{i:08x}}-1111-2222-3333-{{i:012x}}"
-    args = sys.argv[1:]
-    query = "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current"
-    if sorted(args) == sorted(["--format=csv,noheader", query]):
-        for i in range(n):
-            print(f"{{i}}, {{uuid(i)}}, {{env('FAKE_SMI_NAME', '{H100}')}}, "
-                  f"{{env('FAKE_SMI_DRIVER', '580.95.05')}}, {{env('FAKE_SMI_CC', '9.0')}}, "
-                  f"{{'Enabled' if i in mig else 'Disabled'}}")
-    elif args == ["-L"]:
-        for i in range(n):
-            print(f"GPU {{i}}: {{env('FAKE_SMI_NAME', '{H100}')}} (UUID: {{uuid(i)}})")
-            if i in mig:
-                mig_uuid = f"MIG-{{i:08x}}-aaaa-bbbb-cccc-000000000000"
-                print(f"  MIG 1g.10gb     Device  0: (UUID: {{mig_uuid}})")
-    else:
-        print(f"stand-in nvidia-smi: unknown arguments {{args}}", file=sys.stderr)
-        sys.exit(2)
-""")
-
-
-def uuid(i: int) -> str:
-    return f"GPU-{i:08x}-1111-2222-3333-{i:012x}"
+from gpu_standin import H100, ROOT, device_ids, dry_up, harness, uuid
 
 
 @pytest.fixture
 def smi(tmp_path, monkeypatch):
-    """The stand-in nvidia-smi first on PATH (for this process and its children); GPU locks
-    in a directory of the test's own. Returns the environment for subprocesses."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("HARNESS_GPU_LOCKS", str(tmp_path / "locks"))
-    monkeypatch.setattr(devices.gpu_locks, "LOCK_DIR", tmp_path / "locks")
-    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    return os.environ
-
-
-def harness(tmp_path, *args, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tuning.harness", *args, "--runs", str(tmp_path / "runs")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-    )  # fmt: skip
-
-
-def dry_up(tmp_path, *args, **env) -> tuple[dict, str]:
-    """`up --dry-run`: the Compose file it prints (its comment lines are YAML comments)."""
-    out = harness(tmp_path, "up", "--dry-run", "--run-id", "t", *args, **env)
-    assert out.returncode == 0, out.stderr
-    return yaml.safe_load(out.stdout), out.stdout
-
-
-def device_ids(svc: dict) -> list[str]:
-    (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
-    return dev["device_ids"]
+    gpu_standin.install(tmp_path, monkeypatch)
 
 
 # --- Which GPUs ---------------------------------------------------------------------------
@@ -266,84 +188,3 @@ def test_summary_records_the_gpus_by_index_and_uuid(smi, monkeypatch, tmp_path):
     assert spec.accelerate_config.name == "fsdp.yaml"
     two, five = ({"index": i, "uuid": uuid(i), "name": H100} for i in (2, 5))
     assert spec.summary_extra == {"gpus": [two, five]}
-
-
-# --- Renders of every GPU shape ---------------------------------------------------------------
-
-
-def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:
-    assert svc["image"] == image and svc["environment"]["HARNESS_DEVICE"] == "gpu"
-    assert svc["ulimits"] == {"memlock": -1}
-
-
-def test_single_gpu_render_keeps_p2p():
-    (svc,) = compose.render(Layout(kind="single", gpus=2, gpu_ids=("3", "6"), run_id="t",
-                                   image="tuning-harness:gpu"))["services"].values()  # fmt: skip
-    gpu_service_checks(svc)
-    assert device_ids(svc) == ["3", "6"] and svc["shm_size"] == "2gb"
-    assert not any(k.startswith("NCCL_") for k in svc["environment"])
-
-
-def test_per_rank_isolated_talks_over_eth0(smi, tmp_path):
-    doc, _ = dry_up(tmp_path, "--gpus", "2", "--layout", "per-rank", CUDA_VISIBLE_DEVICES="1,2")
-    for i, svc in enumerate(doc["services"].values()):
-        gpu_service_checks(svc)
-        assert device_ids(svc) == [str(i + 1)] and svc["shm_size"] == "2gb"
-        assert svc["environment"]["NCCL_SOCKET_IFNAME"] == "eth0"
-        assert "NCCL_P2P_DISABLE" not in svc["environment"]
-
-
-def test_per_rank_shared_disables_p2p_and_shares_shm(smi, tmp_path):
-    doc, _ = dry_up(tmp_path, "--gpus", "2", "--layout", "per-rank", "--network", "shared")
-    rank0, rank1 = doc["services"].values()
-    for svc in (rank0, rank1):
-        gpu_service_checks(svc)
-        assert svc["environment"]["NCCL_P2P_DISABLE"] == "1"
-        assert "NCCL_SOCKET_IFNAME" not in svc["environment"]
-    assert rank0["shm_size"] == "2gb" and rank0["ipc"] == "shareable"
-    assert rank1["ipc"] == "service:rank0" and device_ids(rank1) == ["1"]
-
-
-def test_cpu_layouts_get_no_nccl_settings():
-    for network in ("isolated", "shared"):
-        for svc in compose.render(Layout(kind="per-rank", network=network, run_id="t"))[
-            "services"
-        ].values():
-            assert not any(k.startswith("NCCL_") for k in svc["environment"])
-            assert "ulimits" not in svc and svc["image"] == "tuning-harness:latest"
-
-
-def test_pytorchjob_pods_say_they_are_gpu_ranks():
-    layout = kube.job_layout(4, 1, 2, name="tj", run_id="r1", run_dir="/tmp/r1")
-    config_map, job = kube.render(layout, {"max_steps": 1}, "x: 1\n")
-    for pod in kube.operator_pods(job):  # the rehearsal reads the env from the object
-        assert pod.env["HARNESS_DEVICE"] == "gpu"
-    pod = job.spec.pytorch_replica_specs["Worker"].template.spec
-    ctr = pod.containers[0]
-    assert ctr.image == "tuning-harness:gpu" and ctr.resources.limits == {"nvidia.com/gpu": "4"}
-    (dshm,) = [v.empty_dir for v in pod.volumes if v.name == "dshm"]
-    assert (dshm.medium, dshm.size_limit) == ("Memory", "2Gi")  # NCCL's /dev/shm
-    cpu = kube.job_layout(0, 2, 1, name="tj", run_id="r1", run_dir="/tmp/r1")
-    _, job = kube.render(cpu, {"max_steps": 1}, "x: 1\n")
-    assert kube.operator_pods(job)[0].env["HARNESS_DEVICE"] == "cpu"
-    cu12 = kube.job_layout(1, 1, 1, cuda="12.8", name="tj", run_id="r1", run_dir="/tmp/r1")
-    assert cu12.image == "tuning-harness:gpu-cu128"
-
-
-def test_examples_run_the_gpu_image():
-    for name, layout in examples.layouts().items():
-        doc = yaml.safe_load((examples.DIR / name).read_text())
-        for i, svc in enumerate(doc["services"].values()):
-            gpu_service_checks(svc)
-            assert svc["shm_size"] == "2gb"
-            want = [str(i)] if layout.kind == "per-rank" else [str(g) for g in range(layout.gpus)]
-            assert device_ids(svc) == want
-            assert (svc["environment"].get("NCCL_SOCKET_IFNAME") == "eth0") is (
-                layout.kind == "per-rank"
-            )
-
-
-def test_unknown_cuda_is_refused():
-    with pytest.raises(HarnessError, match=r"CUDA=11.8: no GPU image is built for it; use one "
-                                           r"of 12.8, 13.0"):  # fmt: skip
-        images.resolve("tuning-harness:latest", "gpu", "11.8")
