@@ -13,6 +13,7 @@ flag = $(if $($(1)),--$(2) $($(1)))
 OFF := 0 false False FALSE no No NO off Off OFF
 switch = $(if $(filter-out $(OFF),$(strip $($(1)))),--$(2))
 UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,nproc) \
+  $(call flag,CUDA,cuda) \
   $(call flag,MODEL,model) $(call flag,DATA,data) $(call flag,STEPS,steps) \
   $(call flag,CONFIG,config) $(call flag,SEED,seed) $(call flag,TIMEOUT,timeout) \
   $(call flag,NETWORK,network) $(call flag,MAX_RESTARTS,max-restarts) \
@@ -24,6 +25,7 @@ BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call switch,DRY_RUN,dry-r
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
+  $(call flag,CUDA,cuda) \
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(call switch,REHEARSE,rehearse) $(call flag,KIND,kind) $(call flag,MAX_RESTARTS,max-restarts) \
   $(call flag,RESTART_POLICY,restart-policy)
@@ -35,7 +37,8 @@ help: ## list targets and variables
 	@echo "Targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  make %-8s %s\n", $$1, $$2}'
 	@echo "Variables (make up):"
-	@echo "  GPUS=N          GPUs to use (default: all visible; 0 = CPU ranks on gloo)"
+	@echo "  GPUS=N          GPUs to use: N free visible ones (default: all visible; 0 = CPU ranks on gloo)"
+	@echo "  CUDA=12.8       the CUDA 12 GPU image (drivers R525-R570); default CUDA 13.0 (R580+)"
 	@echo "  LAYOUT=name     single (default) | per-rank | host"
 	@echo "  NPROC=n         CPU ranks when there is no GPU (default 2)"
 	@echo "  MODEL=dir       local Hugging Face model directory (default: the tiny model)"
@@ -89,9 +92,9 @@ ps: $(VENV)/.harness ## list the harness's containers and networks
 logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it ended)
 	$(PY) -m tuning.harness logs --runs $(RUNS) $(call flag,RUN,run-id)
 
-image: $(VENV)/.harness ## build the image if it is missing: [DEVICE=cpu|gpu] (REBUILD=1 to force)
+image: $(VENV)/.harness ## build the image if it is missing: [DEVICE=cpu|gpu] [CUDA=12.8] (REBUILD=1, DRY_RUN=1)
 	$(PY) -m tuning.harness image $(call flag,DEVICE,device) $(call flag,TRAINER,trainer) \
-	  $(call switch,REBUILD,rebuild)
+	  $(call flag,CUDA,cuda) $(call switch,REBUILD,rebuild) $(call switch,DRY_RUN,dry-run)
 
 lock: ## re-make docker/requirements*.lock from pyproject.toml (UPGRADE=1: newest allowed)
 	UPGRADE=$(UPGRADE) bash docker/lock.sh

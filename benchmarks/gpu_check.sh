@@ -129,9 +129,9 @@ compose_skip() {  # compose_skip NGPU: why the Compose layouts cannot run here (
 }
 COMPOSE_RUNS=$WORK/compose
 COMPOSE_CMD=(make bench GPUS=2 REPEAT=1 STEPS=5 RUNS="$COMPOSE_RUNS")
-# The host's driver check (issue 17, host side: `python -m tuning.harness gpus`), run when this
-# tree has it. WIRE-LATER: confirm its name and exit codes once the host side is merged.
-DRIVER_CMD=("$PY_PATH" -m tuning.harness gpus)
+# The host's driver check, first: a driver older than the CUDA image's floor (or MIG) is refused
+# with the driver, the CUDA and the fix named (exit 2); no nvidia-smi: nothing to check (exit 0).
+DRIVER_CMD=("$PY_PATH" -m tuning.harness gpus --check-driver)
 
 if [ "$DRY_RUN" = 1 ]; then
   NGPU=1; PROBE_PORT=29500; TRAIN_PORT=29501
@@ -185,11 +185,7 @@ if [ "$DRY_RUN" = 1 ]; then
   echo "gpu-check: compose layouts here: ${skip:+skipped: }${skip:-would run}"
   echo "# report (${T_REPORT} s)"
   show "${REPORT_CMD[@]}" "${REPORT_PROBE[@]}" --layouts "$COMPOSE_RUNS/latest/report.json"
-  if "$PY_PATH" -m tuning.harness gpus --help >/dev/null 2>&1; then
-    echo "# driver check (first)"; show "${DRIVER_CMD[@]}"
-  else
-    echo "gpu-check: no host driver check in this tree yet (${DRIVER_CMD[*]:1}): skipped"
-  fi
+  echo "# driver check (first)"; show "${DRIVER_CMD[@]}"
   echo "gpu-check: checks that need no GPU:"
   mkdir -p "$WORK/dry"
   GC_SEQ=$SEQ_LEN GC_WORDS=$WORDS GC_FIXTURE="$ROOT/$FIXTURE" GC_DRY="$WORK/dry" \
@@ -298,9 +294,7 @@ echo "gpu-check: $NGPU GPU(s): $(nvidia-smi --query-gpu=name,driver_version --fo
 
 T0=$SECONDS
 rm -rf "$RUN" "$PROBE_OUT" "$COMPOSE_RUNS"
-if "$PY_PATH" -m tuning.harness gpus --help >/dev/null 2>&1; then
-  stage driver 60 "$OUT_DIR/driver.log" "${DRIVER_CMD[@]}" || die "the host's driver check refused (see $OUT_DIR/driver.log)"
-fi
+stage driver 60 "$OUT_DIR/driver.log" "${DRIVER_CMD[@]}" || die "the host's driver check refused (see $OUT_DIR/driver.log)"
 stage build "$T_BUILD" "$OUT_DIR/build.log" "${BUILD_CMD[@]}" || die "the 1B model did not build"
 stage data "$T_DATA" "$WORK/data.log" "${DATA_CMD[@]}" || die "the data was not written"
 PROBE_OK=1

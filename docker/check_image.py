@@ -3,7 +3,9 @@
 transformers silently disables PyTorch when torch is too old for it ("Disabling PyTorch
 because PyTorch >= 2.6 is required"), and everything after that fails at the first step of a
 run; here it fails the build instead, naming the versions. `--device gpu` also requires a CUDA
-build of torch: a GPU image with a CPU wheel would train on the CPU without a word.
+build of torch: a GPU image with a CPU wheel would train on the CPU without a word; and
+`--device cpu` a CPU build: PyPI's plain torch is the CUDA one, gigabytes the CPU image never
+uses (the Dockerfile's TORCH_INDEX gives the CPU wheel).
 usage: python check_image.py --device cpu|gpu
 """
 
@@ -42,6 +44,11 @@ def main() -> int:
             problems.append(
                 f"torch {versions['torch']} is a CPU build; the GPU image needs the CUDA wheel"
                 " (docker/requirements-gpu.lock)"
+            )
+        if device == "cpu" and cuda:
+            problems.append(
+                f"torch {versions['torch']} is a CUDA {cuda} build; the CPU image needs torch's"
+                " CPU wheel (TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
             )
     print("image check:", ", ".join(f"{k} {v}" for k, v in versions.items()), f"CUDA {cuda}")
     for problem in problems:

@@ -123,9 +123,11 @@ def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
     assert job_yaml["max_steps"] == 7 and job_yaml["output_dir"] == "/output"
     assert job_yaml["model_name_or_path"] == IMAGE_MODEL
     assert config_map.data["accelerate.yaml"] == FSDP  # the GPU default, as for `up`
-    # Pods on Kube start with the operator's environment only: no harness variables.
-    env = {e.name for e in only_container(specs["Master"]).env}
-    assert env == {"ACCELERATE_CONFIG", "HOME"} and manifest.name == "pytorchjob.yaml"
+    # Pods on Kube start with the operator's environment, plus what the image cannot find
+    # out by itself: its config, a writable HOME, and that its ranks are GPU ranks.
+    env = {e.name: e.value for e in only_container(specs["Master"]).env}
+    assert env == {"ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp",
+                   "HARNESS_DEVICE": "gpu"} and manifest.name == "pytorchjob.yaml"  # fmt: skip
     assert not (manifest.parent / "compose.yaml").exists()  # rendering runs nothing
 
 
@@ -160,10 +162,10 @@ def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods
     assert [p.name for p in got] == pods
     for rank, pod in enumerate(got):
         assert (pod.node_rank, pod.nproc) == (rank, nproc)
-        assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG", "HOME"}
-        assert not any(k.startswith("HARNESS_") for k in pod.env)
+        assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG", "HOME", "HARNESS_DEVICE"}
         assert pod.env == {
             "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp", "PYTHONUNBUFFERED": "1",
+            "HARNESS_DEVICE": "cpu",
             "MASTER_ADDR": "tj-master-0", "PET_MASTER_ADDR": "tj-master-0",
             "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
             "WORLD_SIZE": str(nodes * nproc), "PET_NNODES": str(nodes),

@@ -16,6 +16,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "docker/requirements.lock"
 GPU_LOCK = ROOT / "docker/requirements-gpu.lock"
+CU128_LOCK = ROOT / "docker/requirements-gpu-cu128.lock"
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(===?)(\S+)")
 
 
@@ -37,7 +38,7 @@ def declared() -> list[Requirement]:
 
 
 def test_every_line_of_the_locks_is_an_exact_pin():
-    for path in (LOCK, GPU_LOCK):
+    for path in (LOCK, GPU_LOCK, CU128_LOCK):
         for line in path.read_text().splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 assert PIN.match(line) and ";" not in line, f"{path.name}: not exact: {line!r}"
@@ -72,6 +73,16 @@ def test_gpu_lock_is_the_same_torch_and_agrees_on_every_shared_package():
     assert any(n.startswith("nvidia-") for n in gpu), "the CUDA libraries are pinned too"
 
 
+def test_cuda12_lock_is_the_same_torch_built_with_cuda_12_8():
+    cpu, cu128 = pins(LOCK), pins(CU128_LOCK)
+    assert cu128 == {"torch": f"{cpu['torch']}+cu128"}, "torch alone; its wheel pins the rest"
+    assert Version(cu128["torch"]).public == Version(cpu["torch"]).public
+    assert "nvidia-*-cu12 libraries" in CU128_LOCK.read_text()  # why nothing else is pinned
+    assert f"torch==={cpu['torch']}+cu128" in (ROOT / "docker/lock.sh").read_text().replace(
+        "$torch", cpu["torch"]
+    )
+
+
 def test_the_host_venv_runs_the_lock_and_the_lock_is_closed():
     """Every locked package is installed here at its locked version (the venv was made from
     the lock), and every requirement of an installed locked package is itself locked."""
@@ -97,10 +108,13 @@ def test_every_install_reads_the_lock():
     )
     dockerfile = (ROOT / "docker/Dockerfile").read_text()
     assert "-c /tmp/req/requirements.lock $gpu -r /tmp/req/requirements.txt" in dockerfile
-    assert 'gpu="-c /tmp/req/requirements-gpu.lock"' in dockerfile
+    assert 'gpu="-c /tmp/req/$GPU_LOCK"' in dockerfile
+    assert "ARG GPU_LOCK=requirements-gpu.lock" in dockerfile
+    # PyTorch's index only online: with a wheelhouse the build reads nothing else
+    assert 'elif [ -n "$TORCH_INDEX" ]; then src="--extra-index-url $TORCH_INDEX"' in dockerfile
 
 
-def _check(tmp_path: Path, device: str, torch_version: str | None = None):
+def _check(tmp_path: Path, device: str, torch_version: str | None = None, cuda: str | None = None):
     """docker/check_image.py (the build's own check) here, optionally under a stand-in torch
     of another version, as a base image with its own old torch would give."""
     import os
@@ -110,7 +124,10 @@ def _check(tmp_path: Path, device: str, torch_version: str | None = None):
     env = dict(os.environ)
     if torch_version:
         (tmp_path / "torch").mkdir()
-        (tmp_path / "torch/__init__.py").write_text(f"__version__ = {torch_version!r}\n")
+        (tmp_path / "torch/__init__.py").write_text(
+            f"__version__ = {torch_version!r}\nfrom . import version\n"
+        )
+        (tmp_path / "torch/version.py").write_text(f"cuda = {cuda!r}\n")
         info = tmp_path / f"torch-{torch_version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(
@@ -141,3 +158,12 @@ def test_image_check_fails_a_gpu_image_with_a_cpu_torch(tmp_path):
     assert (out.returncode == 0) is bool(torch.version.cuda)
     if not torch.version.cuda:
         assert "is a CPU build; the GPU image needs the CUDA wheel" in out.stderr
+
+
+def test_image_check_fails_a_cpu_image_with_a_cuda_torch(tmp_path):
+    # PyPI's plain torch 2.13.0 is the CUDA build: an online CPU image without TORCH_INDEX
+    # would get it (a stand-in torch of that version and CUDA 13.0 stands for it here).
+    out = _check(tmp_path, "cpu", pins(LOCK)["torch"], cuda="13.0")
+    assert out.returncode == 1, out.stdout
+    assert f"torch {pins(LOCK)['torch']} is a CUDA 13.0 build; the CPU image needs" in out.stderr
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in out.stderr

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 SWITCHES = [("up", "RESUME", "--resume"), ("up", "DRY_RUN", "--dry-run"),
             ("bench", "DRY_RUN", "--dry-run"), ("kube", "REHEARSE", "--rehearse"),
-            ("image", "REBUILD", "--rebuild")]  # fmt: skip
+            ("image", "REBUILD", "--rebuild"), ("image", "DRY_RUN", "--dry-run")]  # fmt: skip
 
 
 def harness_line(target: str, assignment: str) -> str:
@@ -30,3 +30,8 @@ def test_a_switch_set_to_off_is_off(target, var, flag, value):
 @pytest.mark.parametrize("value", ["1", "true", "yes"])
 def test_a_switch_set_to_on_is_on(target, var, flag, value):
     assert flag in harness_line(target, f"{var}={value}").split()
+
+
+@pytest.mark.parametrize("target", ["up", "bench", "fault", "kube", "image"])
+def test_cuda_reaches_every_command_that_picks_a_gpu_image(target):
+    assert "--cuda 12.8" in harness_line(target, "CUDA=12.8")

@@ -10,24 +10,27 @@ from pathlib import Path
 
 from . import (
     bench,
+    devices,
     engine,
     examples,
     fault,
     images,
     kube,
     leftovers,
+    nvidia,
     options,
     preflight,
     run,
     workload,
 )
 from .engine import HarnessError
-from .layout import device_of
 
 
 def cmd_up(a: argparse.Namespace) -> int:
     spec = options.spec_from(a)
     if a.dry_run:
+        if spec.plan and spec.plan.chosen:
+            print(f"# gpus: {spec.plan.describe()}; driver {spec.plan.driver}")
         if spec.user_config:  # as a real run checks it, with accelerate's own loader
             preflight.check_accelerate_config(spec.accelerate_config, None)
         run.dry_run(spec.layout, spec.accelerate_config)
@@ -77,10 +80,18 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 
 def cmd_image(a: argparse.Namespace) -> int:
-    device = a.device or device_of(options.gpus(None))
+    # DEVICE=cpu asks nothing of the driver (a broken one must not stop a CPU image)
+    inv = nvidia.inventory() if a.device != "cpu" else nvidia.Inventory()
+    seen = nvidia.visible(inv)
+    device = a.device or ("gpu" if seen else "cpu")
     if a.trainer == "fms":  # fms-hf-tuning's own image (workload.py)
         a.image = workload.FMS_IMAGE
-    tag = images.resolve(a.image, device)
+    tag = images.resolve(a.image, device, a.cuda)
+    if device == "gpu":  # an image this host's driver cannot run is refused before its build
+        devices.check_driver(inv.driver, seen, tag)
+    if a.dry_run:
+        print("\n".join(images.dry_run(tag, device)))
+        return 0
     base = images.ensure(engine.client(), tag, device, rebuild=a.rebuild)
     print(f"harness: image {tag} ({device}, base {base})")
     return 0
@@ -92,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="train one layout to the end")
     options.add_run_flags(up)
     up.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    for ext in (bench, fault, kube, examples):
+    for ext in (bench, fault, kube, examples, devices):
         ext.register(sub)  # each adds its subcommand, with add_run_flags where it runs jobs
     for s in sub.choices.values():
         options.add_common_flags(s)
@@ -105,6 +116,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--run-id")
         s.set_defaults(fn=fn)
     sub.choices["image"].add_argument("--rebuild", action="store_true")
+    sub.choices["image"].add_argument("--cuda", help="DEVICE=gpu: 13.0 (default) or 12.8")
+    sub.choices["image"].add_argument("--dry-run", action="store_true",
+                                      help="print the build commands, build nothing")  # fmt: skip
     sub.choices["image"].add_argument("--trainer", default="harness", choices=workload.TRAINERS)
     sub.choices["image"].add_argument(
         "--device", choices=("cpu", "gpu"), help="which image (default: gpu when GPUs are visible)"

@@ -1,4 +1,4 @@
-"""The Docker side: the engine (docker SDK), Compose v2 (its CLI) and GPUs (images.py builds).
+"""The Docker side: the engine (docker SDK) and Compose v2 (its CLI); images.py builds.
 
 Compose runs the lifecycle (up, down); the SDK inspects, waits, reads logs and exit codes.
 """
@@ -73,14 +73,6 @@ def compose(project_file: Path, *args: str, check=True, capture=False, **kw):
         err = (out.stderr or "").strip() if capture else ""
         raise HarnessError(f"`{' '.join(cmd)}` failed ({out.returncode}). {err}")
     return out
-
-
-def gpu_count() -> int:
-    """GPUs visible on the host (nvidia-smi), 0 when none or no driver."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
 def has_nvidia_runtime(c: docker.DockerClient) -> bool:

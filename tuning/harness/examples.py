@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from . import compose, workload
+from . import compose, devices, workload
 from .engine import ROOT
 from .layout import Layout
 from .options import job_for
@@ -24,13 +24,15 @@ KINDS = ("single", "per-rank")
 
 
 def layouts() -> dict[str, Layout]:
-    return {
-        f"{kind}-{gpus}gpu.yaml": Layout(
-            kind=kind, gpus=gpus, run_id="example", run_dir=str(DIR / "run")
-        )  # fmt: skip
-        for kind in KINDS
-        for gpus in GPU_COUNTS
-    }
+    """Each example's layout, from the plan of GPUs 0..N-1 (its image: the GPU one)."""
+    out = {}
+    for kind in KINDS:
+        for gpus in GPU_COUNTS:
+            plan = devices.assumed(gpus)
+            out[f"{kind}-{gpus}gpu.yaml"] = Layout(kind=kind, gpus=plan.count, gpu_ids=plan.ids,
+                                                   image=plan.image, run_id="example",
+                                                   run_dir=str(DIR / "run"))  # fmt: skip
+    return out
 
 
 def rendered() -> dict[Path, str]:
@@ -40,7 +42,7 @@ def rendered() -> dict[Path, str]:
     any_gpu = next(iter(layouts().values()))
     job = job_for(any_gpu, workload.DEFAULT_JOB, None, None, None, False)
     files[DIR / "run/job/job.yaml"] = yaml.safe_dump(job, sort_keys=False)
-    files[DIR / "run/job/accelerate.yaml"] = workload.accelerate_default(any_gpu).read_text()
+    files[DIR / "run/job/accelerate.yaml"] = devices.accelerate_default("gpu").read_text()
     return files
 
 

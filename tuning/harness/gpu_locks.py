@@ -65,6 +65,22 @@ def take(gpu_ids: list[str], run_id: str, lock_dir: Path = LOCK_DIR) -> Held:
     return held
 
 
+def holder(gpu: str, lock_dir: Path = LOCK_DIR) -> dict | None:
+    """Who holds GPU `gpu` now ({"run_id", "pid"}), or None when it is free. Tries the lock
+    and lets it go at once: it says how things are, it takes nothing."""
+    path = lock_dir / f"gpu{gpu}.lock"
+    try:
+        fh = open(path)
+    except OSError:  # never locked here (or not readable: take() will say)
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fh)
+        return None
+
+
 def _share(what, mode: int = 0o666) -> None:
     # Every user's harness must open these (the umask took the bits away); the owner can.
     try:

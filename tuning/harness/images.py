@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -45,15 +46,54 @@ class Recipe:
     build_args: tuple[tuple[str, str], ...] = ()
     # what the image is built from besides the above: a change means a rebuild
     sources: tuple[str, ...] = ("pyproject.toml", "docker/check_image.py", "configs", "tuning")
+    # A GPU image's CUDA and what it needs of the host: the driver (CUDA's release notes,
+    # "CUDA Toolkit and Corresponding Driver Versions"), the oldest GPU its torch has kernels
+    # for (PyTorch RELEASE.md's CUDA support matrix; pytorch/pytorch#172352: no Volta in the
+    # 12.8 and 13.0 builds), and newer GPUs that need a newer driver than CUDA does.
+    cuda: str | None = None
+    min_driver: str | None = None
+    min_compute: tuple[int, int] = (7, 5)
+    driver_for_compute: tuple[tuple[tuple[int, int], str], ...] = ()
+    # Where pip finds this torch build besides PyPI: every online build (the Dockerfile's
+    # TORCH_INDEX), and the host's wheelhouse too when PyPI lacks the locked wheel (+cu128).
+    torch_index: str | None = None
+    wheels_need_index: bool = False
 
 
+TORCH_WHL = "https://download.pytorch.org/whl"
 RECIPES = {
-    "cpu": Recipe("cpu", "tuning-harness:latest", build_args=(("DEVICE", "cpu"),)),
+    # torch's CPU build: PyPI's plain torch 2.13.0 is the CUDA one; 2.13.0+cpu sorts above it
+    "cpu": Recipe(
+        "cpu",
+        "tuning-harness:latest",
+        torch_index=f"{TORCH_WHL}/cpu",
+        build_args=(("DEVICE", "cpu"), ("TORCH_INDEX", f"{TORCH_WHL}/cpu")),
+    ),
+    # PyPI's torch 2.13.0 is built with CUDA 13.0: an R580 driver (580.65.06) or newer
     "gpu": Recipe(
         "gpu",
         "tuning-harness:gpu",
         locks=("docker/requirements.lock", "docker/requirements-gpu.lock"),
         build_args=(("DEVICE", "gpu"),),
+        cuda="13.0",
+        min_driver="580.65.06",
+    ),
+    # The same torch built with CUDA 12.8, for R525-R570 drivers: CUDA 12's minor-version
+    # compatibility runs it on any 12.x driver (>= 525.60.13); Blackwell needs R570 anyway.
+    "gpu-cu128": Recipe(
+        "gpu-cu128",
+        "tuning-harness:gpu-cu128",
+        locks=("docker/requirements.lock", "docker/requirements-gpu-cu128.lock"),
+        build_args=(
+            ("DEVICE", "gpu"),
+            ("GPU_LOCK", "requirements-gpu-cu128.lock"),
+            ("TORCH_INDEX", f"{TORCH_WHL}/cu128"),
+        ),
+        cuda="12.8",
+        min_driver="525.60.13",
+        driver_for_compute=(((10, 0), "570"),),
+        torch_index=f"{TORCH_WHL}/cu128",
+        wheels_need_index=True,
     ),
     # fms-hf-tuning 3.2.2 itself, a user's own image (workload.py: TRAINER=fms)
     "fms": Recipe(
@@ -72,21 +112,33 @@ RECIPES = {
         ),
     ),
 }
+CUDA = {r.cuda: r for r in RECIPES.values() if r.cuda}  # CUDA=12.8 -> its GPU recipe
 
 
-def for_device(device: str) -> Recipe:
-    return RECIPES["gpu" if device == "gpu" else "cpu"]
+def for_device(device: str, cuda: str | None = None) -> Recipe:
+    if device != "gpu":
+        return RECIPES["cpu"]
+    if cuda and cuda not in CUDA:
+        known = f"{', '.join(sorted(CUDA))} (default {RECIPES['gpu'].cuda})"
+        raise engine.HarnessError(f"CUDA={cuda}: no GPU image is built for it; use one of {known}")
+    return CUDA[cuda] if cuda else RECIPES["gpu"]
 
 
 def recipe_for(tag: str, device: str) -> Recipe:
     """A recipe's own tag names it (tuning-harness:gpu runs CPU ranks too); another tag is
     built from the device's recipe."""
-    return next((r for r in RECIPES.values() if r.tag == tag), for_device(device))
+    return named(tag) or for_device(device)
 
 
-def resolve(tag: str, device: str) -> str:
-    """The default tag (IMAGE) means the device's own image: GPU ranks get the CUDA build."""
-    return for_device(device).tag if tag == IMAGE else tag
+def named(tag: str) -> Recipe | None:
+    """The recipe whose tag this is; None for a user's own image."""
+    return next((r for r in RECIPES.values() if r.tag == tag), None)
+
+
+def resolve(tag: str, device: str, cuda: str | None = None) -> str:
+    """The default tag (IMAGE) means the device's own image: GPU ranks get the CUDA build
+    (CUDA=12.8: the CUDA 12 one)."""
+    return for_device(device, cuda).tag if tag == IMAGE else tag
 
 
 def _files(recipe: Recipe) -> list[Path]:
@@ -133,11 +185,39 @@ def wheelhouse(recipe: Recipe, log=print) -> Path:
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     log(f"image: making the wheelhouse {where.relative_to(ROOT)} on the host (the locked versions)")
-    pins = [a for lock in recipe.locks for a in ("-c", str(ROOT / lock))]
-    engine.run_tool([sys.executable, "-m", "pip", "download", "-q", "-d", str(where), *pins,
-                     "-r", str(ROOT / recipe.requirements)])  # fmt: skip
+    engine.run_tool(wheelhouse_command(recipe, where))
     stamp.write_text(want)
     return where
+
+
+def wheelhouse_command(recipe: Recipe, where: Path) -> list[str]:
+    """`pip download` of the locked versions on the host (the offline build's wheels)."""
+    pins = [a for lock in recipe.locks for a in ("-c", str(ROOT / lock))]
+    index = ["--extra-index-url", recipe.torch_index] if recipe.wheels_need_index else []
+    return [sys.executable, "-m", "pip", "download", "-q", "-d", str(where), *index, *pins,
+            "-r", str(ROOT / recipe.requirements)]  # fmt: skip
+
+
+def build_command(recipe: Recipe, tag: str, base: str, want: str) -> list[str]:
+    """The `docker build` of `recipe`: offline (from BASE_OFFLINE, the staged wheelhouse) with
+    no network; online, pip reads the registry and the recipe's TORCH_INDEX."""
+    cmd = ["docker", "build", "-f", recipe.dockerfile, "-t", tag, "--build-arg",
+           f"BASE_IMAGE={base}", "--label", f"harness.base={base}", "--label",
+           f"harness.source={want}", "--label", f"harness.recipe={recipe.name}"]  # fmt: skip
+    for key, value in recipe.build_args:
+        cmd += ["--build-arg", f"{key}={value}"]
+    return [*cmd, "--network", "none", "."] if base == BASE_OFFLINE else [*cmd, "."]
+
+
+def dry_run(tag: str, device: str) -> list[str]:
+    """What `make image` would run, both ways: online (a registry answers) and offline."""
+    recipe = recipe_for(tag, device)
+    want, where = digest(recipe), WHEELHOUSES / recipe.name
+    return [f"# {tag} (recipe {recipe.name}, CUDA {recipe.cuda or 'none'}); where a registry "
+            "answers:", shlex.join(build_command(recipe, tag, BASE_REGISTRY, want)),
+            "# where none does: the wheelhouse on the host, then a build with no network",
+            shlex.join(wheelhouse_command(recipe, where)),
+            shlex.join(build_command(recipe, tag, BASE_OFFLINE, want))]  # fmt: skip
 
 
 def _stage(source: Path | None) -> None:
@@ -191,15 +271,8 @@ def _build(c: docker.DockerClient, recipe: Recipe, tag: str, want: str, old, log
     offline = base == BASE_OFFLINE
     _stage(wheelhouse(recipe, log) if offline else None)
     log(f"image: building {tag} ({recipe.name}) FROM {base}" + (" with no network" * offline))
-    cmd = ["docker", "build", "-f", recipe.dockerfile, "-t", tag, "--build-arg",
-           f"BASE_IMAGE={base}", "--label", f"harness.base={base}", "--label",
-           f"harness.source={want}", "--label", f"harness.recipe={recipe.name}"]  # fmt: skip
-    for key, value in recipe.build_args:
-        cmd += ["--build-arg", f"{key}={value}"]
-    if offline:
-        cmd += ["--network", "none"]
     try:
-        engine.run_tool([*cmd, "."], cwd=ROOT)
+        engine.run_tool(build_command(recipe, tag, base, want), cwd=ROOT)
     finally:
         _stage(None)  # the links go; the wheelhouse stays for the next build
     if old and old.id != c.images.get(tag).id:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from . import images, kube_pod, kube_restarts, kube_trainjob, options, run, runs
+from . import devices, kube_pod, kube_restarts, kube_trainjob, nvidia, options, run, runs
 from .engine import HarnessError
-from .layout import CONTAINER_UID, IMAGE, JobLayout, LayoutError, Node, contract_env, device_of
+from .layout import CONTAINER_UID, IMAGE, JobLayout, LayoutError, Node, contract_env
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
@@ -32,10 +32,11 @@ MANIFEST = "pytorchjob.yaml"
 KINDS = ("pytorchjob", "trainjob")
 
 
-def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, **kw) -> JobLayout:
-    """GPUS and NPROC as `make kube` means them: per pod."""
+def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
+               **kw) -> JobLayout:  # fmt: skip
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
     per_pod = gpus_per_pod or nproc_per_pod
-    kw["image"] = images.resolve(kw.get("image") or IMAGE, device_of(gpus_per_pod))
+    kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
     try:
         return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
     except LayoutError as e:
@@ -196,6 +197,7 @@ def register(sub) -> None:
         help="pytorchjob (Training Operator V1, default) or trainjob (Trainer v2)",
     )
     p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
+    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
     p.add_argument("--nodes", help="pods: Master + NODES-1 Workers, or NODES TrainJob nodes")
     p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
     p.add_argument("--name", default="sft", help="the job's name (pods <name>-master-0...)")
@@ -217,7 +219,8 @@ def main(a: argparse.Namespace) -> int:
     from . import kube_rehearse
 
     nodes = options.int_arg("NODES", a.nodes, 1) or 1
-    gpus = options.gpus(a.gpus, visible_only=False)  # per pod, on a cluster
+    gpus = options.gpus(a.gpus)  # per pod, on a cluster; unset: as many as this host shows
+    gpus = len(nvidia.visible(nvidia.inventory())) if gpus is None else gpus
     nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
     max_restarts = options.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
     if a.restart_policy and a.kind == "trainjob":
@@ -225,7 +228,7 @@ def main(a: argparse.Namespace) -> int:
                            "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
     run_id = options.checked_run_id(a.run_id)
     runs_root = Path(a.runs).resolve()
-    layout = job_layout(gpus, nproc, nodes, name=a.name, image=a.image, run_id=run_id,
+    layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
     # With restarts, every (re)start resumes from the newest checkpoint in /output.
     job = options.job_from(a, layout, max_restarts > 0)

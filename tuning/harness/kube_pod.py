@@ -65,6 +65,8 @@ def env(layout: JobLayout) -> list:
     c = k8s()
     return [
         c.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml"),
+        # GPU ranks or not, said: a pod's devices keep the node's names (/dev/nvidia5)
+        c.V1EnvVar(name="HARNESS_DEVICE", value=layout.device),
         c.V1EnvVar(name="HOME", value=TMP_DIR),  # caches (~/.cache, ~/.triton) stay writable
     ]
 

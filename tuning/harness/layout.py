@@ -74,6 +74,7 @@ class Node:
 class Layout:
     kind: str = "single"
     gpus: int = 0  # GPUs used; 0 = CPU ranks on gloo
+    gpu_ids: tuple[str, ...] = ()  # the host GPUs (devices.GpuPlan); () = 0..gpus-1
     nproc: int = 2  # CPU ranks when gpus == 0
     run_id: str = "example"
     image: str = IMAGE
@@ -101,6 +102,8 @@ class Layout:
             raise LayoutError(f"GPUS={self.gpus} is negative; use 0 for CPU ranks or a GPU count")
         if self.nproc < 1:
             raise LayoutError(f"NPROC={self.nproc} must be at least 1")
+        if self.gpu_ids and len(self.gpu_ids) != self.gpus:
+            raise LayoutError(f"GPUS={self.gpus} but {len(self.gpu_ids)} GPU ids were given")
         if self.entry and self.kind == "host":
             raise LayoutError(f"ENTRY={self.entry} runs in its own image; LAYOUT=host runs this "
                               "repo's trainer only. Use LAYOUT=single or per-rank")  # fmt: skip
@@ -122,11 +125,11 @@ class Layout:
 
     def nodes(self) -> list[Node]:
         n = self.world_size
+        ids = self.gpu_ids or tuple(str(i) for i in range(self.gpus))
         if self.kind == "per-rank":
-            shape = [(f"rank{i}", i, 1, (str(i),) if self.gpus else ()) for i in range(n)]
+            shape = [(f"rank{i}", i, 1, (ids[i],) if self.gpus else ()) for i in range(n)]
             master = "rank0"
         else:
-            ids = tuple(str(i) for i in range(self.gpus))
             name = "host" if self.kind == "host" else "trainer"
             shape = [(name, 0, n, ids)]
             master = "127.0.0.1"
@@ -147,9 +150,24 @@ class Layout:
             env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)  # every container instead
         if self.entry:
             env.update(self.foreign_env())
+        env.update(self.nccl_env())
         env.update(self.extra_env)
         env.update(dict.fromkeys(self.secrets))
         return env
+
+    def nccl_env(self) -> dict[str, str]:
+        """What NCCL needs when each container sees one GPU (per-rank on GPUs). Isolated: the
+        ranks are different hosts to NCCL (host hash = hostname + boot_id, NCCL
+        src/misc/utils.cc getHostHash), so they talk over the bridge, which is eth0 in the
+        container (NCCL skips lo and docker* by itself). Shared: rank 0's hostname, boot_id
+        and /dev/shm make them one host, and NCCL tries P2P with a GPU this container cannot
+        see (src/transport/p2p.cc p2pCanConnect; CUDA IPC then fails, NVIDIA/nccl#324): no
+        P2P, so SHM through the shared /dev/shm. One container (single): P2P/NVLink as is."""
+        if self.kind != "per-rank" or not self.gpus:
+            return {}
+        if self.network == "shared":
+            return {"NCCL_P2P_DISABLE": "1"}
+        return {"NCCL_SOCKET_IFNAME": "eth0"}
 
     def container_env(self, node: Node) -> dict[str, str]:
         """The node's environment in its container. per-rank with NETWORK=shared: the ranks

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from . import engine, images, preflight, runs, workload
+from . import devices, preflight, runs, workload
+from .devices import GpuPlan
 from .engine import ROOT, HarnessError
-from .layout import IMAGE, KINDS, PORT, Layout, LayoutError, device_of
+from .layout import IMAGE, KINDS, PORT, Layout, LayoutError
 
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
@@ -60,19 +61,15 @@ def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
         raise HarnessError(str(e)) from None
 
 
-def gpus(raw: str | int | None, visible_only: bool = True) -> int:
-    """GPUS, the one place the host decides it: unset means every GPU this host shows; more
-    than it shows is refused (`visible_only`; `make kube` asks per pod of a cluster)."""
-    value = int_arg("GPUS", raw, 0)
-    visible = engine.gpu_count() if value is None or visible_only else None
-    if value is None:
-        return visible
-    if visible_only and value > visible:
-        raise HarnessError(
-            f"GPUS={value} but this host shows {visible} GPU(s) (nvidia-smi -L); "
-            f"use GPUS={visible} or fewer, or GPUS=0 for CPU ranks"
-        )
-    return value
+def gpus(raw: str | int | None) -> int | None:
+    """GPUS as a number: None when unset (every visible GPU on the host, devices.for_host)."""
+    return int_arg("GPUS", raw, 0)
+
+
+def plan_from(a: argparse.Namespace) -> GpuPlan:
+    """GPUS, IMAGE and CUDA as the host's GPUs, image, dtype and accelerate default: the one
+    place a run's GPUs are decided."""
+    return devices.for_host(gpus(a.gpus), a.image, getattr(a, "cuda", None))
 
 
 def memory(raw: str | None) -> str | None:
@@ -101,8 +98,9 @@ def existing(name: str, raw: str | None, kind: str) -> str | None:
     return str(path)
 
 
-def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
-    n_gpus = gpus(a.gpus)
+def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path,
+                plan: GpuPlan | None = None) -> Layout:  # fmt: skip
+    plan = plan or plan_from(a)
     nproc = int_arg("NPROC", a.nproc, 1) or 2
     model = existing("MODEL", a.model, "directory")
     if model and not (Path(model) / "config.json").is_file():
@@ -111,8 +109,8 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
     try:
         return Layout(
             secrets=secrets,
-            kind=a.layout, gpus=n_gpus, nproc=nproc, run_id=run_id,
-            image=images.resolve(a.image, device_of(n_gpus)),
+            kind=a.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
+            image=plan.image,
             network=a.network, model=model, data=existing("DATA", a.data, "file or directory"),
             run_dir=str(run_dir), max_restarts=int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
             entry=getattr(a, "entry", None), memory=memory(getattr(a, "memory", None)),
@@ -124,7 +122,7 @@ def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path) -> Layout:
 
 def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
     if not a.config:
-        return workload.accelerate_default(layout)
+        return devices.accelerate_default(layout.device)
     path = Path(a.config)
     if not path.is_file():
         fixtures = sorted(workload.CONFIGS.glob("accelerate/*"))
@@ -140,7 +138,7 @@ def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
         job, resume = workload.load_job(base_job), False
     else:
         job = yaml.safe_load(base_job.read_text()) or {}
-    job.setdefault("torch_dtype", "bfloat16" if layout.gpus else "float32")  # fms's GPU default
+    job.setdefault("torch_dtype", devices.DTYPE[layout.device])
     job.update(
         model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
         training_data_path=layout.data_path(str(HOST_ASSETS / "demo.jsonl")),
@@ -180,6 +178,7 @@ class Spec:
     title: str = ""  # before the status in the closing line ("rehearsal ")
     summary_extra: dict = field(default_factory=dict)  # more keys for summary.json
     explain: bool = True  # say why ranks failed, from their logs
+    plan: GpuPlan | None = None  # the host GPUs it runs on (devices.for_host)
 
 
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
@@ -187,7 +186,8 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(a.run_id)
     workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
     runs_root = Path(a.runs).resolve()
-    layout = layout_from(a, run_id, runs_root / run_id)
+    plan = plan_from(a)
+    layout = layout_from(a, run_id, runs_root / run_id, plan)
     preflight.check_runs_dir(runs_root)
     if layout_changes:
         layout = layout.with_(**layout_changes)
@@ -203,8 +203,9 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
     config = accelerate_config(a, layout)
     if a.config:
         preflight.check_world_size(config, layout.world_size)
-    return Spec(layout, job, config, runs_root, a.grace,
-                resume_from=resume_from, user_config=bool(a.config))  # fmt: skip
+    return Spec(layout, job, config, runs_root, a.grace, resume_from=resume_from,
+                user_config=bool(a.config), plan=plan,
+                summary_extra={"gpus": plan.record()} if plan.chosen else {})  # fmt: skip
 
 
 def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Path | None:
@@ -261,6 +262,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     """The flags of a run, shared by up, bench and fault (the Makefile's variables)."""
     p.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
     p.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
+    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
     p.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
     p.add_argument("--model", help="local model directory (default: the tiny model)")
     p.add_argument("--data", help="training data: a file or directory (default: the demo data)")

@@ -52,13 +52,6 @@ def resolve(a: argparse.Namespace) -> None:
     a.trainer, a.entry = trainer, entry
 
 
-def accelerate_default(layout: Layout) -> Path:
-    """The accelerate config a run gets without CONFIG, either trainer: fms's FSDP defaults;
-    on CPU ranks the launcher's CPU recipe of them."""
-    cpu = CONFIGS / "accelerate/fsdp-cpu.yaml"
-    return CONFIGS / "accelerate" / ("fsdp.yaml" if layout.gpus or not cpu.is_file() else cpu.name)
-
-
 def load_job(path: Path) -> dict:
     """A foreign job file: a JSON object (fms's format; YAML mappings are read too)."""
     if not path.is_file():
