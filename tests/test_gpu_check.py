@@ -26,8 +26,10 @@ def test_dry_run_passes_and_prints_every_command(tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     commands = [line for line in out.splitlines() if line.startswith("+ ")]
-    assert len(commands) == 6  # build, data, probe, train, the Compose layouts, report
-    build, data, probe, train, compose, report = commands
+    # build, data, probe, train, the Compose layouts, report, the driver check (run first)
+    assert len(commands) == 7, commands
+    build, data, probe, train, compose, report, driver = commands
+    assert driver.endswith("-m tuning.harness gpus --check-driver"), driver
     assert "-m tuning.tiny_model --size 1b" in build
     assert "-m tuning.demo_data" in data and "--words 1024" in data and "--n 240" in data
     assert "HARNESS_ENTRY=tuning.probe" in probe and "NCCL_DEBUG=INFO" in probe
