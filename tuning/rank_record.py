@@ -2,7 +2,8 @@
 read from that trainer: the process group this rank really joined, and how it ended.
 
 It also installs fsdp_gloo.py (mounted beside it): FSDP on CPU ranks, and a rank whose config
-asked for FSDP and got anything else fails before its first step.
+asked for FSDP and got anything else fails before its first step; and it runs torn.py (beside
+it too): torn checkpoints are moved aside before the trainer looks for one to resume from.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -83,14 +84,26 @@ def watch_process_group(record: Record) -> None:
     dist.distributed_c10d.init_process_group = init_process_group
 
 
-def fsdp_on_gloo() -> None:
-    """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py, mounted beside
-    this file), for a trainer that cannot import it: fms on CPU ranks shards too."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_gloo.py")
-    spec = importlib.util.spec_from_file_location("harness_fsdp_gloo", path)
+def beside(name: str):
+    """A module mounted beside this file (fms has its own `tuning`: loaded by path)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install()
+    return module
+
+
+def fsdp_on_gloo() -> None:
+    """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py), for a
+    trainer that cannot import it: fms on CPU ranks shards too."""
+    beside("fsdp_gloo").install()
+
+
+def sweep_torn(record: Record) -> None:
+    """Every start of the trainer (torchrun's restarts too): rank 0 moves torn checkpoints
+    aside (torn.py), the others wait for it, so the trainer resumes from a complete one."""
+    out = os.path.dirname(os.path.dirname(record.path))
+    beside("torn").before_start(out, record.rank)
 
 
 def accelerate_distributed_type() -> str | None:
@@ -111,6 +124,7 @@ def main() -> int:
     record.write("phase", name="imports", entry=entry, utc_offset_s=time.localtime().tm_gmtoff)
     watch_process_group(record)
     fsdp_on_gloo()
+    sweep_torn(record)
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:

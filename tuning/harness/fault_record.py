@@ -12,6 +12,8 @@ import re
 import statistics
 from pathlib import Path
 
+from tuning import torn
+
 from . import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
@@ -184,11 +186,11 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
     saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
              if x.get("event") == "checkpoint"}  # fmt: skip
     out = []
-    for path in runs.checkpoints(output):
+    for path in torn.checkpoints(output):
         step = int(path.name.split("-")[-1])
         at = saved.get(step)
         out.append({"name": path.name, "step": step,
-                    "complete": runs.checkpoint_missing(path) is None,
+                    "complete": torn.missing(path) is None,
                     "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
     return out
 
