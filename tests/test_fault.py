@@ -20,7 +20,7 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness import fault_record
+from tuning.harness import fault_record, fault_save
 from tuning.harness.fault import KINDS, LAYOUTS
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
@@ -109,7 +109,8 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
     assert summary["losses"][0][1] < 0.8 * fault_losses[1]  # continues, not from scratch
 
 
-CASES = [(k, lay) for k in KINDS for lay in LAYOUTS]
+# save-kill is proven with a restart, once per layout (test_save_kill_loses_only_...).
+CASES = [(k, lay) for k in KINDS if k != fault_save.KIND for lay in LAYOUTS]
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
 _COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "
@@ -253,4 +254,46 @@ def test_crash_recovers_with_max_restarts(layout, tmp_path):
     after = {s: loss for s, loss in summary["losses"] if s > resumed}
     assert len(after) == steps - resumed
     assert all(abs(loss - plain[s]) < 1e-4 for s, loss in after.items()), (after, plain)
+    assert leftovers(summary["run_id"]) == []
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(layout, tmp_path):
+    """Issue 23: a rank SIGKILLed while checkpoint-20 is being written. The restarted group
+    (MAX_RESTARTS=1) meets no torn checkpoint: it resumes from checkpoint-10 and follows the
+    unfaulted run's losses."""
+    built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
+    assert built.returncode == 0, built.stdout + built.stderr
+    steps = 30
+    rec = run_fault("save-kill", layout, tmp_path / "fault", "--steps", str(steps),
+                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
+    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
+    assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
+    assert len(rec["restarts"]) == 1, rec["restarts"]
+    save = rec["save"]
+    # The kill landed inside the save: weights written, optimizer and trainer state not yet.
+    assert (save["checkpoint"], save["step"]) == ("tmp-checkpoint-20", 20), save
+    names = {Path(f).name for f in save["files"]}
+    assert "model.safetensors" in names and not names & {"trainer_state.json", "optimizer.pt"}
+    (moved,) = save["moved_aside"]
+    assert moved.startswith("torn-tmp-checkpoint-20-"), moved
+    assert (save["resumed_from_step"], save["steps_lost"]) == (10, 10)
+    assert [(c["name"], c["complete"]) for c in rec["checkpoints"]] == [
+        ("checkpoint-10", True), ("checkpoint-20", True), ("checkpoint-30", True)]  # fmt: skip
+    md = rec["_md"]
+    assert "while `tmp-checkpoint-20` was being written; files there at the kill: " in md
+    assert f"- moved aside before the restart: {moved}; resumed from step 10, 10 step(s) lost" in md
+    assert f"- on a cluster: {fault_save.CLUSTER}" in md.splitlines()
+    summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
+    assert summary["torn_checkpoints"] == [moved] and summary["steps"] == steps
+    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
+                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    plain = dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+    after = {s: loss for s, loss in summary["losses"] if s > 10}
+    assert sorted(after) == list(range(11, steps + 1))
+    assert all(abs(loss - plain[s]) < 1e-5 for s, loss in after.items()), (after, plain)
     assert leftovers(summary["run_id"]) == []

@@ -91,12 +91,10 @@ def test_resume_names_what_it_resumes_from_in_a_dry_run(tmp_path):
 @pytest.mark.parametrize(
     "ckpts, flags, message",
     [
-        ({"checkpoint-10": COMPLETE, "checkpoint-9x": [], "checkpoint-20": []}, [],
-         "checkpoint-20 is incomplete (no trainer_state.json)"),
         ({"checkpoint-10": ["trainer_state.json", "training_args.bin"]}, [],
-         "checkpoint-10 is incomplete (no weights"),
+         "run before has no complete checkpoint in its output (checkpoint-10: no weights"),
         ({"checkpoint-10": COMPLETE}, ["--nproc", "4"], "saved by 2 rank(s); this run has 4"),
-        ({}, [], "has no checkpoint"),
+        ({}, [], "run before has no complete checkpoint in its output; start afresh"),
     ],
 )  # fmt: skip
 def test_resume_refuses_what_it_cannot_resume(tmp_path, ckpts, flags, message):
@@ -106,6 +104,19 @@ def test_resume_refuses_what_it_cannot_resume(tmp_path, ckpts, flags, message):
                       timeout=120)  # fmt: skip
         assert out.returncode == 2 and message in out.stderr, out.stdout + out.stderr
         assert not (tmp_path / "after").exists()  # refused before anything was written
+
+
+def test_resume_past_a_torn_checkpoint_names_it(tmp_path):
+    """A save cut short (issue 23): RESUME takes the newest complete checkpoint and says the
+    torn one after it is moved aside in the new run (the earlier run's stays as it was)."""
+    fake_run(tmp_path, "before", {"checkpoint-10": COMPLETE, "checkpoint-9x": [],
+                                  "checkpoint-20": ["model.safetensors"]})  # fmt: skip
+    out = harness("up", "--dry-run", "--resume", runs=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("checkpoint-20 of run before is incomplete (no trainer_state.json): it is moved "
+            "aside in this run, never loaded") in out.stdout  # fmt: skip
+    assert "resuming from run before (failed): checkpoint-10, saved by 2 rank(s)" in out.stdout
+    assert (tmp_path / "before/output/checkpoint-20").is_dir()
 
 
 def test_resume_from_names_a_run(tmp_path):

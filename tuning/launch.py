@@ -19,6 +19,8 @@ Harness extras, all optional:
   HARNESS_ENTRY                     module to run (default tuning.sft_trainer; bench: tuning.probe)
   HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
                                     trainer's (bench: the probe's --out, --max-bytes ...)
+  HARNESS_OUTPUT_DIR                where node 0 moves torn checkpoints aside before it
+                                    starts the group (default /output; tuning/torn.py)
 Set for the ranks: HARNESS_DISTRIBUTED_TYPE, what the accelerate config asks for (FSDP, ...):
 the trainer fails when accelerate sets up something else. For the probe on GPUs (the bench, the
 GPU check) also NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS, unless set: NCCL's log then names the
@@ -27,6 +29,7 @@ transport of every channel (P2P, SHM, NET), which the host reads. Training runs 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import sys
@@ -169,8 +172,22 @@ def command(
     return argv + list(trainer_args), extra
 
 
+def sweep_torn(env: Mapping[str, str]) -> None:
+    """Before this node's group starts (a restarted container or pod, the kube rehearsal),
+    node 0 moves torn checkpoints in the output dir aside: torn.py, beside this file here and
+    in a user's image (/opt/harness-launch), loaded by path (fms has its own `tuning`)."""
+    path = Path(__file__).with_name("torn.py")
+    if _int(env, "PET_NODE_RANK", "RANK", default=0) or not path.is_file():
+        return
+    spec = importlib.util.spec_from_file_location("harness_torn", path)
+    torn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(torn)
+    torn.before_start(env.get("HARNESS_OUTPUT_DIR") or "/output", 0)
+
+
 def main() -> None:
     argv, extra = command(os.environ, sys.argv[1:])
+    sweep_torn(os.environ)
     env = {**os.environ, **extra}
     print("harness-launch:", shlex.join(argv), flush=True)
     os.execvpe(argv[0], argv, env)

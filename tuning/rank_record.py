@@ -4,7 +4,9 @@ read from that trainer: the process group this rank really joined, and how it en
 It also installs fsdp_gloo.py (mounted beside it): FSDP on CPU ranks, and a rank whose config
 asked for FSDP and got anything else fails before its first step. And before the trainer's
 module is even imported, gpu_guard.py (mounted beside it too): a rank told it has GPUs
-(HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found.
+(HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
+and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
+to resume from.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -86,8 +88,8 @@ def watch_process_group(record: Record) -> None:
 
 
 def _beside(name: str):
-    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py), loaded by path: the
-    user's image may have a `tuning` package of its own."""
+    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py), loaded by path:
+    the user's image may have a `tuning` package of its own (fms does)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -99,6 +101,13 @@ def fsdp_on_gloo() -> None:
     """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py), for a trainer
     that cannot import it: fms on CPU ranks shards too."""
     _beside("fsdp_gloo").install()
+
+
+def sweep_torn(record: Record) -> None:
+    """Every start of the trainer (torchrun's restarts too): rank 0 moves torn checkpoints
+    aside (torn.py), the others wait for it, so the trainer resumes from a complete one."""
+    out = os.path.dirname(os.path.dirname(record.path))
+    _beside("torn").before_start(out, record.rank)
 
 
 def accelerate_distributed_type() -> str | None:
@@ -124,6 +133,7 @@ def main() -> int:
         return 1
     watch_process_group(record)
     fsdp_on_gloo()
+    sweep_torn(record)
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:

@@ -10,7 +10,8 @@ or model are read; never a quiet fall back to CPU).
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
 i raise at the start of step k, once per output_dir (a marker in <output_dir>/.harness/ lets a
 restarted group pass it); HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
-its end, no CPU) so a fault can land at a chosen step; SIGTERM makes every rank checkpoint at
+its end, no CPU) so a fault can land at a chosen step; HARNESS_SAVE_SLEEP=s holds every
+save s seconds half written (tuning/atomic_save.py); SIGTERM makes every rank checkpoint at
 the next step boundary they agree on and exit 0 with status "preempted".
 """
 
@@ -35,7 +36,8 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import fsdp_gloo, gpu_guard
+from tuning import fsdp_gloo, gpu_guard, torn
+from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
 from tuning.metrics import (
@@ -65,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sft_trainer: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     os.makedirs(os.path.join(cfg.output_dir, "metrics"), exist_ok=True)
+    # Every start (torchrun's restarts too): a checkpoint torn by a kill is moved aside, so
+    # get_last_checkpoint below finds the newest complete one (tuning/torn.py).
+    torn.before_start(cfg.output_dir, int(os.environ.get("RANK") or 0))
     writer = MetricsWriter(cfg.output_dir)
     writer.phase("imports")  # the module's imports (torch, transformers) are done by now
     status, error = "failed", None
@@ -250,8 +255,9 @@ def _local_numel(param) -> int:
     return param.to_local().numel() if hasattr(param, "to_local") else param.numel()
 
 
-class SFTTrainer(MetricsTrainerMixin, Trainer):
-    """The HF Trainer plus per-rank step metrics (tuning.metrics)."""
+class SFTTrainer(AtomicSaveMixin, MetricsTrainerMixin, Trainer):
+    """The HF Trainer plus per-rank step metrics (tuning.metrics), each checkpoint complete
+    under its name or not there at all (tuning.atomic_save)."""
 
 
 class Preemption:

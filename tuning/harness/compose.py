@@ -16,6 +16,7 @@ from .layout import (
     OUTPUT_DIR,
     RANK_RECORD,
     TMP_DIR,
+    TORN,
     Layout,
     LayoutError,
     Node,
@@ -68,6 +69,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
         volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
         volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
+        volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import docker.errors
 
-from . import engine, fault_record, images, options, run, runs, workload
+from . import engine, fault_record, fault_save, images, options, run, runs, workload
 from .compose import LABEL
 from .engine import HarnessError
 from .fault_inject import NETEM, Injector
 from .fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
 
-KINDS = ("kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom", "slow",
-         "delay", "loss")  # fmt: skip
+KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
+         "slow", "delay", "loss")  # fmt: skip
 LAYOUTS = ("single", "per-rank")
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
@@ -90,6 +90,8 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
         "HARNESS_STEP_SLEEP": str(SLOW_STEP_SLEEP_S if kind == "slow" else STEP_SLEEP_S),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
     }
+    if kind == fault_save.KIND:  # our trainer holds each save open this long (atomic_save.py)
+        env["HARNESS_SAVE_SLEEP"] = str(fault_save.SAVE_SLEEP_S)
     if kind == "crash":
         env.update(HARNESS_CRASH_AT_STEP=str(k["at_step"]), HARNESS_CRASH_RANK=str(k["rank"]))
     spec = options.spec_from(b, run_id=run_id, kind=layout_kind)

@@ -14,6 +14,8 @@ import docker.errors
 
 from . import runs
 from .compose import LABEL, NETWORK
+from .fault_save import KIND as SAVE_KILL
+from .fault_save import files_in, under_way
 
 SLOW_CPUS = 0.05  # slow: the target's share of a CPU
 NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}
@@ -54,6 +56,8 @@ class Injector:
         self.rank, self.at_step, self.run_id = knobs["rank"], knobs["at_step"], run_id
         self.group_steps = knobs.get("group_steps", False)  # only rank 0 logs steps (fms)
         self.heals: list = []  # what undoes the fault (thaw, unpause, remove the helper)
+        self.saving = None  # save-kill: the checkpoint being written when it struck
+        self.at_kill: dict | None = None  # save-kill: that checkpoint's files at the kill
 
     def target_step(self, metrics) -> int:
         rank = 0 if self.group_steps else self.rank  # fms: the group's step, from rank 0
@@ -80,6 +84,10 @@ class Injector:
         step = self.target_step(metrics)
         if step < self.at_step:
             return []
+        if kind == SAVE_KILL:
+            self.saving = under_way(nodes.run_dir / "output")
+            if self.saving is None:
+                return []  # the next save after the step
         ctr = nodes.container(self.target)
         pid = None
         if not self.per_rank or kind == "oom":
@@ -103,6 +111,11 @@ class Injector:
 
     def inject_kill(self, nodes, ctr, pid) -> str:
         return self._signal(ctr, pid, "KILL")
+
+    def inject_save_kill(self, nodes, ctr, pid) -> str:
+        self.at_kill = {"checkpoint": self.saving.name, "files": files_in(self.saving)}
+        how = self._signal(ctr, pid, "KILL")
+        return f"{how}, while {self.saving.name} was being written"
 
     def inject_term(self, nodes, ctr, pid) -> str:
         return self._signal(ctr, pid, "TERM")

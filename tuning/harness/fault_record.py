@@ -12,10 +12,19 @@ import re
 import statistics
 from pathlib import Path
 
-from . import runs
+from tuning import torn
+
+from . import fault_save, runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
-FAIL_KINDS = ("kill", "crash", "partition", "oom", "no-show")  # must end within the bound
+FAIL_KINDS = (
+    "kill",
+    "save-kill",
+    "crash",
+    "partition",
+    "oom",
+    "no-show",
+)  # must end within the bound
 HANG_KINDS = ("pause", "delay", "loss")  # must be detected as a hang within the bound
 SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint after the fault
 
@@ -95,6 +104,9 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
         "on_a_cluster": _cluster_cost(ranks, base),
     }
+    if base["kind"] == fault_save.KIND:
+        record["save"] = fault_save.facts(follow.inject.at_kill, run_dir / "output",
+                                          follow.inject_step)  # fmt: skip
     if base["kind"] == "slow":
         record["slowdown"] = _slowdown(metrics, fault_at)
     record["goal_met"] = _goal(record)
@@ -165,7 +177,7 @@ def _outcome(kind, follow, ranks, fault_at, job_end, timeout) -> str:
 def _goal(rec: dict) -> bool | None:
     kind, outcome, left = rec["kind"], rec["outcome"], not rec["leftovers"]
     bound = rec["bound_s"]
-    if rec.get("max_restarts") and kind in ("kill", "crash"):
+    if rec.get("max_restarts") and kind in ("kill", "save-kill", "crash"):
         return left and outcome == "recovered" and rec["steps_reached"] == rec["steps"]
     if kind in FAIL_KINDS:
         return left and outcome == "failed fast" and rec["fault_to_end_s"] <= bound
@@ -184,11 +196,11 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
     saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
              if x.get("event") == "checkpoint"}  # fmt: skip
     out = []
-    for path in runs.checkpoints(output):
+    for path in torn.checkpoints(output):
         step = int(path.name.split("-")[-1])
         at = saved.get(step)
         out.append({"name": path.name, "step": step,
-                    "complete": runs.checkpoint_missing(path) is None,
+                    "complete": torn.missing(path) is None,
                     "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
     return out
 
@@ -215,6 +227,8 @@ def _cluster_cost(ranks, base) -> str:
             "pod 30 s (terminationGracePeriodSeconds) before SIGKILL, so the step time plus "
             "the save must fit in it"
         )
+    if base["kind"] == fault_save.KIND:
+        return fault_save.CLUSTER
     if base["kind"] == "slow":
         return "no timeout is involved: every rank runs at the pace of the slowest"
     if "rendezvous timeout" in sigs:
@@ -257,6 +271,7 @@ def markdown(rec: dict) -> str:
         f"asked for step {rec['at_step']})",
         f"- **outcome: {rec['outcome']}**; fault to end {rec['fault_to_end_s']} s, hang detected "
         f"after {rec['hang_detected_s']} s, bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
+        *fault_save.lines(rec),
         f"- on a cluster: {rec['on_a_cluster']}",
         *(
             [

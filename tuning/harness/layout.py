@@ -34,6 +34,7 @@ LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name o
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
 GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
+TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 # A PyTorchJob (kube.py renders it): its kind, its rendezvous port, its name's rules.
 JOB_KIND = "pytorchjob"
 OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from tuning import torn
+
 from . import devices, preflight, runs, workload
 from .devices import GpuPlan
 from .engine import ROOT, HarnessError
@@ -211,7 +213,9 @@ def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes
 def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Path | None:
     """RESUME=1: the newest run (runs/latest, read now: a start moves it); RESUME_FROM=<id>:
     that run. Checked and named before anything starts (dry run too): the checkpoint the
-    trainer will load (the newest) must be complete and saved by as many ranks as this run has."""
+    trainer will load (the newest complete one) must be saved by as many ranks as this run
+    has. An incomplete one after it (a save cut short) is taken too and moved aside in this
+    run's output when it starts (tuning/torn.py); the earlier run stays as it was."""
     if not (a.resume or a.resume_from):
         return None
     name = checked_run_id(a.resume_from) if a.resume_from else "latest"
@@ -219,17 +223,17 @@ def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Pat
     what = f"RESUME_FROM={a.resume_from}" if a.resume_from else f"RESUME=1 ({runs_root}/latest)"
     if not previous.is_dir():
         raise HarnessError(f"{what}: no such run; `ls {runs_root}` shows the runs to resume from")
-    found = runs.checkpoints(previous / "output")
-    if not found:
-        raise HarnessError(f"{what}: run {previous.name} has no checkpoint in its output; "
-                           "start afresh without RESUME, or name a run that saved one")  # fmt: skip
-    newest = found[-1]
-    missing = runs.checkpoint_missing(newest)
-    if missing:
-        raise HarnessError(
-            f"{what}: {newest} is incomplete ({missing}): its run stopped while saving it. "
-            f"Remove it (`rm -r {newest}`) to resume from the one before, or start afresh"
-        )
+    found = torn.checkpoints(previous / "output")
+    complete = [c for c in found if torn.missing(c) is None]
+    if not complete:
+        why = "; ".join(f"{c.name}: {torn.missing(c)}" for c in found)
+        raise HarnessError(f"{what}: run {previous.name} has no complete checkpoint in its output"
+                           f"{f' ({why})' if why else ''}; start afresh without RESUME, or name "
+                           "a run that saved one")  # fmt: skip
+    newest = complete[-1]
+    for c in found[found.index(newest) + 1 :]:
+        print(f"harness: {c.name} of run {previous.name} is incomplete ({torn.missing(c)}): "
+              "it is moved aside in this run, never loaded")  # fmt: skip
     saved_by = runs.checkpoint_world_size(newest)
     if saved_by and saved_by != layout.world_size:
         raise HarnessError(

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuning import launch
+from tuning import launch, torn
 
 from . import engine, gpu_locks, images, leftovers, preflight, runs, workload
 from .engine import ROOT, HarnessError
@@ -112,6 +112,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
     if spec.resume_from:
         _take_checkpoints(spec.resume_from, run_dir / "output", layout)
+        torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
     for path, text in render(layout, commands).items():
         (run_dir / path).write_text(text)
     _give_to_container_user(run_dir / "output", layout)
@@ -236,7 +237,8 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
     summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
                "device": layout.device, "world_size": layout.world_size, "status": status,
                **runs.summarize(metrics, t0), "ranks": ranks,
-               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts]}  # fmt: skip
+               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
+               "torn_checkpoints": torn.moved(run_dir / "output")}  # fmt: skip
     if layout.entry:
         summary.update(workload.summary_fields(layout, run_dir, metrics))
     summary.update(extra or {})
@@ -250,7 +252,7 @@ def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
     owns it already, else copied and the copy given to them: the earlier run's own files never
     change owner or mode (a link shares both)."""
     uid, gid = _owner(layout)
-    for ckpt in runs.checkpoints(previous / "output"):
+    for ckpt in torn.checkpoints(previous / "output"):
         shutil.copytree(
             ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
         )

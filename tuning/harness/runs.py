@@ -272,26 +272,6 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-# What a Trainer checkpoint holds once saved: its state, and weights in one of the shapes HF
-# writes (full model, LoRA adapter, FSDP sharded). training_args.bin is not weights.
-CHECKPOINT_WEIGHTS = ("model*.safetensors", "adapter_model.*", "pytorch_model*")
-
-
-def checkpoints(output: Path) -> list[Path]:
-    """output/checkpoint-N directories by N, as transformers' get_last_checkpoint orders them."""
-    found = [p for p in output.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[11:]))
-
-
-def checkpoint_missing(path: Path) -> str | None:
-    """What a checkpoint lacks to be resumed from (None: complete)."""
-    if not (path / "trainer_state.json").is_file():
-        return "no trainer_state.json"
-    if not any(any(path.glob(g)) for g in CHECKPOINT_WEIGHTS):
-        return f"no weights ({', '.join(CHECKPOINT_WEIGHTS)})"
-    return None
-
-
 def checkpoint_world_size(path: Path) -> int | None:
     """The ranks that saved it: the Trainer writes one rng_state_<rank>.pth per rank (one
     rng_state.pth for one process)."""

@@ -1,0 +1,207 @@
+"""Torn checkpoints (issue 23): found and moved aside, never deleted, before every start; our
+trainer's saves are complete under their name or not there at all.
+
+The tree tests build output dirs by hand (stdlib only, as tuning/torn.py is). The trainer tests
+run tuning.sft_trainer for real on CPU: a kill inside a save cannot be timed in a test, so the
+checkpoint is torn the way such a kill leaves it (trainer_state.json and the RNG state gone,
+the optimizer cut short) and the trainer is started again on the same output dir, as a
+MAX_RESTARTS restart or a restarted pod does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, launch_env, step_losses
+from test_trainer import check, trainer_args
+
+from tuning import torn
+
+COMPLETE = ["trainer_state.json", "model.safetensors", "optimizer.pt", "rng_state.pth"]
+TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
+
+
+def tree(root: Path, ckpts: dict[str, list[str]]) -> Path:
+    for name, files in ckpts.items():
+        (root / name).mkdir(parents=True)
+        for f in files:
+            (root / name / f).write_text(f)
+    return root
+
+
+def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
+    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-9x": [],
+                          "checkpoint-20": ["model.safetensors", "optimizer.pt"],
+                          "checkpoint-30": ["trainer_state.json", "training_args.bin"],
+                          "tmp-checkpoint-40": ["model.safetensors"],
+                          "torn-checkpoint-5-20250101T000000Z": []})  # fmt: skip
+    assert [p.name for p in torn.checkpoints(out)] == ["checkpoint-10", "checkpoint-20",
+                                                       "checkpoint-30"]  # fmt: skip
+    assert [(p.name, why) for p, why in torn.incomplete(out)] == [
+        ("checkpoint-20", "no trainer_state.json"),
+        ("checkpoint-30", "no weights (model*.safetensors, adapter_model.*, pytorch_model*)"),
+        ("tmp-checkpoint-40", "its staging dir: a save that never finished"),
+    ]
+    # FSDP's sharded weights (a directory) and a LoRA adapter count as weights.
+    fsdp = tree(tmp_path / "fsdp", {"checkpoint-1": ["trainer_state.json"]}) / "checkpoint-1"
+    (fsdp / "pytorch_model_fsdp_0").mkdir()
+    lora = tree(tmp_path / "lora", {"c": ["trainer_state.json", "adapter_model.safetensors"]})
+    assert torn.missing(fsdp) is None and torn.missing(lora / "c") is None
+
+
+def test_move_aside_renames_never_deletes(tmp_path, capsys):
+    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": ["model.safetensors"],
+                          "tmp-checkpoint-30": ["model.safetensors"]})  # fmt: skip
+    moved = torn.move_aside(out)
+    assert [(m["checkpoint"], m["why"]) for m in moved] == [
+        ("checkpoint-20", "no trainer_state.json"),
+        ("tmp-checkpoint-30", "its staging dir: a save that never finished"),
+    ]
+    assert all(TORN_NAME.fullmatch(m["moved_to"]) for m in moved), moved
+    assert [p.name for p in torn.checkpoints(out)] == ["checkpoint-10"]
+    assert torn.moved(out) == sorted(m["moved_to"] for m in moved)
+    kept = out / moved[0]["moved_to"] / "model.safetensors"
+    assert kept.read_text() == "model.safetensors"  # every file still there
+    said, first = capsys.readouterr().out, moved[0]["moved_to"]
+    assert f"checkpoint-20 is incomplete (no trainer_state.json): moved aside to {first}" in said
+    assert torn.move_aside(out) == []  # nothing left: a second start moves nothing
+    # The same checkpoint torn again in the same second gets a name of its own.
+    tree(out, {"checkpoint-20": []})
+    again = torn.move_aside(out)[0]["moved_to"]
+    assert again != moved[0]["moved_to"] and len(torn.moved(out)) == 3
+
+
+def test_transformers_passes_the_moved_and_staged_names_by(tmp_path):
+    """get_last_checkpoint (what the trainers resume from) and rotate_checkpoints (which
+    deletes) both see checkpoint-N only: a torn one moved aside is neither loaded nor deleted."""
+    from transformers.trainer_utils import get_last_checkpoint, rotate_checkpoints
+
+    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": COMPLETE,
+                          "checkpoint-30": ["model.safetensors"],
+                          "tmp-checkpoint-40": ["model.safetensors"]})  # fmt: skip
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-30")  # the issue's cause
+    torn.move_aside(out)
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-20")
+    rotate_checkpoints(str(out), save_total_limit=1)
+    left = sorted(p.name for p in out.iterdir())  # checkpoint-10 rotated away, not these
+    assert left == ["checkpoint-20", *torn.moved(out)] and len(left) == 3, left
+
+
+def test_other_ranks_wait_for_rank_0_then_go_on(tmp_path):
+    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": ["model.safetensors"]})
+    assert torn.sweep(out, rank=1, wait_s=0.5) == []  # gave up waiting, moved nothing
+    assert (out / "checkpoint-20").is_dir()
+    assert [m["checkpoint"] for m in torn.sweep(out, rank=0)] == ["checkpoint-20"]
+    assert torn.sweep(tmp_path / "absent", rank=0) == []
+
+
+def test_command_line(tmp_path):
+    out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
+    run = subprocess.run([sys.executable, str(ROOT / "tuning/torn.py"), str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0 and "checkpoint-20 is incomplete" in run.stdout, run.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "tuning/torn.py"), str(tmp_path / "no")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "is not a directory" in bad.stderr
+
+
+def test_the_launcher_moves_them_on_node_0_only(tmp_path):
+    """tuning/launch.py before it starts a node's group (a restarted container or pod)."""
+    from tuning import launch
+
+    out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
+    launch.sweep_torn({"PET_NODE_RANK": "1", "HARNESS_OUTPUT_DIR": str(out)})
+    assert torn.moved(out) == []
+    launch.sweep_torn({"PET_NODE_RANK": "0", "HARNESS_OUTPUT_DIR": str(out)})
+    assert [m.split("-2")[0] for m in torn.moved(out)] == ["torn-checkpoint"]
+
+
+def test_a_foreign_trainer_meets_no_torn_checkpoint(tmp_path):
+    """The rank recorder (what a foreign trainer such as fms runs under) moves them before the
+    trainer's module runs; the module here lists what get_last_checkpoint's rule would see."""
+    out = tree(tmp_path / "out", {"checkpoint-10": COMPLETE, "checkpoint-20": []})
+    (tmp_path / "lister.py").write_text(
+        "import os\nprint(sorted(d for d in os.listdir(os.environ['HARNESS_OUTPUT_DIR'])"
+        " if d.startswith('checkpoint-')))\n"
+    )
+    env = {**launch_env(), "HARNESS_OUTPUT_DIR": str(out), "HARNESS_WRAPPED_ENTRY": "lister",
+           "RANK": "0", "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank_record.py")], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    said = run.stdout.splitlines()
+    assert said[0].startswith(f"harness-torn: {out}/checkpoint-20 is incomplete"), said
+    assert said[1] == "['checkpoint-10']"
+
+
+# --- the real trainer -----------------------------------------------------------------------
+def train(model, data, out, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tuning.sft_trainer", *trainer_args(model, data, out, *extra)],
+        cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def tear(ckpt: Path) -> None:
+    """What a kill during the HF Trainer's save leaves: the state and RNG files not yet
+    written, the optimizer file cut short."""
+    (ckpt / "trainer_state.json").unlink()
+    for f in ckpt.glob("rng_state*.pth"):
+        f.unlink()
+    opt = ckpt / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[: opt.stat().st_size // 2])
+
+
+@pytest.fixture(scope="module")
+def whole_run(tiny_model, demo_data, tmp_path_factory):
+    """30 steps, checkpoints 10, 20, 30, one process."""
+    out = tmp_path_factory.mktemp("whole") / "out"
+    check(train(tiny_model, demo_data, out))
+    return out
+
+
+@pytest.mark.slow
+def test_saves_are_renamed_whole(whole_run):
+    names = sorted(p.name for p in whole_run.iterdir() if "checkpoint" in p.name)
+    assert names == ["checkpoint-10", "checkpoint-20", "checkpoint-30"]  # no staging left
+    assert all(torn.missing(p) is None for p in torn.checkpoints(whole_run))
+    state = json.loads((whole_run / "checkpoint-30/trainer_state.json").read_text())
+    assert state["global_step"] == 30
+
+
+@pytest.mark.slow
+def test_a_torn_newest_checkpoint_is_moved_aside_and_the_run_resumes(
+    whole_run, tiny_model, demo_data, tmp_path
+):
+    # The issue's failure: a trainer that loads the torn checkpoint dies on it.
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("checkpoint-10", "checkpoint-20", "checkpoint-30"):
+        subprocess.run(["cp", "-a", str(whole_run / name), str(out / name)], check=True)
+    tear(out / "checkpoint-30")
+    cut = (out / "checkpoint-30/optimizer.pt").stat().st_size
+    elsewhere = tmp_path / "elsewhere/checkpoint-30"
+    elsewhere.parent.mkdir()
+    subprocess.run(["cp", "-a", str(out / "checkpoint-30"), str(elsewhere)], check=True)
+    died = train(tiny_model, demo_data, tmp_path / "o2", "--resume_from_checkpoint", str(elsewhere))
+    assert died.returncode != 0
+    assert "FileNotFoundError" in died.stderr and "trainer_state.json" in died.stderr
+
+    # Started again on the output dir (resume_from_checkpoint unset: the newest, as fms).
+    resumed = train(tiny_model, demo_data, out)
+    check(resumed)
+    (moved,) = torn.moved(out)
+    assert TORN_NAME.fullmatch(moved) and moved.startswith("torn-checkpoint-30-")
+    assert f"checkpoint-30 is incomplete (no trainer_state.json): moved aside to {moved}" in (
+        resumed.stdout
+    )
+    assert (out / moved / "optimizer.pt").stat().st_size == cut  # kept as it was found
+    losses, whole = step_losses(out, 0), step_losses(whole_run, 0)
+    assert sorted(losses) == list(range(21, 31))  # from checkpoint-20, the newest complete
+    assert all(abs(losses[s] - whole[s]) < 1e-5 for s in losses), (losses, whole)
+    assert torn.missing(out / "checkpoint-30") is None  # saved again, whole

@@ -1,0 +1,121 @@
+"""Checkpoints a restart must not resume from: found, and moved aside (renamed, never deleted).
+
+A kill during a save leaves `checkpoint-N` with some of its files. transformers'
+`get_last_checkpoint` (trainer_utils.py) takes the highest N, complete or not, so every restart
+of the group would load it and die the same way (fms-hf-tuning issue #432: a PyTorchJob restart
+that never comes back). Before a group starts, `sweep(output_dir, rank)` renames each incomplete
+checkpoint `torn-<name>-<utc>`: no longer `checkpoint-N` (transformers' regex
+`^checkpoint-(\\d+)$` and rotate_checkpoints' glob `checkpoint-*` both pass it by), so the
+trainer resumes from the newest complete one and nothing of the torn one is lost.
+
+The one rule for "complete" (the host's RESUME checks use it too): trainer_state.json, which
+the Trainer writes last, and weights in one of the shapes HF writes. A staging dir
+(`tmp-checkpoint-N`, our trainer's atomic save) that is still there was never finished.
+
+Standalone on purpose (standard library only), like fsdp_gloo.py: our launcher and trainer
+import it, and the harness mounts it beside the rank recorder into a user's image (fms), so a
+trainer we cannot edit gets the same. `python torn.py OUTPUT_DIR` moves aside what it finds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers' PREFIX_CHECKPOINT_DIR-<step>
+STAGING = "tmp-"  # tmp-checkpoint-N: a checkpoint being written (tuning/sft_trainer.py)
+TORN = "torn-"  # torn-checkpoint-N-<utc>: moved aside
+# Weights in the shapes HF writes: full model, LoRA adapter, FSDP (sharded dir or file).
+WEIGHTS = ("model*.safetensors", "adapter_model.*", "pytorch_model*")
+WAIT_S = 120  # how long a rank other than 0 waits for rank 0 to move them
+
+
+def checkpoints(output: Path) -> list[Path]:
+    """output/checkpoint-N directories by N, as get_last_checkpoint orders them."""
+    found = [p for p in Path(output).glob("checkpoint-*")
+             if p.is_dir() and CHECKPOINT.fullmatch(p.name)]  # fmt: skip
+    return sorted(found, key=lambda p: int(p.name.rsplit("-", 1)[1]))
+
+
+def missing(path: Path) -> str | None:
+    """What a checkpoint lacks to be resumed from (None: complete)."""
+    path = Path(path)
+    if not (path / "trainer_state.json").is_file():
+        return "no trainer_state.json"
+    if not any(any(path.glob(g)) for g in WEIGHTS):
+        return f"no weights ({', '.join(WEIGHTS)})"
+    return None
+
+
+def incomplete(output: Path) -> list[tuple[Path, str]]:
+    """Every checkpoint a start must not meet: (path, why), by name."""
+    out = [(p, why) for p in checkpoints(output) if (why := missing(p))]
+    staged = [p for p in Path(output).glob(STAGING + "checkpoint-*") if p.is_dir()]
+    out += [(p, "its staging dir: a save that never finished") for p in staged]
+    return sorted(out)
+
+
+def move_aside(output: Path, say=print) -> list[dict]:
+    """Rename every incomplete checkpoint in `output`; return what moved where, and why."""
+    moved = []
+    utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for path, why in incomplete(output):
+        name = f"{TORN}{path.name}-{utc}"
+        n = 1
+        while path.with_name(name).exists():  # the same checkpoint torn twice in one second
+            n += 1
+            name = f"{TORN}{path.name}-{utc}-{n}"
+        try:
+            path.rename(path.with_name(name))
+        except FileNotFoundError:
+            continue  # another process moved it first
+        say(f"harness-torn: {path} is incomplete ({why}): moved aside to {name}", flush=True)
+        moved.append({"checkpoint": path.name, "moved_to": name, "why": why})
+    return moved
+
+
+def moved(output: Path) -> list[str]:
+    """The names of what was moved aside in `output` (any start, any process), by name."""
+    return sorted(p.name for p in Path(output).glob(TORN + "*") if p.is_dir())
+
+
+def sweep(output: str | os.PathLike, rank: int, wait_s: float = WAIT_S) -> list[dict]:
+    """Before a start: rank 0 moves the torn checkpoints aside; another rank waits (bounded)
+    until none is left, so that it resumes from the same checkpoint as rank 0."""
+    output = Path(output)
+    if not output.is_dir():
+        return []
+    if rank == 0:
+        return move_aside(output)
+    deadline = time.monotonic() + wait_s
+    while incomplete(output) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return []
+
+
+def before_start(output: str | os.PathLike, rank: int) -> list[dict]:
+    """`sweep`, never failing the start over it: an output dir the process cannot rename in
+    is said and left as it is (the trainer then fails on it with its own error)."""
+    try:
+        return sweep(output, rank)
+    except OSError as e:
+        print(f"harness-torn: cannot move torn checkpoints aside in {output}: {e}", flush=True)
+        return []
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python torn.py OUTPUT_DIR", file=sys.stderr)
+        return 2
+    if not Path(argv[0]).is_dir():
+        print(f"torn: {argv[0]} is not a directory", file=sys.stderr)
+        return 2
+    move_aside(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
