@@ -28,7 +28,9 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,CUDA,cuda) \
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
   $(call switch,REHEARSE,rehearse) $(call flag,KIND,kind) $(call flag,MAX_RESTARTS,max-restarts) \
-  $(call flag,RESTART_POLICY,restart-policy)
+  $(call flag,RESTART_POLICY,restart-policy) $(call flag,TIMEOUT,timeout) \
+  $(call flag,RUN_ID,run-id) $(call flag,KILL,kill-rank) $(call flag,AT_STEP,kill-at-step) \
+  $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 
 .PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
@@ -65,6 +67,7 @@ help: ## list targets and variables
 	@echo "  REHEARSE=1      kube: also run the job's pods here, as Compose services"
 	@echo "  KIND=trainjob   kube: a Trainer v2 TrainJob + TrainingRuntime (default pytorchjob)"
 	@echo "  RESTART_POLICY= kube: PyTorchJob Never|OnFailure|ExitCode (MAX_RESTARTS: backoffLimit)"
+	@echo "  KILL=i AT_STEP=k kube REHEARSE=1: kill rank i's pod at step k; the operator's rules act"
 
 # Every environment installs at the lock's exact versions (make lock re-makes it).
 $(VENV)/.harness: pyproject.toml $(LOCK)

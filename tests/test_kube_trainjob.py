@@ -44,6 +44,7 @@ def test_trainjob_is_our_runtime_and_the_trainer_fields(tmp_path):
     assert t.resources_per_node.to_dict() == {
         "limits": {"nvidia.com/gpu": "4"}, "requests": {"cpu": "4", "memory": "64Gi"}}  # fmt: skip
     assert [(e.name, e.value) for e in t.env] == [("ACCELERATE_CONFIG", "/job/accelerate.yaml"),
+                                                  ("HARNESS_DEVICE", "gpu"),
                                                   ("HOME", "/tmp")]  # fmt: skip
     spec = runtime.spec
     assert (spec.ml_policy.num_nodes, spec.ml_policy.torch.to_dict()) == (2, {})
@@ -72,7 +73,7 @@ def test_trainer_pods_carry_exactly_what_trainer_v2_injects(nodes, nproc):
     for rank, pod in enumerate(pods):
         assert (pod.node_rank, pod.nproc, pod.aliases) == (rank, nproc, (f"tj-node-0-{rank}.tj",))
         assert pod.env == {
-            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp",
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HARNESS_DEVICE": "cpu", "HOME": "/tmp",
             "PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(nproc),
             "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "tj-node-0-0.tj",
             "PET_MASTER_PORT": "29500",
@@ -82,7 +83,7 @@ def test_trainer_pods_carry_exactly_what_trainer_v2_injects(nodes, nproc):
 def test_trainer_pods_are_read_from_the_objects():
     _, runtime, job = rendered(2, 2)
     job.spec.trainer.num_nodes = 4
-    job.spec.trainer.env[1].value = "/home"
+    next(e for e in job.spec.trainer.env if e.name == "HOME").value = "/home"
     pods = kube_trainjob.trainer_pods(runtime, job)
     assert [p.env["PET_NNODES"] for p in pods] == ["4"] * 4 and pods[3].env["HOME"] == "/home"
     assert pods[1].gpu_ids == ("2", "3")

@@ -209,6 +209,11 @@ def register(sub) -> None:
     p.add_argument("--rehearse", action="store_true",
                    help="then run it here as the operator would: Compose services named as its "
                         "pods, with the environment it injects")  # fmt: skip
+    p.add_argument("--kill-rank", help="rehearsal: SIGKILL this rank's pod at --kill-at-step; "
+                   "then act as the operator (restarts.json, restarts.md)")  # fmt: skip
+    p.add_argument("--kill-at-step", help="the step to kill it at (default 12)")
+    p.add_argument("--rdzv-timeout", help="rehearsal with a kill: the static rendezvous timeout "
+                   "in seconds (default: TIMEOUT)")  # fmt: skip
     p.add_argument("--grace", type=float, default=options.GRACE_S,
                    help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
     p.add_argument("--run-id")
@@ -226,6 +231,9 @@ def main(a: argparse.Namespace) -> int:
     if a.restart_policy and a.kind == "trainjob":
         raise HarnessError("RESTART_POLICY is a PyTorchJob's; a TrainJob restarts every pod "
                            "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
+    kill = options.int_arg("KILL", a.kill_rank, 0)
+    if kill is not None and not a.rehearse:
+        raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
     run_id = options.checked_run_id(a.run_id)
     runs_root = Path(a.runs).resolve()
     layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
@@ -269,5 +277,8 @@ def main(a: argparse.Namespace) -> int:
     if not a.rehearse:
         return 0
     made = pods_of(objects)
-    summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace, accelerate_config)
-    return run.EXIT_CODES.get(summary["status"], 1)
+    if kill is None:
+        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace,
+                                         accelerate_config)  # fmt: skip
+        return run.EXIT_CODES.get(summary["status"], 1)
+    return kube_rehearse.rehearse_kill(a, layout, run_dir, objects, made, accelerate_config, kill)

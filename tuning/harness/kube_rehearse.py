@@ -1,7 +1,8 @@
 """`make kube REHEARSE=1`: the pods an operator makes of the rendered objects, run here as
 Compose services (one per pod, named and reachable as the pod, with exactly the environment
 the operator injects and the ConfigMap's files at /job), followed to the end by `run.start`
-as `up` is."""
+as `up` is. With KILL, a rank's pod is killed at a step and the operator's restart rules
+act (kube_faults.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from pathlib import Path
 
 import yaml
 
-from . import devices, options, run
+from . import devices, kube_faults, kube_restarts, options, run
 from .engine import HarnessError
 from .layout import JobLayout
 
 
 def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grace: float,
-             accelerate_config: Path) -> dict:  # fmt: skip
+             accelerate_config: Path, on_tick=None) -> dict:  # fmt: skip
     """Run the pods an operator makes of `objects` and follow them to the end. `made` is
     (kind, image, pods, manifest name) as kube.pods_of reads them; `run_dir` exists;
     returns the summary."""
@@ -44,4 +45,30 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grac
                         run_dir.parent, grace, run_dir_made=True, job_files=files,
                         banner=banner, title="rehearsal ", summary_extra=record,
                         explain=False, plan=plan)  # fmt: skip
-    return run.start(spec)
+    return run.start(spec, on_tick)
+
+
+def rehearse_kill(a, layout: JobLayout, run_dir: Path, objects: tuple, made: tuple,
+                  accelerate_config: Path, rank: int) -> int:  # fmt: skip
+    """The rehearsal with rank `rank`'s pod SIGKILLed at a step; the operator's rules act on
+    every pod's exit, and restarts.json / restarts.md record it. The exit code is the job's."""
+    kind, image, pods, manifest = made
+    if not 0 <= rank < layout.world_size:
+        raise HarnessError(f"KILL={rank} is outside the {layout.world_size} rank(s)")
+    timeout = options.int_arg("TIMEOUT", a.timeout, 1) or int(yaml.safe_load(
+        objects[0].data["job.yaml"])["ddp_timeout"])  # fmt: skip
+    rdzv = options.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
+    at_step = options.int_arg("AT_STEP", a.kill_at_step, 1) or 12
+    pods = kube_faults.rehearsal_env(pods, timeout, rdzv)
+    rules = kube_restarts.rules(kind, objects[-1] if kind == "PyTorchJob" else objects[1])
+    deadline = timeout + rdzv + kube_faults.SLACK_S
+    op = kube_faults.Operator(kind, rules, pods, rank, at_step, layout.run_id, deadline)
+    # The operator decides when the job ends; the harness's own grace must not cut it first.
+    summary = rehearse(layout, run_dir, objects, (kind, image, pods, manifest),
+                       max(a.grace, deadline), accelerate_config, op)  # fmt: skip
+    rec = kube_faults.record(op, summary, layout.with_(pods=tuple(pods)), run_dir)
+    kube_faults.write(run_dir, rec)
+    print(f"harness: {kind} with rank {rank}'s pod killed at step {op.kill_step}: "
+          f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "
+          f"{run_dir / 'restarts.md'}")  # fmt: skip
+    return run.EXIT_CODES.get(summary["status"], 1)

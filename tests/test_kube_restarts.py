@@ -1,0 +1,132 @@
+"""`make kube REHEARSE=1 KILL=i`: a rank's pod SIGKILLed at a step, and each operator's
+restart rules acting on it (kube_faults.py), recorded in restarts.json and restarts.md."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import harness, leftovers
+
+from tuning.harness import kube_faults, kube_restarts, runs
+from tuning.harness.layout import Node
+
+IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
+
+
+# --- What the operator does: policy x exit code x restarts made -> action --------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "rules", "pod", "code", "made", "action"),
+    [
+        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
+                        "backoffLimit": 1}, "j-worker-0", 137, 0, "restart the pod alone"),
+        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
+                        "backoffLimit": 1}, "j-master-0", 1, 0, "fail the job"),
+        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
+                        "backoffLimit": 1}, "j-worker-0", 137, 1, "fail the job"),
+        ("PyTorchJob", {"restartPolicy": {"Master": "OnFailure", "Worker": "OnFailure"},
+                        "backoffLimit": 2}, "j-master-0", 1, 1, "restart the pod alone"),
+        ("PyTorchJob", {"restartPolicy": {"Master": "Never", "Worker": "Never"},
+                        "backoffLimit": 0}, "j-worker-0", 137, 0, "fail the job"),
+        ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-1", 137, 0,
+         "recreate every pod"),
+        ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-0", 1, 1, "fail the job"),
+    ],
+)  # fmt: skip
+def test_the_operator_decides_from_the_objects_rules(kind, rules, pod, code, made, action):
+    pods = [Node("a", 0, 1, ()), Node("b", 1, 1, ())]
+    op = kube_faults.Operator(kind, rules, pods, 1, 12, "r1", 60)
+    op.actions = [{"action": kube_restarts.RESTART_POD}] * made
+    assert op.target == "b"
+    assert op.decide(pod, code) == action
+
+
+def test_rehearsal_knobs_are_added_to_the_pods_environment_only():
+    pods = [Node("j-master-0", 0, 1, (), {"PET_NNODES": "2"})]
+    (pod,) = kube_faults.rehearsal_env(pods, 20, 15)
+    assert pod.env == {"PET_NNODES": "2", "HARNESS_RDZV_TIMEOUT": "15",
+                       "HARNESS_STEP_SLEEP": "0.2"}  # fmt: skip
+    assert pods[0].env == {"PET_NNODES": "2"}
+
+
+def test_a_kill_needs_the_rehearsal(tmp_path):
+    out = harness("kube", "--gpus", "0", "--kill-rank", "1", runs=tmp_path, timeout=120)
+    assert out.returncode == 2 and "add REHEARSE=1" in out.stderr, out.stderr
+
+
+def test_the_record_reads_as_markdown():
+    rec = {"kind": "TrainJob", "job": "kr", "rules": {"failurePolicy.maxRestarts": 1},
+           "killed": {"rank": 1, "pod": "kr-node-0-1", "at_step": 12, "step": 12,
+                      "how": "docker kill (SIGKILL) x", "t": 30.5},
+           "outcome": "succeeded", "ended_by": "every pod ended", "kill_to_end_s": 40.0,
+           "restarts": {"made": 1, "limit": 1}, "checkpoints": [10, 14], "resumed_from": 10,
+           "steps_lost": 2, "final_loss": 1.5,
+           "actions": [{"t": 31.0, "pod": "kr-node-0-1", "exit_code": 137,
+                        "action": "recreate every pod"}],
+           "ranks": [{"rank": 1, "pod": "kr-node-0-1", "starts": 2, "last_step": 14,
+                      "resumed_at": [11], "end_status": "completed", "signature": None}],
+           "timeline": [{"t": 30.5, "event": "killed"}]}  # fmt: skip
+    text = kube_faults.markdown(rec)
+    assert "- **outcome: succeeded** (every pod ended); kill to end 40.0 s; restarts 1 of 1" in text
+    assert "| 31.0 | kr-node-0-1 | 137 | recreate every pod |" in text
+    assert "| 1 | kr-node-0-1 | 2 | 14 | [11] | completed | None |" in text
+
+
+# --- Rehearsals: 2 pods x 1 CPU rank, rank 1's pod killed at step 11 (checkpoint at 10) -------
+
+
+def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
+    run_id = f"kr-{kind[:2]}-" + runs.new_run_id()
+    out = harness("kube", "--kind", kind, "--rehearse", "--gpus", "0", "--nodes", "2",
+                  "--nproc", "1", "--name", "kr", "--steps", "14", "--timeout", "20",
+                  "--rdzv-timeout", "20", "--kill-rank", "1", "--kill-at-step", "11",
+                  "--max-restarts", "1", "--image", IMAGE, "--run-id", run_id, *flags,
+                  runs=tmp_path, timeout=400)  # fmt: skip
+    run_dir = tmp_path / run_id
+    assert leftovers(run_id) == []
+    assert (run_dir / "restarts.md").is_file(), out.stdout + out.stderr
+    rec = json.loads((run_dir / "restarts.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return rec, summary, out.stdout + out.stderr + f"\nexit {out.returncode}"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
+    rec, summary, out = _rehearse(tmp_path, "pytorchjob", "--restart-policy", "ExitCode")
+    assert out.endswith("exit 1"), out
+    assert rec["rules"] == {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
+                            "backoffLimit": 1}  # fmt: skip
+    assert rec["killed"]["pod"] == "kr-worker-0" and rec["killed"]["step"] >= 11
+    # The killed pod (137) is recreated alone; the survivor's failure (1) is permanent.
+    assert rec["actions"][0]["pod"] == "kr-worker-0" and rec["actions"][0]["exit_code"] == 137
+    assert rec["actions"][0]["action"] == "restart the pod alone"
+    assert rec["actions"][-1]["action"] == "fail the job"
+    assert rec["outcome"] == "failed" and rec["ended_by"] == "the operator failed the job"
+    assert rec["restarts"] == {"made": 1, "limit": 1}
+    master = next(r for r in rec["ranks"] if r["pod"] == "kr-master-0")
+    assert master["starts"] == 1 and master["signature"] is not None  # what the survivor saw
+    assert rec["resumed_from"] is None and rec["kill_to_end_s"] is not None
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_trainjob_gang_restart_resumes_from_the_checkpoint_and_succeeds(tmp_path):
+    rec, summary, out = _rehearse(tmp_path, "trainjob")
+    assert out.endswith("exit 0"), out
+    assert rec["rules"] == {"failurePolicy.maxRestarts": 1}
+    assert rec["killed"]["pod"] == "kr-node-0-1"
+    assert rec["actions"][0]["exit_code"] == 137
+    assert rec["actions"][0]["action"] == "recreate every pod"
+    assert rec["restarts"] == {"made": 1, "limit": 1}
+    assert rec["outcome"] == "succeeded" and summary["status"] == "succeeded"
+    # Every rank started twice and went on from checkpoint-10: steps 11.. again, to 14.
+    assert [(r["starts"], r["resumed_at"], r["last_step"]) for r in rec["ranks"]] == [
+        (2, [11], 14),
+        (2, [11], 14),
+    ]
+    assert rec["resumed_from"] == 10 and rec["steps_lost"] == rec["killed"]["step"] - 10
+    assert summary["final_loss"] is not None
