@@ -3,8 +3,9 @@ fms image, tests/fms_side/preprocess.py) and ours gives the same input_ids and l
 for token, on three shapes: the twitter shape (formatter template + response template), input/
 output fields, a text field plus a response template; and on every format fms reads: Parquet and
 Arrow files, a directory of two files, pre-tokenized records, a byte-order mark with CRLF.
-fms's `tuning` package collides with ours, so its side runs in its own interpreter: the image `make up TRAINER=fms` runs (built
-from docker/fms.lock if missing), with no network, this test's files mounted at their paths."""
+fms's `tuning` package collides with ours, so its side runs in its own interpreter: the image
+`make up TRAINER=fms` runs (built from docker/fms.lock if missing), with no network, this test's
+files mounted at their paths."""
 
 from __future__ import annotations
 
