@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 from tuning.harness import engine, run
+from tuning.harness.errors import HarnessError
 from tuning.harness.layout import Layout
 
 
@@ -85,7 +86,7 @@ def test_gpus_on_an_engine_without_the_nvidia_runtime():
     # box with the toolkit) has nothing to refuse.
     if engine.has_nvidia_runtime(engine.client()):
         pytest.skip("this engine has the NVIDIA runtime: there is no refusal to see here")
-    with pytest.raises(engine.HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
+    with pytest.raises(HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
         run.prepare(Layout(kind="single", gpus=1, run_id="t"))
 
 
@@ -118,7 +119,7 @@ def test_compose_v1_only_is_named(tmp_path, monkeypatch):
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(bin_))
     monkeypatch.setattr(sys, "executable", str(bin_ / "python"))
-    with pytest.raises(engine.HarnessError, match=r"only Compose v1 \(.*docker-compose 1.29.2\)"):
+    with pytest.raises(HarnessError, match=r"only Compose v1 \(.*docker-compose 1.29.2\)"):
         engine.compose_cmd()
 
 

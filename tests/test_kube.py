@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT, harness, leftovers
 
 from tuning.harness import kube, runs
-from tuning.harness.engine import HarnessError
+from tuning.harness.errors import HarnessError
 from tuning.harness.layout import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, harness
 
 from tuning.harness import gpu_locks, nodes, run, runs
-from tuning.harness.engine import HarnessError
+from tuning.harness.errors import HarnessError
 from tuning.harness.layout import Layout
 
 

@@ -31,9 +31,9 @@ import signal
 import sys
 from pathlib import Path
 
-from . import engine, options, report, run, runs, workload
+from . import engine, foreign, options, report, run, runs, trainers
 from .bench_samples import boot_correction, probe_sample, train_sample
-from .engine import HarnessError
+from .errors import HarnessError
 
 LAYOUTS = {
     "host": {"kind": "host"},
@@ -133,7 +133,7 @@ def _sigterm(signum, _frame):
 
 def main(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts)
-    workload.resolve(a)
+    trainers.resolve(a)
     if a.entry and "host" in names:
         print(f"bench: {FOREIGN_NO_HOST}")
         names.remove("host")
@@ -203,7 +203,7 @@ def main(a: argparse.Namespace) -> int:
             {
                 "trainer": {"image": a.image, "entry": a.entry},
                 "skipped": [FOREIGN_NO_HOST],
-                "metrics_source": workload.METRICS_NOTE
+                "metrics_source": foreign.METRICS_NOTE
                 + " tokens: trl's num_tokens per step (every rank's), counted on rank 0. "
                 "first step: includes model load (no model_loaded phase).",
             }

@@ -14,6 +14,7 @@ from . import (
     engine,
     examples,
     fault,
+    image_recipes,
     images,
     kube,
     leftovers,
@@ -21,9 +22,9 @@ from . import (
     options,
     preflight,
     run,
-    workload,
+    trainers,
 )
-from .engine import HarnessError
+from .errors import HarnessError
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -84,9 +85,9 @@ def cmd_image(a: argparse.Namespace) -> int:
     inv = nvidia.inventory() if a.device != "cpu" else nvidia.Inventory()
     seen = nvidia.visible(inv)
     device = a.device or ("gpu" if seen else "cpu")
-    if a.trainer == "fms":  # fms-hf-tuning's own image (workload.py)
-        a.image = workload.FMS_IMAGE
-    tag = images.resolve(a.image, device, a.cuda)
+    if a.trainer == "fms":  # fms-hf-tuning's own image (trainers.py)
+        a.image = trainers.FMS_IMAGE
+    tag = image_recipes.resolve(a.image, device, a.cuda)
     if device == "gpu":  # an image this host's driver cannot run is refused before its build
         devices.check_driver(inv.driver, seen, tag)
     if a.dry_run:
@@ -119,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["image"].add_argument("--cuda", help="DEVICE=gpu: 13.0 (default) or 12.8")
     sub.choices["image"].add_argument("--dry-run", action="store_true",
                                       help="print the build commands, build nothing")  # fmt: skip
-    sub.choices["image"].add_argument("--trainer", default="harness", choices=workload.TRAINERS)
+    sub.choices["image"].add_argument("--trainer", default="harness", choices=trainers.TRAINERS)
     sub.choices["image"].add_argument(
         "--device", choices=("cpu", "gpu"), help="which image (default: gpu when GPUs are visible)"
     )

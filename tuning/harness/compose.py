@@ -1,4 +1,4 @@
-"""Layout -> Compose file. One function per layout shape; both share `_service`."""
+"""Layout -> Compose file: `render` writes every layout's services through `_service`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from .layout import (
     FSDP_GLOO,
     GPU_GUARD,
     JOB_DIR,
+    LABEL,
     LAUNCHER,
     MODEL_DIR,
+    NETWORK,
     OUTPUT_DIR,
     RANK_RECORD,
     TMP_DIR,
@@ -25,8 +27,6 @@ from .layout import (
 
 TUNING = Path(__file__).resolve().parents[1]  # the launcher and rank recorder, bound in
 
-LABEL = "harness.run"
-NETWORK = "train"
 SHM_SIZE = "2gb"  # Docker's 64 MB /dev/shm breaks NCCL (posix_fallocate); 1 GB is its advice
 
 

@@ -13,8 +13,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gpu_locks, images, nvidia
-from .engine import ROOT, HarnessError
+from . import gpu_locks, image_recipes, nvidia
+from .errors import ROOT, HarnessError
 from .layout import IMAGE, device_of
 
 CONFIGS = ROOT / "configs"
@@ -58,24 +58,26 @@ def accelerate_default(device: str) -> Path:
 
 
 def for_cluster(gpus_per_pod: int, image: str = IMAGE, cuda: str | None = None) -> GpuPlan:
-    return GpuPlan(gpus_per_pod, images.resolve(image, device_of(gpus_per_pod), cuda))
+    return GpuPlan(gpus_per_pod, image_recipes.resolve(image, device_of(gpus_per_pod), cuda))
 
 
 def assumed(gpus: int, image: str = IMAGE) -> GpuPlan:
     """GPUs 0..N-1 of a host not asked (the checked-in examples)."""
-    return GpuPlan(gpus, images.resolve(image, device_of(gpus)), tuple(map(str, range(gpus))))
+    return GpuPlan(
+        gpus, image_recipes.resolve(image, device_of(gpus)), tuple(map(str, range(gpus)))
+    )
 
 
 def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
              lock_dir: Path | None = None) -> GpuPlan:  # fmt: skip
     """GPUS=N (None: every visible GPU) as free host GPUs. GPUS=0 asks nothing of the host."""
     if gpus == 0:
-        return GpuPlan(0, images.resolve(image, "cpu"))
+        return GpuPlan(0, image_recipes.resolve(image, "cpu"))
     inv = nvidia.inventory()
     seen = nvidia.visible(inv)
     n = len(seen) if gpus is None else gpus
     if n == 0:
-        return GpuPlan(0, images.resolve(image, "cpu"))
+        return GpuPlan(0, image_recipes.resolve(image, "cpu"))
     if n > len(seen):
         raise HarnessError(
             f"GPUS={n} but this host shows {len(seen)} GPU(s){nvidia.where_from()} "
@@ -99,7 +101,7 @@ def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
             f"Wait for those runs, stop one (`make down RUN_ID=...`), or use GPUS={len(free)}"
         )
     chosen = tuple(free[:n])
-    tag = images.resolve(image, "gpu", cuda)
+    tag = image_recipes.resolve(image, "gpu", cuda)
     check_driver(inv.driver, chosen, tag)
     return GpuPlan(n, tag, tuple(str(g.index) for g in chosen), chosen, inv.driver)
 
@@ -111,7 +113,7 @@ def _version(v: str) -> tuple[int, ...]:
 def check_driver(driver: str | None, gpus, tag: str) -> None:
     """Refuse a driver too old for the image's CUDA, or a GPU its torch has no kernels for.
     A user's own image (not a recipe here) is not known, so not checked."""
-    recipe = images.named(tag)
+    recipe = image_recipes.named(tag)
     if not (recipe and recipe.cuda and driver):
         return
     floor = recipe.min_driver
@@ -119,7 +121,7 @@ def check_driver(driver: str | None, gpus, tag: str) -> None:
         if any(g.compute_cap >= cap for g in gpus) and _version(need) > _version(floor):
             floor = need
     if _version(driver) < _version(floor):
-        fits = [r for r in images.CUDA.values() if r is not recipe
+        fits = [r for r in image_recipes.CUDA.values() if r is not recipe
                 and _version(driver) >= _version(r.min_driver)]  # fmt: skip
         fix = "upgrade the NVIDIA driver" + (f" to {floor} or newer" if not fits else "")
         for r in fits:
@@ -166,9 +168,9 @@ def main(a: argparse.Namespace) -> int:
         print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
               + (f" ({extra})" if extra else ""))  # fmt: skip
     if a.check_driver:
-        tag = images.resolve(a.image, "gpu", a.cuda)
+        tag = image_recipes.resolve(a.image, "gpu", a.cuda)
         check_driver(inv.driver, seen, tag)
-        recipe = images.named(tag)
+        recipe = image_recipes.named(tag)
         print(f"gpus: driver {inv.driver} runs {tag} (CUDA {recipe.cuda})" if recipe
               else f"gpus: {tag} is not an image of this harness; not checked")  # fmt: skip
     return 0

@@ -14,13 +14,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .compose import LABEL
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class HarnessError(RuntimeError):
-    """A failure the user can act on; the message says what and how."""
+from .errors import HarnessError
+from .layout import LABEL
 
 
 def client() -> docker.DockerClient:

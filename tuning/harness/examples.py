@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from . import compose, devices, workload
-from .engine import ROOT
+from . import compose, devices, trainers
+from .errors import ROOT
 from .layout import Layout
 from .options import job_for
 
@@ -40,7 +40,7 @@ def rendered() -> dict[Path, str]:
     files = {DIR / name: compose.dump(compose.render(lay, relative_to=DIR))
              for name, lay in layouts().items()}  # fmt: skip
     any_gpu = next(iter(layouts().values()))
-    job = job_for(any_gpu, workload.DEFAULT_JOB, None, None, None, False)
+    job = job_for(any_gpu, trainers.DEFAULT_JOB, None, None, None, False)
     files[DIR / "run/job/job.yaml"] = yaml.safe_dump(job, sort_keys=False)
     files[DIR / "run/job/accelerate.yaml"] = devices.accelerate_default("gpu").read_text()
     return files

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import docker.errors
 
-from . import engine, fault_record, fault_save, images, options, run, runs, workload
-from .compose import LABEL
-from .engine import HarnessError
+from . import engine, fault_record, fault_save, images, options, run, runs
+from .errors import HarnessError
 from .fault_inject import NETEM, Injector
 from .fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
+from .layout import LABEL
 
 KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
          "slow", "delay", "loss")  # fmt: skip
@@ -147,7 +147,7 @@ def _netem_unsupported(layout, kind: str) -> str | None:
     """Try netem once in a throwaway helper (same image, NET_ADMIN, no network)."""
     c = engine.client()
     if layout.entry:  # a user's image is never built from our recipes
-        workload.check_image(c, layout)
+        images.check_image(c, layout)
     else:
         images.ensure(c, layout.image, layout.device, log=lambda *_: None)
     try:

@@ -13,9 +13,9 @@ import time
 import docker.errors
 
 from . import runs
-from .compose import LABEL, NETWORK
 from .fault_save import KIND as SAVE_KILL
 from .fault_save import files_in, under_way
+from .layout import LABEL, NETWORK
 
 SLOW_CPUS = 0.05  # slow: the target's share of a CPU
 NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .engine import HarnessError
+from .errors import HarnessError
 
 LOCK_DIR = Path(
     os.environ.get("HARNESS_GPU_LOCKS", Path(tempfile.gettempdir(), "tuning-harness-gpus"))

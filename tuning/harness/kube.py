@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from . import devices, kube_pod, kube_restarts, kube_trainjob, nvidia, options, run, runs
-from .engine import HarnessError
+from .errors import HarnessError
 from .layout import CONTAINER_UID, IMAGE, JobLayout, LayoutError, Node, contract_env
 
 API_VERSION = "kubeflow.org/v1"

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import yaml
 
-from . import compose as compose_mod
-from .engine import HarnessError
-from .layout import JOB_DIR, OUTPUT_DIR, TMP_DIR, JobLayout
+from .errors import HarnessError
+from .layout import JOB_DIR, LABEL, OUTPUT_DIR, TMP_DIR, JobLayout
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
@@ -31,7 +30,7 @@ def k8s():
 
 
 def labels(layout: JobLayout) -> dict[str, str]:
-    return {compose_mod.LABEL: layout.run_id, "app.kubernetes.io/name": layout.name}
+    return {LABEL: layout.run_id, "app.kubernetes.io/name": layout.name}
 
 
 def config_map_name(layout: JobLayout) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from . import devices, kube_faults, kube_restarts, options, run
-from .engine import HarnessError
+from .errors import HarnessError
 from .layout import JobLayout
 
 

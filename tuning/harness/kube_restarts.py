@@ -19,7 +19,7 @@ every pod, up to failurePolicy.maxRestarts times; then the JobSet, and the Train
 
 from __future__ import annotations
 
-from .engine import HarnessError
+from .errors import HarnessError
 
 V1_POLICIES = ("Never", "OnFailure", "ExitCode")
 RESTART_POD = "restart the pod alone"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import yaml
 
 from . import kube_pod
-from .engine import HarnessError
+from .errors import HarnessError
 from .layout import JobLayout, Node
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"

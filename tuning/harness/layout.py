@@ -37,6 +37,8 @@ GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 # A PyTorchJob (kube.py renders it): its kind, its rendezvous port, its name's rules.
 JOB_KIND = "pytorchjob"
+LABEL = "harness.run"  # on every container, network and volume of a run: its run id
+NETWORK = "train"  # the Compose network of the isolated layouts
 OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
 NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)

@@ -19,8 +19,7 @@ from pathlib import Path
 import docker.errors
 
 from . import engine, runs
-from .compose import LABEL
-from .layout import OUTPUT_DIR
+from .layout import LABEL, OUTPUT_DIR
 
 OWNER = "harness.json"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

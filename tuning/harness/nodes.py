@@ -20,13 +20,8 @@ import requests.exceptions
 
 from . import compose as compose_mod
 from . import engine
-from .engine import ROOT
-from .layout import Layout
-
-
-class NodeLost(RuntimeError):
-    """A node the harness watches is gone or cannot be asked: its container was removed
-    from outside, or the engine stopped answering. The run ends `failed` with this reason."""
+from .errors import ROOT, NodeLost
+from .layout import LABEL, Layout
 
 
 class Nodes(Protocol):
@@ -80,7 +75,7 @@ class ComposeNodes:
         engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
                        "--quiet-pull", *self.services, capture=True)  # fmt: skip
         for ctr in self.client.containers.list(
-            all=True, filters={"label": f"{compose_mod.LABEL}={self.layout.run_id}"}
+            all=True, filters={"label": f"{LABEL}={self.layout.run_id}"}
         ):
             self.containers[ctr.labels["harness.node"]] = ctr
 

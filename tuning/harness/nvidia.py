@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from .engine import HarnessError
+from .errors import HarnessError
 
 QUERY = ["nvidia-smi", "--format=csv,noheader",
          "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current"]  # fmt: skip

@@ -18,9 +18,9 @@ import yaml
 
 from tuning import torn
 
-from . import devices, preflight, runs, workload
+from . import devices, preflight, runs, trainers
 from .devices import GpuPlan
-from .engine import ROOT, HarnessError
+from .errors import ROOT, HarnessError
 from .layout import IMAGE, KINDS, PORT, Layout, LayoutError
 
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
@@ -127,7 +127,7 @@ def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
         return devices.accelerate_default(layout.device)
     path = Path(a.config)
     if not path.is_file():
-        fixtures = sorted(workload.CONFIGS.glob("accelerate/*"))
+        fixtures = sorted(trainers.CONFIGS.glob("accelerate/*"))
         known = ", ".join(str(p.relative_to(ROOT)) for p in fixtures)
         raise HarnessError(f"CONFIG={a.config}: no such file; known fixtures: {known}")
     return path
@@ -137,7 +137,7 @@ def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
             timeout: int | None, resume: bool) -> dict:  # fmt: skip
     """The trainer's job: the job file, with the layout's paths and the run's flags."""
     if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
-        job, resume = workload.load_job(base_job), False
+        job, resume = trainers.load_job(base_job), False
     else:
         job = yaml.safe_load(base_job.read_text()) or {}
     job.setdefault("torch_dtype", devices.DTYPE[layout.device])
@@ -186,7 +186,7 @@ class Spec:
 def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
     # A command's own id for one of its runs (bench, fault) derives from a checked RUN_ID.
     run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(a.run_id)
-    workload.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
+    trainers.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
     runs_root = Path(a.runs).resolve()
     plan = plan_from(a)
     layout = layout_from(a, run_id, runs_root / run_id, plan)
@@ -259,7 +259,7 @@ def add_job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed")
     p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
     p.add_argument("--config", help="accelerate config fixture")
-    p.add_argument("--job", default=str(workload.DEFAULT_JOB), help="job fixture")
+    p.add_argument("--job", default=str(trainers.DEFAULT_JOB), help="job fixture")
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from tuning.data import DataError, load_examples
 from tuning.records import describe, needs_datasets, table_columns
 from tuning.shapes import check_columns
 
-from .engine import HarnessError
+from .errors import HarnessError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 CHECK_ACCELERATE = (

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from tuning import launch, torn
 
-from . import engine, gpu_locks, images, leftovers, preflight, runs, workload
-from .engine import ROOT, HarnessError
+from . import engine, foreign, gpu_locks, images, leftovers, preflight, runs
+from .errors import ROOT, HarnessError, NodeLost
 from .layout import Layout
-from .nodes import NodeLost, Nodes, backend
+from .nodes import Nodes, backend
 from .options import HOST_ASSETS, Spec
 from .progress import Progress
 
@@ -50,7 +50,7 @@ def prepare(layout: Layout):
             "Container Toolkit, or use GPUS=0 for CPU ranks"
         )
     if layout.entry:
-        workload.check_image(client, layout)
+        images.check_image(client, layout)
     else:
         images.ensure(client, layout.image, layout.device)
     return client
@@ -240,7 +240,7 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
                "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
                "torn_checkpoints": torn.moved(run_dir / "output")}  # fmt: skip
     if layout.entry:
-        summary.update(workload.summary_fields(layout, run_dir, metrics))
+        summary.update(foreign.summary_fields(layout, run_dir, metrics))
     summary.update(extra or {})
     runs.write_json(run_dir / "summary.json", summary)
     return summary
