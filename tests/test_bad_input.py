@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tuning.harness import engine, run
+from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
-from tuning.harness.layout import Layout
+from tuning.harness.run import lifecycle
+from tuning.harness.spec.layout import Layout
 
 
 def up(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -87,7 +88,7 @@ def test_gpus_on_an_engine_without_the_nvidia_runtime():
     if engine.has_nvidia_runtime(engine.client()):
         pytest.skip("this engine has the NVIDIA runtime: there is no refusal to see here")
     with pytest.raises(HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
-        run.prepare(Layout(kind="single", gpus=1, run_id="t"))
+        lifecycle.prepare(Layout(kind="single", gpus=1, run_id="t"))
 
 
 def test_runs_directory_not_writable(tmp_path):

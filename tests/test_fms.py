@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT, leftovers
 
-from tuning.harness import compose, runs, trainers
+from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
-from tuning.harness.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
-from tuning.harness.options import job_for
-from tuning.harness.run import node_commands
+from tuning.harness.run.lifecycle import node_commands
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import trainers
+from tuning.harness.spec.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
+from tuning.harness.spec.options import job_for
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 STEPS = 12

@@ -9,9 +9,11 @@ import pytest
 import yaml
 from gpu_standin import device_ids, dry_up
 
-from tuning.harness import compose, examples, image_recipes, kube
+from tuning.harness.backends import compose
+from tuning.harness.commands import examples, kube
 from tuning.harness.errors import HarnessError
-from tuning.harness.layout import Layout
+from tuning.harness.spec import image_recipes
+from tuning.harness.spec.layout import Layout
 
 
 @pytest.fixture

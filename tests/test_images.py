@@ -1,5 +1,5 @@
-"""Image recipes (tuning/harness/images.py) without building: which recipe a tag picks, what
-a digest covers, and that two builds never stage the shared wheelhouse at once."""
+"""Image recipes (tuning/harness/backends/images.py) without building: which recipe a tag
+picks, what a digest covers, and that two builds never stage the shared wheelhouse at once."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 
 from conftest import ROOT
 
-from tuning.harness import image_recipes, images
-from tuning.harness.layout import IMAGE
+from tuning.harness.backends import images
+from tuning.harness.spec import image_recipes
+from tuning.harness.spec.layout import IMAGE
 
 
 def test_the_default_image_is_the_devices_own_and_a_tag_picks_its_recipe():
@@ -56,7 +57,8 @@ def test_the_digest_covers_the_locks_and_the_code():
 
 HOLD = """
 import sys, time
-from tuning.harness import image_recipes, images
+from tuning.harness.spec import image_recipes
+from tuning.harness.backends import images
 with images._one_build_at_a_time(lambda m: print(m, flush=True)):
     print("in", time.time(), flush=True)
     time.sleep(float(sys.argv[1]))

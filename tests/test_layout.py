@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from tuning import launch
-from tuning.harness import compose, engine, examples
-from tuning.harness.layout import Layout, LayoutError
+from tuning.harness.backends import compose, engine
+from tuning.harness.commands import examples
+from tuning.harness.spec.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,8 +143,9 @@ def test_launcher_refuses_a_node_rank_outside_the_job():
 
 def test_host_side_never_imports_torch_and_container_side_never_imports_docker():
     host = (
-        "import sys, tuning.harness.cli, tuning.harness.report, tuning.harness.kube,"
-        " tuning.harness.bench, tuning.harness.fault; tuning.harness.cli.parser();"
+        "import sys, tuning.harness.cli, tuning.harness.commands.report,"
+        " tuning.harness.commands.kube, tuning.harness.commands.bench,"
+        " tuning.harness.commands.fault; tuning.harness.cli.parser();"
         " assert 'torch' not in sys.modules, 'host side imported torch'"
     )
     box = ("import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"

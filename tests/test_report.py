@@ -1,4 +1,4 @@
-"""tuning.harness.report: every figure in report.md recomputed here from report.json's raw
+"""tuning.harness.commands.report: every figure in report.md recomputed here from report.json's raw
 samples with numpy (an independent implementation), the PNG checked, pairwise ratios proven.
 Fast; no docker, no torch."""
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tuning import transport
-from tuning.harness import report as rp
+from tuning.harness.commands import report as rp
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER = ["host", "single", "per-rank-isolated", "per-rank-shared"]
@@ -339,7 +339,7 @@ def test_parse_nccl_transport():
 
 
 def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
-    from tuning.harness import bench_samples
+    from tuning.harness.commands import bench_samples
 
     run = tmp_path / "run"
     (run / "output").mkdir(parents=True)
@@ -370,7 +370,7 @@ def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
 
 def test_report_module_never_imports_torch():
     code = (
-        "import sys, tuning.harness.report as r; r.derive({'layouts': []});"
+        "import sys, tuning.harness.commands.report as r; r.derive({'layouts': []});"
         " print('torch' in sys.modules)"
     )
     out = subprocess.run(

@@ -1,5 +1,5 @@
 """`python -m tuning.harness <command>`: what the Makefile's targets call. The parser and
-the commands only: flags become values in options.py, and run.py runs them.
+the commands only: flags become values in options.py, and lifecycle.py runs them.
 """
 
 from __future__ import annotations
@@ -8,23 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import (
-    bench,
-    devices,
-    engine,
-    examples,
-    fault,
-    image_recipes,
-    images,
-    kube,
-    leftovers,
-    nvidia,
-    options,
-    preflight,
-    run,
-    trainers,
-)
-from .errors import HarnessError
+from tuning.harness.backends import engine, images
+from tuning.harness.commands import bench, examples, fault, kube
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import leftovers, lifecycle
+from tuning.harness.spec import devices, image_recipes, nvidia, options, preflight, trainers
 
 
 def cmd_up(a: argparse.Namespace) -> int:
@@ -34,10 +22,10 @@ def cmd_up(a: argparse.Namespace) -> int:
             print(f"# gpus: {spec.plan.describe()}; driver {spec.plan.driver}")
         if spec.user_config:  # as a real run checks it, with accelerate's own loader
             preflight.check_accelerate_config(spec.accelerate_config, None)
-        run.dry_run(spec.layout, spec.accelerate_config)
+        lifecycle.dry_run(spec.layout, spec.accelerate_config)
         return 0
-    summary = run.start(spec)
-    return run.EXIT_CODES.get(summary["status"], 1)
+    summary = lifecycle.start(spec)
+    return lifecycle.EXIT_CODES.get(summary["status"], 1)
 
 
 def cmd_down(a: argparse.Namespace) -> int:
