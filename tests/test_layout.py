@@ -128,7 +128,8 @@ def test_launcher_reads_the_pytorchjob_contract():
 @pytest.mark.parametrize("kind, flag", [("MULTI_CPU", True), ("NO", True), ("MULTI_GPU", False),
                                         ("FSDP", False)])  # fmt: skip
 def test_launcher_keeps_the_configs_mode_on_cpu(tmp_path, kind, flag):
-    # accelerate starts ONE process for MULTI_CPU and NO (machine.md): only those get
+    # accelerate starts ONE process for MULTI_CPU and NO (accelerate commands/launch.py,
+    # simple_launcher): only those get
     # --multi_gpu; FSDP and MULTI_GPU configs keep their own mode.
     cfg = tmp_path / "acc.yaml"
     cfg.write_text(f"distributed_type: {kind}\nnum_processes: 1\n")  # bare NO: YAML false

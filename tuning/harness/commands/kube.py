@@ -145,7 +145,8 @@ def operator_pods(job) -> list[Node]:
     """The pods the Training Operator (release-1.9) creates for a PyTorchJob object: names
     `<job>-master-0`, `<job>-worker-<i>`, node rank (master 0, worker i -> i + 1), and each
     pod's `pytorch` container environment: its own `env`, then what the operator appends
-    (anchors.md). Everything is read from the object; nothing from the harness."""
+    (Training Operator pkg/controller.v1/pytorch/envvar.go). Everything is read from the
+    object; nothing from the harness."""
     name = job.metadata.name
     specs = job.spec.pytorch_replica_specs or {}
     if "Master" not in specs:

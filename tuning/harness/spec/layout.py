@@ -3,7 +3,8 @@ is rendered from a `Layout`; nothing about ranks, ports or GPUs is decided anywh
 
 A layout is a set of nodes. A node is what one container (or pod, or the host) runs: one
 `accelerate launch` with `nproc` ranks. Each node gets the environment a Kubeflow
-PyTorchJob injects (anchors.md), so the image's entrypoint runs the same everywhere.
+PyTorchJob injects (Training Operator pkg/controller.v1/pytorch/envvar.go), so the image's
+entrypoint runs the same everywhere.
 """
 
 from __future__ import annotations
