@@ -206,6 +206,7 @@ def test_make_up_trains_fms_itself(fms_runs, layout):
 def test_fault_on_fms_is_recorded(fms_image, tmp_path):
     out, run = make("fault", tmp_path, "FAULT=kill", "LAYOUT=per-rank", "RANK=1", "AT_STEP=3",
                     "STEPS=200")  # fmt: skip
+    assert (run / "fault.json").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
     record = json.loads((run / "fault.json").read_text())
     assert record["status"] == "done", out.stdout + out.stderr
     assert record["trainer"]["entry"] == "tuning.sft_trainer" and "rank 0" in record["steps_note"]

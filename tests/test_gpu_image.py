@@ -40,8 +40,8 @@ def test_the_gpu_image_holds_the_locked_cuda_torch(gpu_image):
 def test_the_gpu_image_trains_cpu_ranks(gpu_image, layout, tmp_path):
     out = harness("up", "--image", gpu_image, "--layout", layout, "--gpus", "0", "--nproc", "2",
                   "--steps", "6", runs=tmp_path)  # fmt: skip
-    summary = json.loads(((tmp_path / "latest").resolve() / "summary.json").read_text())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(((tmp_path / "latest").resolve() / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["steps"] == 6
     assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]
     assert [r["distributed_type"] for r in summary["ranks"]] == ["FSDP", "FSDP"]

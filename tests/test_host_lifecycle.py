@@ -54,6 +54,7 @@ def test_a_preempted_run_is_recorded_preempted(tmp_path):
         out, _ = proc.communicate(timeout=180)
     finally:
         proc.kill()
+    assert (tmp_path / "pre/summary.json").is_file(), f"exit {proc.returncode}:\n{out}"
     summary = json.loads((tmp_path / "pre/summary.json").read_text())
     assert summary["status"] == "preempted", out
     assert "SIGTERM" in summary["reason"] and proc.returncode == 143, out

@@ -88,8 +88,8 @@ def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
                   "--max-restarts", "1", "--image", IMAGE, "--run-id", run_id, *flags,
                   runs=tmp_path, timeout=400)  # fmt: skip
     run_dir = tmp_path / run_id
+    assert (run_dir / "restarts.md").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
     assert leftovers(run_id) == []
-    assert (run_dir / "restarts.md").is_file(), out.stdout + out.stderr
     rec = json.loads((run_dir / "restarts.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     return rec, summary, out.stdout + out.stderr + f"\nexit {out.returncode}"

@@ -20,6 +20,8 @@ def make_up(runs: Path, layout: str, *extra: str) -> tuple[subprocess.CompletedP
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     run = (runs / "latest").resolve()
+    # The harness's own words first: a run that died before its summary has only those.
+    assert (run / "summary.json").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
     return out, json.loads((run / "summary.json").read_text()), run
 
 
