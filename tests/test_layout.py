@@ -179,3 +179,15 @@ def test_a_code_change_never_reinstalls_torch():
     assert install < code
     assert "USER tuner" in lines and lines[-1].startswith("ENTRYPOINT")
     assert any("python -m tuning.launch" in x.replace('", "', " ") for x in lines)
+
+
+def test_one_table_names_every_layout():
+    """bench, fault, examples and LAYOUT read their names from layout.SHAPES."""
+    from tuning.harness.commands import bench, examples, fault, kube
+    from tuning.harness.spec import layout
+
+    assert layout.KINDS == ("single", "per-rank", "host")
+    assert list(bench.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
+    assert fault.LAYOUTS == examples.KINDS == ("single", "per-rank")
+    assert kube.KINDS == ("pytorchjob", "trainjob")
+    assert layout.JobLayout().kind == "pytorchjob"

@@ -38,13 +38,10 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options, trainers
+from tuning.harness.spec.layout import SHAPES
 
-LAYOUTS = {
-    "host": {"kind": "host"},
-    "single": {"kind": "single"},
-    "per-rank-isolated": {"kind": "per-rank", "network": "isolated"},
-    "per-rank-shared": {"kind": "per-rank", "network": "shared"},
-}
+# layout.SHAPES, the host first (no container: the run order of the report's columns)
+LAYOUTS = {s.name: s for s in sorted(SHAPES.values(), key=lambda s: s.in_containers)}
 MIB = 1024 * 1024
 PROBE_MIN_BYTES = 1024
 PROBE_MAX_BYTES = 256 * MIB
@@ -105,7 +102,7 @@ def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int)
     """The spec of one layout run: the user's job in layout `name`, or the probe under it."""
     sub = copy.copy(a)
     sub.runs = str(bench_dir)  # layout runs live inside the bench's directory
-    spec = options.spec_from(sub, run_id, **LAYOUTS[name])
+    spec = options.spec_from(sub, run_id, kind=LAYOUTS[name].kind, network=LAYOUTS[name].network)
     lay = spec.layout
     env = [("OMP_NUM_THREADS", str(threads))]
     if probe:
@@ -224,7 +221,7 @@ def main(a: argparse.Namespace) -> int:
         if not existed:
             bench_dir.rmdir()  # made by spec_from's check that the runs directory is writable
         return _dry_run(plan, checked, meta)
-    if any(LAYOUTS[n]["kind"] != "host" for n in names):
+    if any(LAYOUTS[n].in_containers for n in names):
         engine.client()  # fail now, not after the host layout ran (the message names LAYOUT=host)
     bench_dir.mkdir(parents=True, exist_ok=True)
     runs.point_latest(bench_dir.parent, bench_id)  # the bench is the newest run (its runs inside)

@@ -16,12 +16,12 @@ import yaml
 from tuning.harness.backends import compose
 from tuning.harness.errors import ROOT
 from tuning.harness.spec import devices, trainers
-from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.layout import CONTAINER_KINDS, Layout
 from tuning.harness.spec.options import job_for
 
 DIR = ROOT / "compose/examples"
 GPU_COUNTS = (2, 4, 8)
-KINDS = ("single", "per-rank")
+KINDS = CONTAINER_KINDS
 
 
 def layouts() -> dict[str, Layout]:

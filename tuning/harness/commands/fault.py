@@ -23,11 +23,11 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options
-from tuning.harness.spec.layout import LABEL
+from tuning.harness.spec.layout import CONTAINER_KINDS, LABEL
 
 KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
          "slow", "delay", "loss")  # fmt: skip
-LAYOUTS = ("single", "per-rank")
+LAYOUTS = CONTAINER_KINDS
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so a fault lands near its step

@@ -29,6 +29,7 @@ from tuning.harness.spec import devices, nvidia, options
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
     IMAGE,
+    JOB_KINDS,
     JobLayout,
     LayoutError,
     Node,
@@ -39,7 +40,7 @@ API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 PORT_NAME = "pytorchjob-port"  # ... and the rendezvous port by this one
 MANIFEST = "pytorchjob.yaml"
-KINDS = ("pytorchjob", "trainjob")
+KINDS = JOB_KINDS
 
 
 def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
@@ -203,7 +204,7 @@ def register(sub) -> None:
                                     "(and rehearse it)")  # fmt: skip
     p.add_argument(
         "--kind",
-        default="pytorchjob",
+        default=JOB_KINDS[0],
         choices=KINDS,
         help="pytorchjob (Training Operator V1, default) or trainjob (Trainer v2)",
     )

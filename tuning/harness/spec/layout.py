@@ -13,8 +13,36 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-KINDS = ("single", "per-rank", "host")
 NETWORKS = ("isolated", "shared")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A named layout: its LAYOUT kind and, per-rank, its NETWORK."""
+
+    name: str
+    kind: str
+    network: str = "isolated"
+
+    @property
+    def in_containers(self) -> bool:  # fault and the Compose examples run in containers only
+        return self.kind != "host"
+
+
+# The one table of layout names. LAYOUT takes the kinds; bench's report, fault and the examples
+# name the shapes; a Kubeflow job (kube) is one of JOB_KINDS, rendered from a JobLayout.
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("single", "single"),
+        Shape("per-rank-isolated", "per-rank", "isolated"),
+        Shape("per-rank-shared", "per-rank", "shared"),
+        Shape("host", "host"),
+    )
+}
+KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values()))  # single, per-rank, host
+CONTAINER_KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values() if s.in_containers))
+JOB_KINDS = ("pytorchjob", "trainjob")  # Training Operator V1's PyTorchJob, Trainer v2's TrainJob
 IMAGE = "tuning-harness:latest"
 PORT = 29500  # the rendezvous port under Compose and on the host
 CONTAINER_UID = "1000:1000"  # the image's `tuner` user
@@ -36,8 +64,8 @@ RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
 GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
-# A PyTorchJob (kube.py renders it): its kind, its rendezvous port, its name's rules.
-JOB_KIND = "pytorchjob"
+# A Kubeflow job (kube.py renders it): its layout kind, its rendezvous port, its name's rules.
+JOB_KIND = JOB_KINDS[0]
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
 OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
