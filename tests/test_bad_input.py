@@ -56,6 +56,7 @@ CASES = {
     "nproc below one": (["--gpus", "0", "--nproc", "0"], "NPROC=0 must be at least 1"),
     "layout unknown": (["--layout", "ring", "--gpus", "0"], "LAYOUT='ring' is unknown"),
     "steps zero": (["--gpus", "0", "--steps", "0"], "STEPS=0 must be at least 1"),
+    "job missing": (["--gpus", "0", "--job", "/nope.yaml"], "JOB=/nope.yaml: no such file"),
     "steps not a number": (["--gpus", "0", "--steps", "ten"], "STEPS='ten' is not a whole"),
     "model missing": (["--gpus", "0", "--model", "/nonexistent/model"], "no such directory"),
     "model not a model dir": (["--gpus", "0", "--model", "{not_model}"], "has no config.json"),

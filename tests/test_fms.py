@@ -20,6 +20,7 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run.lifecycle import node_commands
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import trainers
+from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
 from tuning.harness.spec.options import job_for
 
@@ -75,12 +76,13 @@ def _args(**kw) -> argparse.Namespace:
 
 def test_trainer_presets_and_bad_input():
     a = _args(trainer="fms")
-    trainers.resolve(a)
-    assert (a.image, a.entry, a.job) == (trainers.FMS_IMAGE, "tuning.sft_trainer", str(FMS_JOB))
+    f = RunFlags.of(a)
+    assert (f.image, f.entry, f.job) == (trainers.FMS_IMAGE, "tuning.sft_trainer", str(FMS_JOB))
+    assert a.image == "tuning-harness:latest"  # the flags as parsed stay as they were
     with pytest.raises(HarnessError, match="set IMAGE="):
-        trainers.resolve(_args(entry="my.trainer"))
+        RunFlags.of(_args(entry="my.trainer"))
     with pytest.raises(HarnessError, match="TRAINER='nope' is unknown"):
-        trainers.resolve(_args(trainer="nope"))
+        RunFlags.of(_args(trainer="nope"))
     with pytest.raises(LayoutError, match="LAYOUT=host"):
         fms_layout("host")
 
@@ -93,7 +95,7 @@ def test_bad_foreign_job_files(tmp_path):
     with pytest.raises(HarnessError, match="not valid json"):
         trainers.load_job(tmp_path / "broken.json")
     with pytest.raises(HarnessError, match="no such file"):
-        trainers.load_job(tmp_path / "missing.json")
+        job_for(fms_layout(), tmp_path / "missing.json", None, None, None, False)
 
 
 def test_fms_training_logs_become_rank0_steps(tmp_path):

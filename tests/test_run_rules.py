@@ -253,3 +253,25 @@ def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
     backend = TeardownFails(layout, tmp_path, commands)
     status, _, reason = lifecycle.execute(layout, tmp_path, backend, None, 5.0, time.time())
     assert status == "failed" and "teardown failed: 500 Server Error" in reason
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--rank", "x", "RANK='x' is not a whole number; e.g. RANK=0"),
+    ("--rank", "-1", "RANK=-1 must be at least 0"),
+    ("--at-step", "0", "AT_STEP=0 must be at least 1"),
+    ("--at-step", "x", "AT_STEP='x' is not a whole number"),
+    ("--rdzv-timeout", "0", "RDZV_TIMEOUT=0 must be at least 1"),
+])  # fmt: skip
+def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
+    """fault's own flags, typed like the run's (the knobs are read before any run starts)."""
+    from tuning.harness import cli
+    from tuning.harness.commands import fault
+    from tuning.harness.spec.flags import RunFlags
+
+    a = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", flag, value])
+    with pytest.raises(HarnessError, match=message):
+        fault._knobs(a, RunFlags.of(a))
+    ok = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", "--rank", "0"])
+    assert fault._knobs(ok, RunFlags.of(ok)) == {
+        "timeout_s": 20, "rdzv_timeout_s": 20, "rank": 0, "at_step": 12, "steps": 60,
+    }  # fmt: skip

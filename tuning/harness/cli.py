@@ -13,10 +13,11 @@ from tuning.harness.commands import bench, examples, fault, kube
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import leftovers, lifecycle
 from tuning.harness.spec import devices, image_recipes, nvidia, options, preflight, trainers
+from tuning.harness.spec.flags import RunFlags
 
 
 def cmd_up(a: argparse.Namespace) -> int:
-    spec = options.spec_from(a)
+    spec = options.spec_from(RunFlags.of(a))
     if a.dry_run:
         if spec.plan and spec.plan.chosen:
             print(f"# gpus: {spec.plan.describe()}; driver {spec.plan.driver}")

@@ -24,11 +24,11 @@ writes the report from the runs that finished.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import shlex
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tuning.harness.backends import engine
@@ -37,7 +37,8 @@ from tuning.harness.commands.bench_samples import boot_correction, probe_sample,
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import options, trainers
+from tuning.harness.spec import flags, options
+from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import SHAPES
 
 # layout.SHAPES, the host first (no container: the run order of the report's columns)
@@ -98,18 +99,20 @@ def _probe_args(a: argparse.Namespace, out_dir: str) -> str:
                        "--max-seconds-per-size", str(a.probe_seconds)])  # fmt: skip
 
 
-def _spec(a, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int) -> options.Spec:
-    """The spec of one layout run: the user's job in layout `name`, or the probe under it."""
-    sub = copy.copy(a)
-    sub.runs = str(bench_dir)  # layout runs live inside the bench's directory
-    spec = options.spec_from(sub, run_id, kind=LAYOUTS[name].kind, network=LAYOUTS[name].network)
-    lay = spec.layout
-    env = [("OMP_NUM_THREADS", str(threads))]
-    if probe:
-        env += [("HARNESS_ENTRY", "tuning.probe"),
-                ("HARNESS_ENTRY_ARGS", _probe_args(a, lay.output_dir))]  # fmt: skip
-    spec.layout = lay.with_(extra_env=lay.extra_env + tuple(env))
-    return spec
+def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
+          threads: int) -> options.Spec:  # fmt: skip
+    """The spec of one layout run: the user's job in layout `name`, or the probe under it;
+    layout runs live inside the bench's directory."""
+    shape = LAYOUTS[name]
+    f = replace(f, runs=str(bench_dir), layout=shape.kind, network=shape.network)
+
+    def env(_world: int, output_dir: str) -> dict[str, str]:
+        out = {"OMP_NUM_THREADS": str(threads)}
+        if probe:
+            out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=_probe_args(a, output_dir))
+        return out
+
+    return options.spec_from(f, run_id, env)
 
 
 def _plan(bench_id: str, names: list[str], repeat: int,
@@ -134,33 +137,33 @@ def _sigterm(signum, _frame):
 
 def main(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts)
-    trainers.resolve(a)
-    if a.entry and "host" in names:
+    f = RunFlags.of(a)
+    if f.entry and "host" in names:
         print(f"bench: {FOREIGN_NO_HOST}")
         names.remove("host")
         if not names:
             raise HarnessError("a foreign trainer runs in containers: use --layouts single,...")
-    if a.entry:
+    if f.entry:
         print(f"bench: probe {FOREIGN_NO_PROBE}")
-    repeat = options.int_arg("REPEAT", a.repeat, 1) or 3
-    if a.resume or a.resume_from:
+    repeat = flags.int_arg("REPEAT", a.repeat, 1) or 3
+    if f.resume or f.resume_from:
         raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
-    if a.layout != "single" or a.network != "isolated":
+    if f.layout != "single" or f.network != "isolated":
         print(f"harness: bench runs the layouts {', '.join(names)}; LAYOUT/NETWORK are ignored "
               "(use --layouts)")  # fmt: skip
-    bench_id = options.checked_run_id(a.run_id)
-    bench_dir = Path(a.runs).resolve() / bench_id
+    bench_id = options.checked_run_id(f.run_id)
+    bench_dir = Path(f.runs).resolve() / bench_id
     existed = bench_dir.exists()
     if existed and any(bench_dir.iterdir()):
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
-    world = options.layout_from(a, bench_id, bench_dir).world_size  # checks GPUS, NPROC, MODEL ..
-    threads = options.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
-    whats = ("train",) if a.entry else ("train", "probe")
+    world = options.plan_from(f).count or f.nproc
+    threads = flags.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
+    whats = ("train",) if f.entry else ("train", "probe")
     plan = _plan(bench_id, names, repeat, whats)
 
     def spec(rnd_name_what_id) -> options.Spec:
         _, name, what, run_id = rnd_name_what_id
-        return _spec(a, bench_dir, run_id, name, what == "probe", threads)
+        return _spec(a, f, bench_dir, run_id, name, what == "probe", threads)
 
     # Every distinct run checked now (flags, files, probe sizes); specs are made again just
     # before each run (LAYOUT=host takes a free port then).
@@ -177,8 +180,8 @@ def main(a: argparse.Namespace) -> int:
         "gpus": first.layout.gpus,
         "nproc": first.layout.nproc,
         "omp_num_threads": threads,
-        "model": a.model or "the tiny model (built in)",
-        "data": a.data or "the demo data (built in)",
+        "model": f.model or "the tiny model (built in)",
+        "data": f.data or "the demo data (built in)",
         "job": {
             k: first.job.get(k)
             for k in (
@@ -202,20 +205,20 @@ def main(a: argparse.Namespace) -> int:
         "host_cpus": os.cpu_count(),
         **(
             {
-                "trainer": {"image": a.image, "entry": a.entry},
+                "trainer": {"image": f.image, "entry": f.entry},
                 "skipped": [FOREIGN_NO_HOST],
                 "metrics_source": foreign.METRICS_NOTE
                 + " tokens: trl's num_tokens per step (every rank's), counted on rank 0. "
                 "first step: includes model load (no model_loaded phase).",
             }
-            if a.entry
+            if f.entry
             else {}
         ),  # fmt: skip
-        "image": a.image,
+        "image": f.image,
         "runs": [],
         "interrupted": False,
     }
-    if a.entry:
+    if f.entry:
         meta["probe"] = {"skipped": FOREIGN_NO_PROBE}
     if a.dry_run:
         if not existed:

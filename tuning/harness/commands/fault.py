@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import docker.errors
@@ -23,6 +24,7 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options
+from tuning.harness.spec.flags import RunFlags, int_arg
 from tuning.harness.spec.layout import CONTAINER_KINDS, LABEL
 
 KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
@@ -63,33 +65,37 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {a.layout}")
     kinds = KINDS if a.fault == "all" else (a.fault,)
     layouts = LAYOUTS if a.fault == "all" else (a.layout,)
-    base = options.checked_run_id(a.run_id)
+    f = RunFlags.of(a)
+    base = options.checked_run_id(f.run_id)
+    k = _knobs(a, f)
+    # every fault run starts afresh, with the knobs' TIMEOUT and STEPS
+    f = replace(f, timeout=k["timeout_s"], steps=k["steps"], resume=False, resume_from=None)
     records = []
     for layout in layouts:
         for kind in kinds:
             run_id = base if len(kinds) == 1 else f"{base}-{kind}-{layout}"
-            records.append(run_one(a, kind, layout, run_id))
+            records.append(run_one(replace(f, layout=layout), k, kind, run_id))
     if len(records) > 1:
-        out = fault_record.write_matrix(Path(a.runs).resolve() / f"{base}-fault-matrix", records)
+        out = fault_record.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
         print(f"harness: fault matrix: {out}")
     return 0 if all(r["goal_met"] is not False for r in records) else 1
 
 
-def _knobs(a: argparse.Namespace, kind: str) -> dict:
-    timeout = int(a.timeout or DEFAULTS["timeout"])
+def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
+    """TIMEOUT, RDZV_TIMEOUT, RANK, AT_STEP and STEPS, with the fault's defaults."""
+    timeout = f.timeout or DEFAULTS["timeout"]
+    rank = int_arg("RANK", a.rank, 0)
     return {
         "timeout_s": timeout,
-        "rdzv_timeout_s": int(a.rdzv_timeout or timeout),
-        "rank": int(a.rank if a.rank not in (None, "") else DEFAULTS["rank"]),
-        "at_step": int(a.at_step or DEFAULTS["at_step"]),
-        "steps": int(a.steps or DEFAULTS["steps"]),
+        "rdzv_timeout_s": int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout,
+        "rank": DEFAULTS["rank"] if rank is None else rank,
+        "at_step": int_arg("AT_STEP", a.at_step, 1) or DEFAULTS["at_step"],
+        "steps": f.steps or DEFAULTS["steps"],
     }
 
 
-def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> dict:
-    k = _knobs(a, kind)
-    b = argparse.Namespace(**{**vars(a), "timeout": k["timeout_s"], "steps": k["steps"],
-                              "resume": False, "resume_from": None})  # fmt: skip
+def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
+    layout_kind = f.layout
     env = {
         "HARNESS_STEP_SLEEP": str(SLOW_STEP_SLEEP_S if kind == "slow" else STEP_SLEEP_S),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
@@ -98,9 +104,11 @@ def run_one(a: argparse.Namespace, kind: str, layout_kind: str, run_id: str) -> 
         env["HARNESS_SAVE_SLEEP"] = str(fault_save.SAVE_SLEEP_S)
     if kind == "crash":
         env.update(HARNESS_CRASH_AT_STEP=str(k["at_step"]), HARNESS_CRASH_RANK=str(k["rank"]))
-    spec = options.spec_from(b, run_id=run_id, kind=layout_kind)
-    env["OMP_NUM_THREADS"] = str(options.threads_per_rank(spec.layout.world_size))
-    spec.layout = spec.layout.with_(extra_env=tuple(env.items()))
+
+    def ranks_env(world: int, _output_dir: str) -> dict[str, str]:
+        return {**env, "OMP_NUM_THREADS": str(options.threads_per_rank(world))}
+
+    spec = options.spec_from(f, run_id, ranks_env)
     layout = spec.layout
     if not 0 <= k["rank"] < layout.world_size:
         raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")

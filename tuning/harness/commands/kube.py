@@ -25,7 +25,7 @@ from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, nvidia, options
+from tuning.harness.spec import devices, flags, nvidia, options
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
     IMAGE,
@@ -226,7 +226,7 @@ def register(sub) -> None:
     p.add_argument("--kill-at-step", help="the step to kill it at (default 12)")
     p.add_argument("--rdzv-timeout", help="rehearsal with a kill: the static rendezvous timeout "
                    "in seconds (default: TIMEOUT)")  # fmt: skip
-    p.add_argument("--grace", type=float, default=options.GRACE_S,
+    p.add_argument("--grace", type=float, default=flags.GRACE_S,
                    help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
     p.add_argument("--run-id")
     p.set_defaults(fn=main)
@@ -235,15 +235,17 @@ def register(sub) -> None:
 def main(a: argparse.Namespace) -> int:
     from tuning.harness.commands import kube_rehearse
 
-    nodes = options.int_arg("NODES", a.nodes, 1) or 1
-    gpus = options.gpus(a.gpus)  # per pod, on a cluster; unset: as many as this host shows
+    nodes = flags.int_arg("NODES", a.nodes, 1) or 1
+    gpus = flags.int_arg(
+        "GPUS", a.gpus, 0
+    )  # per pod, on a cluster; unset: as many as this host shows
     gpus = len(nvidia.visible(nvidia.inventory())) if gpus is None else gpus
-    nproc = options.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
-    max_restarts = options.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
+    nproc = flags.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
+    max_restarts = flags.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
     if a.restart_policy and a.kind == "trainjob":
         raise HarnessError("RESTART_POLICY is a PyTorchJob's; a TrainJob restarts every pod "
                            "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
-    kill = options.int_arg("KILL", a.kill_rank, 0)
+    kill = flags.int_arg("KILL", a.kill_rank, 0)
     if kill is not None and not a.rehearse:
         raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
     run_id = options.checked_run_id(a.run_id)
@@ -251,8 +253,9 @@ def main(a: argparse.Namespace) -> int:
     layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
                         run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
     # With restarts, every (re)start resumes from the newest checkpoint in /output.
-    job = options.job_from(a, layout, max_restarts > 0)
-    accelerate_config = options.accelerate_config(a, layout)
+    job_flags = flags.JobFlags.of(a)
+    job = options.job_from(job_flags, layout, max_restarts > 0)
+    accelerate_config = options.accelerate_config(job_flags, layout)
     if a.kind == "trainjob":
         objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), max_restarts)
         manifest_name = kube_trainjob.MANIFEST

@@ -15,7 +15,7 @@ from tuning.harness.backends import kube_restarts
 from tuning.harness.commands import kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
-from tuning.harness.spec import devices, options
+from tuning.harness.spec import devices, flags, options
 from tuning.harness.spec.layout import JobLayout
 
 
@@ -36,7 +36,8 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grac
         share = layout.gpus_per_pod
         pods = [replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share])
                 for i, p in enumerate(pods)]  # fmt: skip
-    layout = layout.with_(image=image, pods=tuple(pods))
+    # the job as the operator made it: its pods (JobLayout.nodes) and the image they run
+    layout = replace(layout, image=image, pods=tuple(pods))
     files = dict(objects[0].data or {})
     names = ", ".join(p.name for p in pods)
     banner = (f"harness: rehearsing {kind} {layout.name}: pods {names}; "
@@ -58,10 +59,10 @@ def rehearse_kill(a, layout: JobLayout, run_dir: Path, objects: tuple, made: tup
     kind, image, pods, manifest = made
     if not 0 <= rank < layout.world_size:
         raise HarnessError(f"KILL={rank} is outside the {layout.world_size} rank(s)")
-    timeout = options.int_arg("TIMEOUT", a.timeout, 1) or int(yaml.safe_load(
+    timeout = flags.int_arg("TIMEOUT", a.timeout, 1) or int(yaml.safe_load(
         objects[0].data["job.yaml"])["ddp_timeout"])  # fmt: skip
-    rdzv = options.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
-    at_step = options.int_arg("AT_STEP", a.kill_at_step, 1) or 12
+    rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
+    at_step = flags.int_arg("AT_STEP", a.kill_at_step, 1) or 12
     pods = kube_faults.rehearsal_env(pods, timeout, rdzv)
     rules = kube_restarts.rules(kind, objects[-1] if kind == "PyTorchJob" else objects[1])
     deadline = timeout + rdzv + kube_faults.SLACK_S
@@ -69,7 +70,7 @@ def rehearse_kill(a, layout: JobLayout, run_dir: Path, objects: tuple, made: tup
     # The operator decides when the job ends; the harness's own grace must not cut it first.
     summary = rehearse(layout, run_dir, objects, (kind, image, pods, manifest),
                        max(a.grace, deadline), accelerate_config, op)  # fmt: skip
-    rec = kube_faults.record(op, summary, layout.with_(pods=tuple(pods)), run_dir)
+    rec = kube_faults.record(op, summary, replace(layout, pods=tuple(pods)), run_dir)
     kube_faults.write(run_dir, rec)
     print(f"harness: {kind} with rank {rank}'s pod killed at step {op.kill_step}: "
           f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "

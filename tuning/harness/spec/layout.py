@@ -10,7 +10,7 @@ entrypoint runs the same everywhere.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 NETWORKS = ("isolated", "shared")
@@ -76,6 +76,11 @@ NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Servi
 def data_target(host_path: str) -> str:
     """DATA inside a container: /data/<its name>, so its suffix picks its reader (fms's too)."""
     return f"{DATA_DIR}/{Path(host_path).name}"
+
+
+def output_dir_of(kind: str, run_dir: str) -> str:
+    """Where a rank writes: /output in a container; the run directory's output on the host."""
+    return str(Path(run_dir, "output")) if kind == "host" else OUTPUT_DIR
 
 
 def device_of(gpus: int) -> str:
@@ -151,9 +156,6 @@ class Layout:
     @property
     def project(self) -> str:
         return f"harness-{self.run_id}"
-
-    def with_(self, **changes) -> Layout:
-        return replace(self, **changes)
 
     def nodes(self) -> list[Node]:
         n = self.world_size
@@ -240,7 +242,7 @@ class Layout:
 
     @property
     def output_dir(self) -> str:
-        return str(Path(self.run_dir, "output")) if self.kind == "host" else OUTPUT_DIR
+        return output_dir_of(self.kind, self.run_dir)
 
     def model_path(self, host_default: str) -> str:
         if self.kind == "host":

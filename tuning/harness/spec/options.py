@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,11 +21,13 @@ from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import devices, preflight, trainers
 from tuning.harness.spec.devices import GpuPlan
-from tuning.harness.spec.layout import IMAGE, KINDS, PORT, Layout, LayoutError
+from tuning.harness.spec.flags import GRACE_S, JobFlags, RunFlags
+from tuning.harness.spec.layout import IMAGE, KINDS, PORT, Layout, LayoutError, output_dir_of
+
+Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
-GRACE_S = 60.0  # seconds to wait for peers after a rank fails
 RUNS = ROOT / "runs"
 
 
@@ -39,19 +41,6 @@ def load_env_file(path: Path = ROOT / ".env") -> None:
             os.environ.setdefault(name, value.strip().strip("'\""))
 
 
-def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
-    """A whole-number flag (None when unset); a value already parsed passes the same check."""
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HarnessError(f"{name}={raw!r} is not a whole number; e.g. {name}={minimum}") from None
-    if value < minimum:
-        raise HarnessError(f"{name}={value} must be at least {minimum}")
-    return value
-
-
 def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
     """RUN_ID, checked by the one rule (runs.check_run_id) before anything is written; a new
     id when unset."""
@@ -63,24 +52,10 @@ def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
         raise HarnessError(str(e)) from None
 
 
-def gpus(raw: str | int | None) -> int | None:
-    """GPUS as a number: None when unset (every visible GPU on the host, devices.for_host)."""
-    return int_arg("GPUS", raw, 0)
-
-
-def plan_from(a: argparse.Namespace) -> GpuPlan:
+def plan_from(f: RunFlags) -> GpuPlan:
     """GPUS, IMAGE and CUDA as the host's GPUs, image, dtype and accelerate default: the one
     place a run's GPUs are decided."""
-    return devices.for_host(gpus(a.gpus), a.image, getattr(a, "cuda", None))
-
-
-def memory(raw: str | None) -> str | None:
-    """MEMORY, a per-container limit as Compose takes it: a number and a unit (b, k, m, g)."""
-    if not raw:
-        return None
-    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?[bkmg]", raw.lower()):
-        raise HarnessError(f"MEMORY={raw!r} is not a size; e.g. MEMORY=8g or MEMORY=512m")
-    return raw.lower()
+    return devices.for_host(f.gpus, f.image, f.cuda)
 
 
 def threads_per_rank(world_size: int) -> int:
@@ -100,42 +75,50 @@ def existing(name: str, raw: str | None, kind: str) -> str | None:
     return str(path)
 
 
-def layout_from(a: argparse.Namespace, run_id: str, run_dir: Path,
-                plan: GpuPlan | None = None) -> Layout:  # fmt: skip
-    plan = plan or plan_from(a)
-    nproc = int_arg("NPROC", a.nproc, 1) or 2
-    model = existing("MODEL", a.model, "directory")
+def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
+                env: Env | None = None) -> Layout:  # fmt: skip
+    """The run's Layout, made once with all it needs: `env(world size, output dir)` gives the
+    variables a command adds for its ranks (bench's probe, fault's pacing)."""
+    nproc = f.nproc
+    model = existing("MODEL", f.model, "directory")
     if model and not (Path(model) / "config.json").is_file():
-        raise HarnessError(f"MODEL={a.model} has no config.json: not a Hugging Face model dir")
+        raise HarnessError(f"MODEL={f.model} has no config.json: not a Hugging Face model dir")
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
+    extra = (
+        tuple(env(plan.count or nproc, output_dir_of(f.layout, str(run_dir))).items())
+        if env
+        else ()
+    )
     try:
         return Layout(
-            secrets=secrets,
-            kind=a.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
-            image=plan.image,
-            network=a.network, model=model, data=existing("DATA", a.data, "file or directory"),
-            run_dir=str(run_dir), max_restarts=int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0,
-            entry=getattr(a, "entry", None), memory=memory(getattr(a, "memory", None)),
-            pids=int_arg("PIDS", getattr(a, "pids", None), 16),
+            secrets=secrets, extra_env=extra,
+            kind=f.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
+            image=plan.image, port=free_port() if f.layout == "host" else PORT,
+            network=f.network, model=model, data=existing("DATA", f.data, "file or directory"),
+            run_dir=str(run_dir), max_restarts=f.max_restarts,
+            entry=f.entry, memory=f.memory, pids=f.pids,
         )  # fmt: skip
     except LayoutError as e:
         raise HarnessError(str(e)) from None
 
 
-def accelerate_config(a: argparse.Namespace, layout: Layout) -> Path:
-    if not a.config:
+def accelerate_config(f: JobFlags, layout: Layout) -> Path:
+    if not f.config:
         return devices.accelerate_default(layout.device)
-    path = Path(a.config)
+    path = Path(f.config)
     if not path.is_file():
         fixtures = sorted(trainers.CONFIGS.glob("accelerate/*"))
         known = ", ".join(str(p.relative_to(ROOT)) for p in fixtures)
-        raise HarnessError(f"CONFIG={a.config}: no such file; known fixtures: {known}")
+        raise HarnessError(f"CONFIG={f.config}: no such file; known fixtures: {known}")
     return path
 
 
 def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
             timeout: int | None, resume: bool) -> dict:  # fmt: skip
     """The trainer's job: the job file, with the layout's paths and the run's flags."""
+    if not base_job.is_file():
+        known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(trainers.CONFIGS.glob("jobs/*")))
+        raise HarnessError(f"JOB={base_job}: no such file; known fixtures: {known}")
     if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
         job, resume = trainers.load_job(base_job), False
     else:
@@ -154,10 +137,9 @@ def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
     return job
 
 
-def job_from(a: argparse.Namespace, layout: Layout, resume: bool = False) -> dict:
-    """job_for with STEPS, SEED and TIMEOUT read from the flags."""
-    steps, seed = int_arg("STEPS", a.steps, 1), int_arg("SEED", a.seed, 0)
-    return job_for(layout, Path(a.job), steps, seed, int_arg("TIMEOUT", a.timeout, 1), resume)
+def job_from(f: JobFlags, layout: Layout, resume: bool = False) -> dict:
+    """job_for with STEPS, SEED and TIMEOUT from the flags."""
+    return job_for(layout, Path(f.job), f.steps, f.seed, f.timeout, resume)
 
 
 @dataclass
@@ -183,44 +165,39 @@ class Spec:
     plan: GpuPlan | None = None  # the host GPUs it runs on (devices.for_host)
 
 
-def spec_from(a: argparse.Namespace, run_id: str | None = None, **layout_changes) -> Spec:
+def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) -> Spec:
     # A command's own id for one of its runs (bench, fault) derives from a checked RUN_ID.
-    run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(a.run_id)
-    trainers.resolve(a)  # TRAINER=fms: its image, entry and job, where not set
-    runs_root = Path(a.runs).resolve()
-    plan = plan_from(a)
-    layout = layout_from(a, run_id, runs_root / run_id, plan)
+    run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(f.run_id)
+    runs_root = Path(f.runs).resolve()
+    plan = plan_from(f)
+    layout = layout_from(f, run_id, runs_root / run_id, plan, env)
     preflight.check_runs_dir(runs_root)
-    if layout_changes:
-        layout = layout.with_(**layout_changes)
-    if layout.kind == "host" and layout.port == PORT:
-        layout = layout.with_(port=free_port())  # host ranks share the host's ports
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
-    job = job_from(a, layout, bool(a.resume or a.resume_from) or layout.max_restarts > 0)
+    job = job_from(f, layout, bool(f.resume or f.resume_from) or layout.max_restarts > 0)
     preflight.check_model(layout.model)
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
-        cfg = preflight.check_job(job, f"job file {a.job}")
+        cfg = preflight.check_job(job, f"job file {f.job}")
         preflight.check_data(layout.data, cfg)
-    resume_from = resume_source(a, runs_root, layout)
-    config = accelerate_config(a, layout)
-    if a.config:
+    resume_from = resume_source(f, runs_root, layout)
+    config = accelerate_config(f, layout)
+    if f.config:
         preflight.check_world_size(config, layout.world_size)
-    return Spec(layout, job, config, runs_root, a.grace, resume_from=resume_from,
-                user_config=bool(a.config), plan=plan,
+    return Spec(layout, job, config, runs_root, f.grace, resume_from=resume_from,
+                user_config=bool(f.config), plan=plan,
                 summary_extra={"gpus": plan.record()} if plan.chosen else {})  # fmt: skip
 
 
-def resume_source(a: argparse.Namespace, runs_root: Path, layout: Layout) -> Path | None:
+def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
     """RESUME=1: the newest run (runs/latest, read now: a start moves it); RESUME_FROM=<id>:
     that run. Checked and named before anything starts (dry run too): the checkpoint the
     trainer will load (the newest complete one) must be saved by as many ranks as this run
     has. An incomplete one after it (a save cut short) is taken too and moved aside in this
     run's output when it starts (tuning/torn.py); the earlier run stays as it was."""
-    if not (a.resume or a.resume_from):
+    if not (f.resume or f.resume_from):
         return None
-    name = checked_run_id(a.resume_from) if a.resume_from else "latest"
+    name = checked_run_id(f.resume_from) if f.resume_from else "latest"
     previous = (runs_root / name).resolve()
-    what = f"RESUME_FROM={a.resume_from}" if a.resume_from else f"RESUME=1 ({runs_root}/latest)"
+    what = f"RESUME_FROM={f.resume_from}" if f.resume_from else f"RESUME=1 ({runs_root}/latest)"
     if not previous.is_dir():
         raise HarnessError(f"{what}: no such run; `ls {runs_root}` shows the runs to resume from")
     found = torn.checkpoints(previous / "output")

@@ -10,14 +10,12 @@ losses and steps come from what it writes itself (fms: <output_dir>/training_log
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import yaml
 
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.spec.layout import IMAGE
 
 TRAINERS = ("harness", "fms")
 CONFIGS = ROOT / "configs"
@@ -27,28 +25,8 @@ FMS_ENTRY = "tuning.sft_trainer"
 FMS_JOB = CONFIGS / "jobs/fms-demo.json"
 
 
-def resolve(a: argparse.Namespace) -> None:
-    """Fill in what TRAINER implies where the user left a flag at its default."""
-    trainer = getattr(a, "trainer", None) or "harness"
-    if trainer not in TRAINERS:
-        raise HarnessError(f"TRAINER={trainer!r} is unknown; use one of {', '.join(TRAINERS)}")
-    entry = getattr(a, "entry", None) or None
-    if trainer == "fms":
-        entry = entry or FMS_ENTRY
-        a.image = FMS_IMAGE if a.image == IMAGE else a.image
-        a.job = str(FMS_JOB) if Path(a.job) == DEFAULT_JOB else a.job
-    elif entry and a.image == IMAGE:
-        raise HarnessError(
-            f"ENTRY={entry} names a module in your own image; set IMAGE=<that image> as well "
-            f"(the harness image {IMAGE} runs this repo's trainer), or TRAINER=fms"
-        )
-    a.trainer, a.entry = trainer, entry
-
-
 def load_job(path: Path) -> dict:
     """A foreign job file: a JSON object (fms's format; YAML mappings are read too)."""
-    if not path.is_file():
-        raise HarnessError(f"JOB={path}: no such file")
     text = path.read_text()
     try:
         job = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
