@@ -48,3 +48,28 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
     assert env["OMP_NUM_THREADS"] == "3" and env["HARNESS_ENTRY"] == "tuning.probe"
     assert env["HARNESS_ENTRY_ARGS"].startswith("--out /output --min-bytes 1024")
     assert (f.layout, f.network, f.runs) == ("single", "isolated", str(tmp_path))
+
+
+def test_a_flags_way_to_the_compose_file_crosses_four_modules():
+    """NETWORK from `make up` to compose.yaml: spec/flags types it, spec/options hands it to
+    the Layout, spec/layout checks it and says what it means for each node, and
+    backends/compose renders it. No other module outside commands/ (where bench and fault
+    choose layouts) reads it: cli and commands/up pass the flags on untouched."""
+    import ast
+
+    from conftest import ROOT
+
+    from tuning.harness.spec.flags import RunFlags
+
+    harness = ROOT / "tuning/harness"
+    readers = set()
+    for path in harness.rglob("*.py"):
+        if path.parent.name == "commands":
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(n, ast.Attribute) and n.attr == "network") or (
+                isinstance(n, ast.Name) and n.id in ("NETWORK", "NETWORKS")
+            ):
+                readers.add(str(path.relative_to(harness)))
+    assert readers == {"spec/options.py", "spec/layout.py", "backends/compose.py"}
+    assert "network" in RunFlags.__dataclass_fields__  # spec/flags.py: the fourth

@@ -87,7 +87,8 @@ def test_the_reader_sees_sub_packages():
     edges = graph()
     assert {"cli", "spec.options", "run.lifecycle", "backends.nodes", "spec.layout"} <= set(edges)
     assert "spec.layout" in edges["backends.compose"]
-    assert {"spec.options", "run.lifecycle"} <= edges["cli"]
+    assert {"spec.options", "commands.up"} <= edges["cli"]
+    assert {"spec.options", "run.lifecycle"} <= edges["commands.up"]
 
 
 def test_host_side_import_graph_is_acyclic():

@@ -236,8 +236,7 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
         for r in node.ranks:
             ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r),
                           **shards.get(r, {})})  # fmt: skip
-    summary = {"run_id": layout.run_id, "layout": layout.kind, "network": layout.network,
-               "device": layout.device, "world_size": layout.world_size, "status": status,
+    summary = {"run_id": layout.run_id, **layout.record(), "status": status,
                **runs.summarize(metrics, t0), "ranks": ranks,
                "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
                "torn_checkpoints": torn.moved(run_dir / "output")}  # fmt: skip

@@ -153,6 +153,11 @@ class Layout:
     def world_size(self) -> int:
         return self.gpus or self.nproc
 
+    def record(self) -> dict:
+        """What summary.json says of the layout."""
+        return {"layout": self.kind, "network": self.network, "device": self.device,
+                "world_size": self.world_size}  # fmt: skip
+
     @property
     def project(self) -> str:
         return f"harness-{self.run_id}"
