@@ -1,5 +1,7 @@
 """The one layout model. Every backend (Compose single, Compose per-rank, host, PyTorchJob)
-is rendered from a `Layout`; nothing about ranks, ports or GPUs is decided anywhere else.
+is rendered from a `Layout`: the ranks, ports and GPU ids of its nodes are worked out here,
+from the values it is made with (which GPUs: devices.GpuPlan; LAYOUT=host's free port:
+options.layout_from).
 
 A layout is a set of nodes. A node is what one container (or pod, or the host) runs: one
 `accelerate launch` with `nproc` ranks. Each node gets the environment a Kubeflow
