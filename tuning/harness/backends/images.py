@@ -179,6 +179,15 @@ def _build(c: docker.DockerClient, recipe: Recipe, tag: str, want: str, old, log
     return base
 
 
+def ready(client, layout: Layout, log=print) -> None:
+    """The run's image, there to start: a user's (ENTRY) checked, never built from our
+    recipes; ours built if it is missing."""
+    if layout.entry:
+        check_image(client, layout)
+    else:
+        ensure(client, layout.image, layout.device, log=log)
+
+
 def check_image(client, layout: Layout) -> None:
     """A foreign image must be on the engine already (nothing is pulled); the fms one is
     built from docker/fms.Dockerfile when it is missing."""

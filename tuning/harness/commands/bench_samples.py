@@ -29,6 +29,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from tuning.boot import boot_time
 from tuning.harness.commands import report
 from tuning.harness.run import foreign
 from tuning.harness.rundirs import runs
@@ -42,12 +43,7 @@ def boot_correction() -> float:
     in clock ticks since boot. The exact boot time is now minus CLOCK_BOOTTIME; the difference
     is the same for every process on this kernel, containers included."""
     try:
-        btime = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-        return (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)) - btime
+        return (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)) - boot_time()
     except (OSError, StopIteration, ValueError, AttributeError):
         return 0.0
 

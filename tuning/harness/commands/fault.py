@@ -158,10 +158,7 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
 def _netem_unsupported(layout, kind: str) -> str | None:
     """Try netem once in a throwaway helper (same image, NET_ADMIN, no network)."""
     c = engine.client()
-    if layout.entry:  # a user's image is never built from our recipes
-        images.check_image(c, layout)
-    else:
-        images.ensure(c, layout.image, layout.device, log=lambda *_: None)
+    images.ready(c, layout, log=lambda *_: None)
     try:
         c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[kind]}"],
                          entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",
@@ -289,7 +286,7 @@ class Follow:
         for rank, lines in metrics.items():
             if not lines or lines[-1].get("event") != "end":
                 continue
-            starts = sum((x.get("event"), x.get("name")) == ("phase", "imports") for x in lines)
+            starts = sum(map(runs.is_start, lines))
             if lines[-1].get("status") in ("completed", "preempted") or starts > self.max_restarts:
                 out[rank] = lines[-1]["time"]
         return out

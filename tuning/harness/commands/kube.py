@@ -265,16 +265,8 @@ def main(a: argparse.Namespace) -> int:
         manifest_name = MANIFEST
     text = dump(*objects)
 
-    run_dir = Path(layout.run_dir)
-    try:
-        if a.rehearse:
-            runs.create(runs_root, run_id)  # a run starts: `latest` moves, as for `up`
-        else:
-            run_dir.mkdir(parents=True)
-    except FileExistsError:
-        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
-    except PermissionError as e:
-        raise HarnessError(str(e)) from None
+    # a rehearsal is a run: `latest` moves, as for `up`
+    run_dir = runs.create(runs_root, run_id, starts=bool(a.rehearse))
     manifest = run_dir / manifest_name
     manifest.write_text(text)
     per_pod = f"{gpus} x nvidia.com/gpu" if gpus else f"{nproc} CPU rank(s), no GPU"

@@ -111,16 +111,6 @@ class Operator:
         return None
 
 
-def _attempts(lines: list[dict]) -> list[list[dict]]:
-    """A rank's metric lines split at each start of its trainer (the "imports" phase)."""
-    out: list[list[dict]] = []
-    for x in lines:
-        if (x.get("event"), x.get("name")) == ("phase", "imports") or not out:
-            out.append([])
-        out[-1].append(x)
-    return out
-
-
 def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
     """restarts.json's facts: what was killed, each pod's exits, what the operator did, the
     outcome, kill to end, and the steps lost (kill step - the checkpoint training resumed
@@ -134,7 +124,7 @@ def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
     ranks = []
     for node in layout.nodes():
         for r in node.ranks:
-            tries = _attempts(metrics.get(r, []))
+            tries = runs.attempts(metrics.get(r, []))
             last = [runs.steps(t) for t in tries]
             end = runs.ends_seen(metrics).get(r, {})
             sig = fault_record.signature(end.get("error") or "") or fault_record.signature(

@@ -51,10 +51,7 @@ def prepare(layout: Layout):
             f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
             "Container Toolkit, or use GPUS=0 for CPU ranks"
         )
-    if layout.entry:
-        images.check_image(client, layout)
-    else:
-        images.ensure(client, layout.image, layout.device)
+    images.ready(client, layout)
     return client
 
 
@@ -106,7 +103,11 @@ def start(spec: Spec, on_tick=None) -> dict:
 def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     layout = spec.layout
     commands = node_commands(layout, spec.accelerate_config)
-    run_dir = spec.runs_root / layout.run_id if spec.run_dir_made else _create(spec)
+    run_dir = (
+        spec.runs_root / layout.run_id
+        if spec.run_dir_made
+        else runs.create(spec.runs_root, layout.run_id)
+    )
     leftovers.claim(run_dir)
     if spec.job_files is None:
         runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
@@ -136,16 +137,6 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final loss "
           f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
     return summary
-
-
-def _create(spec: Spec) -> Path:
-    try:
-        return runs.create(spec.runs_root, spec.layout.run_id)
-    except FileExistsError:
-        raise HarnessError(f"{spec.runs_root / spec.layout.run_id} exists; a run never writes "
-                           "over another") from None  # fmt: skip
-    except PermissionError as e:
-        raise HarnessError(str(e)) from None
 
 
 def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from tuning.harness.errors import HarnessError
+
 WARMUP_STEPS = 2  # steps excluded from steady-state figures (compile, allocator, caches)
 # fms-hf-tuning's FileLoggingTracker: <output_dir>/training_logs.jsonl, written by the world
 # process zero only, one line per logged step:
@@ -47,22 +49,24 @@ def check_run_id(run_id: str, limit: int = RUN_ID_MAX) -> str:
     raise ValueError(f"RUN_ID={run_id!r} {why}; e.g. RUN_ID=my-run-2")
 
 
-def create(root: Path, run_id: str) -> Path:
-    """A fresh run directory; never reuses one. `latest` moves only now, when a run starts."""
+def create(root: Path, run_id: str, starts: bool = True) -> Path:
+    """A fresh run directory; never reuses one. `latest` moves only now, when a run starts;
+    starts=False: the directory alone, for files and no run (kube's render)."""
+    run_dir = root / run_id
     try:
         root.mkdir(parents=True, exist_ok=True)
-        run_dir = root / run_id
-        run_dir.mkdir()  # FileExistsError: never write over another run
-        for sub in ("job", "output", "logs", "ranks"):
+        run_dir.mkdir()
+        for sub in ("job", "output", "logs", "ranks") if starts else ():
             (run_dir / sub).mkdir()
     except FileExistsError:
-        raise
+        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
     except OSError as e:
-        raise PermissionError(
+        raise HarnessError(
             f"cannot write the run directory under {root}: {e.strerror}. "
             "Make it writable or point RUNS=<dir> elsewhere."
         ) from None
-    point_latest(root, run_id)
+    if starts:
+        point_latest(root, run_id)
     return run_dir
 
 
@@ -203,23 +207,31 @@ def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
     }
 
 
+def is_start(line: dict) -> bool:
+    """A start of a rank's trainer: every start logs the "imports" phase first."""
+    return (line.get("event"), line.get("name")) == ("phase", "imports")
+
+
+def attempts(lines: list[dict]) -> list[list[dict]]:
+    """A rank's metric lines split at each start of its trainer (is_start)."""
+    out: list[list[dict]] = []
+    for x in lines:
+        if is_start(x) or not out:
+            out.append([])
+        out[-1].append(x)
+    return out
+
+
 def restarts_seen(metrics: dict[int, list[dict]]) -> list[dict]:
     """Restarts of the group, from the metrics: every start of a rank's trainer logs the
     "imports" phase first, so a rank with n of them was restarted n - 1 times. Each restart:
     when the first rank came back, and which ranks had failed (their end line's error)."""
-    attempts: dict[int, list[list[dict]]] = {}
-    for r, lines in metrics.items():
-        runs_of_rank: list[list[dict]] = []
-        for x in lines:
-            if (x.get("event"), x.get("name")) == ("phase", "imports") or not runs_of_rank:
-                runs_of_rank.append([])
-            runs_of_rank[-1].append(x)
-        attempts[r] = runs_of_rank
+    by_rank = {r: attempts(lines) for r, lines in metrics.items()}
     out = []
-    for k in range(1, max((len(a) for a in attempts.values()), default=0)):
-        back = [a[k][0]["time"] for a in attempts.values() if len(a) > k]
+    for k in range(1, max((len(a) for a in by_rank.values()), default=0)):
+        back = [a[k][0]["time"] for a in by_rank.values() if len(a) > k]
         failed = {}
-        for r, a in sorted(attempts.items()):
+        for r, a in sorted(by_rank.items()):
             end = next((x for x in a[k - 1] if x.get("event") == "end"), None)
             if end is None or end.get("status") != "completed":
                 failed[str(r)] = (end or {}).get("error") or "no end line"

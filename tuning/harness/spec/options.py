@@ -81,8 +81,7 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     variables a command adds for its ranks (bench's probe, fault's pacing)."""
     nproc = f.nproc
     model = existing("MODEL", f.model, "directory")
-    if model and not (Path(model) / "config.json").is_file():
-        raise HarnessError(f"MODEL={f.model} has no config.json: not a Hugging Face model dir")
+    preflight.check_model(model)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
     extra = (
         tuple(env(plan.count or nproc, output_dir_of(f.layout, str(run_dir))).items())
@@ -174,7 +173,6 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     preflight.check_runs_dir(runs_root)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
     job = job_from(f, layout, bool(f.resume or f.resume_from) or layout.max_restarts > 0)
-    preflight.check_model(layout.model)
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {f.job}")
         preflight.check_data(layout.data, cfg)

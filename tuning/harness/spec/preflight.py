@@ -43,7 +43,7 @@ def check_model(path: str | None) -> None:
         return
     model = Path(path)
     if not (model / "config.json").is_file():
-        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model directory")
+        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model dir")
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         raise HarnessError(
             f"MODEL={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
