@@ -17,6 +17,7 @@ from conftest import PYTHON, ROOT, leftovers
 
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
+from tuning.harness.run import foreign
 from tuning.harness.run.lifecycle import node_commands
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import trainers
@@ -130,9 +131,9 @@ def test_hf_log_lines():
     log = ("{'loss': 4.4, 'grad_norm': 1.7, 'learning_rate': 0.003, 'num_tokens': 1712.0, "
            "'epoch': 0.19}\nnoise\n{'train_runtime': 2.5, 'train_tokens_per_second': 10.0, "
            "'epoch': 0.19}\n")  # fmt: skip
-    assert runs.hf_step_logs(log) == [{"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003,
+    assert foreign.hf_step_logs(log) == [{"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003,
                                        "num_tokens": 1712.0, "epoch": 0.19}]  # fmt: skip
-    assert runs.hf_train_metrics(log)["train_runtime"] == 2.5
+    assert foreign.hf_train_metrics(log)["train_runtime"] == 2.5
 
 
 # --- containers -------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from __future__ import annotations
 import yaml
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import JOB_DIR, LABEL, OUTPUT_DIR, TMP_DIR, JobLayout
+from tuning.harness.spec.job_layout import JobLayout
+from tuning.harness.spec.layout import JOB_DIR, LABEL, OUTPUT_DIR, TMP_DIR
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and

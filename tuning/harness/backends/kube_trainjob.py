@@ -25,7 +25,8 @@ import yaml
 
 from tuning.harness.backends import kube_pod
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import JobLayout, Node
+from tuning.harness.spec.job_layout import JobLayout
+from tuning.harness.spec.layout import Node
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"

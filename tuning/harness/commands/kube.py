@@ -1,7 +1,7 @@
 """`make kube`: the run as a Kubeflow PyTorchJob (kubeflow.org/v1), or with KIND=trainjob a
 Trainer v2 TrainJob (kube_trainjob.py), and a local rehearsal of either (kube_rehearse.py).
 
-1. `JobLayout` (layout.py): the layout model with a job's shape: `replicas` pods of
+1. `JobLayout` (job_layout.py): the layout model with a job's shape: `replicas` pods of
    `per_pod` ranks each (GPUs per pod, or CPU ranks when GPUS=0), job name and image.
 2. `render()`: the PyTorchJob and the ConfigMap holding the job config (job.yaml and
    accelerate.yaml, as `up` writes them), built from the Training Operator's own SDK models
@@ -26,11 +26,11 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import devices, flags, nvidia, options
+from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
     IMAGE,
     JOB_KINDS,
-    JobLayout,
     LayoutError,
     Node,
     contract_env,

@@ -16,7 +16,7 @@ from tuning.harness.commands import kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.spec import devices, flags, options
-from tuning.harness.spec.layout import JobLayout
+from tuning.harness.spec.job_layout import JobLayout
 
 
 def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grace: float,

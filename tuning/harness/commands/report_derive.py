@@ -31,6 +31,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tuning.transport import probe_transport
+
 PHASES = ("container_start_s", "launcher_s", "imports_s", "rendezvous_s", "model_load_s",
           "first_step_s")  # fmt: skip
 REFERENCES = ("host", "single")
@@ -38,19 +40,6 @@ REFERENCES = ("host", "single")
 GOAL_STEP_RATIO = 1.03
 GOAL_BUSBW_RATIO = 0.95
 GOAL_LAUNCH_DELTA_S = 2.0
-
-
-def probe_transport(probe: dict | None) -> list[str]:
-    """``backend/interface`` strings from a probe.json (e.g. ``gloo/lo``, ``gloo/eth0``)."""
-    if not probe:
-        return []
-    out = set()
-    for t in probe.get("transport") or []:
-        iface = t.get("interface")
-        if iface:
-            for i in iface.split(","):
-                out.add(f"{probe.get('backend', '?')}/{i}")
-    return sorted(out)
 
 
 # ---------------------------------------------------------------------------------------

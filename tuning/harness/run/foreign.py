@@ -4,6 +4,8 @@ come from what it writes itself (fms: <output_dir>/training_logs.jsonl) and rank
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import yaml
@@ -24,7 +26,7 @@ def trl_tokens(log_path: Path, rank0_steps: list[dict]) -> list[tuple[dict, floa
     tokens of every rank so far, gathered); None where they do not, or do not pair up with
     training_logs.jsonl line for line."""
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    logged = runs.hf_step_logs(text)
+    logged = hf_step_logs(text)
     if not logged or len(logged) != len(rank0_steps) or not all("num_tokens" in x for x in logged):
         return None
     return [(s, x["num_tokens"]) for s, x in zip(rank0_steps, logged, strict=True)]
@@ -44,7 +46,7 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
            # what the config asked for, and what accelerate set up in each rank (recorder)
            "distributed_type_asked": cfg.get("distributed_type"),
            "distributed_type_seen": seen,
-           "hf_train_metrics": runs.hf_train_metrics(log.read_text(errors="replace"))
+           "hf_train_metrics": hf_train_metrics(log.read_text(errors="replace"))
            if log.is_file() else None,
            "tokens_per_s": None}  # fmt: skip
     pairs = trl_tokens(log, runs.steps(metrics.get(0, [])))
@@ -60,3 +62,28 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
             f"{s0['step']}..{s1['step']}, over training_logs.jsonl's timestamps"
         )
     return out
+
+
+_HF_TRAIN = re.compile(r"\{'train_runtime': [^{}]*\}")
+_HF_STEP = re.compile(r"\{'loss': [^{}]*\}")
+
+
+def hf_step_logs(log: str) -> list[dict]:
+    """The HF Trainer's per-step log lines ({'loss': ..., 'epoch': ...}) in a rank 0 log."""
+    out = []
+    for found in _HF_STEP.findall(log):
+        try:
+            out.append(ast.literal_eval(found))
+        except (ValueError, SyntaxError):
+            pass
+    return out
+
+
+def hf_train_metrics(log: str) -> dict | None:
+    """The HF Trainer's end-of-training line in a rank 0 log ({'train_runtime': ...,
+    'train_tokens_per_second': ... with include_tokens_per_second}), the last one."""
+    found = _HF_TRAIN.findall(log)
+    try:
+        return ast.literal_eval(found[-1]) if found else None
+    except (ValueError, SyntaxError):
+        return None

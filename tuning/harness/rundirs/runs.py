@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -152,31 +151,6 @@ def read_fms_logs(output_dir: Path, utc_offset_s: int = 0) -> list[dict]:
             out.append({"event": "step", "step": step, "loss": loss, "epoch": data.get("epoch"),
                         "time": t, "step_s": step_s, "source": FMS_LOGS})  # fmt: skip
     return out
-
-
-_HF_TRAIN = re.compile(r"\{'train_runtime': [^{}]*\}")
-_HF_STEP = re.compile(r"\{'loss': [^{}]*\}")
-
-
-def hf_step_logs(log: str) -> list[dict]:
-    """The HF Trainer's per-step log lines ({'loss': ..., 'epoch': ...}) in a rank 0 log."""
-    out = []
-    for found in _HF_STEP.findall(log):
-        try:
-            out.append(ast.literal_eval(found))
-        except (ValueError, SyntaxError):
-            pass
-    return out
-
-
-def hf_train_metrics(log: str) -> dict | None:
-    """The HF Trainer's end-of-training line in a rank 0 log ({'train_runtime': ...,
-    'train_tokens_per_second': ... with include_tokens_per_second}), the last one."""
-    found = _HF_TRAIN.findall(log)
-    try:
-        return ast.literal_eval(found[-1]) if found else None
-    except (ValueError, SyntaxError):
-        return None
 
 
 def steps(lines: list[dict]) -> list[dict]:

@@ -11,8 +11,7 @@ entrypoint runs the same everywhere.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 NETWORKS = ("isolated", "shared")
@@ -66,13 +65,8 @@ RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
 GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
-# A Kubeflow job (kube.py renders it): its layout kind, its rendezvous port, its name's rules.
-JOB_KIND = JOB_KINDS[0]
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
-OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
-NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
 
 
 def data_target(host_path: str) -> str:
@@ -260,46 +254,6 @@ class Layout:
         if self.kind == "host":
             return self.data or host_default
         return data_target(self.data) if self.data else IMAGE_DATA
-
-
-@dataclass(frozen=True)
-class JobLayout(Layout):
-    """A PyTorchJob on the layout model: `replicas` pods (Master + Workers), `per_pod` ranks
-    in each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so
-    world size, device and the job paths come from `Layout`. `pods` are the nodes as the
-    operator makes them (`operator_pods`); empty until the job is rendered."""
-
-    kind: str = JOB_KIND
-    port: int = OPERATOR_PORT
-    name: str = "sft"
-    replicas: int = 1
-    pods: tuple[Node, ...] = ()
-
-    def __post_init__(self) -> None:
-        # The layout model's own checks, on the fields it knows; then the job's.
-        Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
-        if self.kind != JOB_KIND:
-            raise LayoutError(f"a JobLayout is kind {JOB_KIND!r}, not {self.kind!r}")
-        if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
-            raise LayoutError(
-                f"NAME={self.name!r}: a PyTorchJob name here is lower-case letters, digits and "
-                f"'-', starts with a letter, at most {NAME_MAX} characters; e.g. NAME=sft-demo"
-            )
-        if self.replicas < 1:
-            raise LayoutError(f"NODES={self.replicas} must be at least 1")
-        if self.world_size % self.replicas:
-            raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
-
-    @property
-    def per_pod(self) -> int:
-        return self.world_size // self.replicas
-
-    @property
-    def gpus_per_pod(self) -> int:
-        return self.gpus // self.replicas
-
-    def nodes(self) -> list[Node]:
-        return list(self.pods)
 
 
 def contract_env(master: str, port: int, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
