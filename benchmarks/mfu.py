@@ -6,7 +6,7 @@
     python benchmarks/mfu.py --sample DIR     # a made-up run of MODEL_DIR's shape (dry runs)
 
 The formula (torchtitan: ``get_num_params(model, exclude_embedding=True)`` and
-``get_num_flop_per_token``; shared/notes/anchors.md):
+``get_num_flop_per_token``, as torchtitan defines them):
 
     N         = parameters - the nn.Embedding modules' (the input embedding; the output layer
                 counts, untied; a tied one is the embedding and is left out with it)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tuning.harness import devices
+from tuning.harness.spec import devices
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tuning.harness import engine, run
-from tuning.harness.layout import Layout
+from tuning.harness.backends import engine
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import lifecycle
+from tuning.harness.spec.layout import Layout
 
 
 def up(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -54,6 +56,7 @@ CASES = {
     "nproc below one": (["--gpus", "0", "--nproc", "0"], "NPROC=0 must be at least 1"),
     "layout unknown": (["--layout", "ring", "--gpus", "0"], "LAYOUT='ring' is unknown"),
     "steps zero": (["--gpus", "0", "--steps", "0"], "STEPS=0 must be at least 1"),
+    "job missing": (["--gpus", "0", "--job", "/nope.yaml"], "JOB=/nope.yaml: no such file"),
     "steps not a number": (["--gpus", "0", "--steps", "ten"], "STEPS='ten' is not a whole"),
     "model missing": (["--gpus", "0", "--model", "/nonexistent/model"], "no such directory"),
     "model not a model dir": (["--gpus", "0", "--model", "{not_model}"], "has no config.json"),
@@ -85,8 +88,8 @@ def test_gpus_on_an_engine_without_the_nvidia_runtime():
     # box with the toolkit) has nothing to refuse.
     if engine.has_nvidia_runtime(engine.client()):
         pytest.skip("this engine has the NVIDIA runtime: there is no refusal to see here")
-    with pytest.raises(engine.HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
-        run.prepare(Layout(kind="single", gpus=1, run_id="t"))
+    with pytest.raises(HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
+        lifecycle.prepare(Layout(kind="single", gpus=1, run_id="t"))
 
 
 def test_runs_directory_not_writable(tmp_path):
@@ -118,7 +121,7 @@ def test_compose_v1_only_is_named(tmp_path, monkeypatch):
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(bin_))
     monkeypatch.setattr(sys, "executable", str(bin_ / "python"))
-    with pytest.raises(engine.HarnessError, match=r"only Compose v1 \(.*docker-compose 1.29.2\)"):
+    with pytest.raises(HarnessError, match=r"only Compose v1 \(.*docker-compose 1.29.2\)"):
         engine.compose_cmd()
 
 

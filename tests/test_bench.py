@@ -17,8 +17,8 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 from test_report import assert_table_matches, close, recompute
 
-from tuning.harness import bench_samples as bench
-from tuning.harness import report
+from tuning.harness.commands import bench_samples as bench
+from tuning.harness.commands import report
 
 LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 STEPS = 10

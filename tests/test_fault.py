@@ -20,8 +20,8 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness import fault_record, fault_save
-from tuning.harness.fault import KINDS, LAYOUTS
+from tuning.harness.commands import fault_record, fault_save
+from tuning.harness.commands.fault import KINDS, LAYOUTS
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}

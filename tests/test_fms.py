@@ -15,18 +15,22 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT, leftovers
 
-from tuning.harness import compose, runs, workload
-from tuning.harness.engine import HarnessError
-from tuning.harness.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
-from tuning.harness.options import job_for
-from tuning.harness.run import node_commands
+from tuning.harness.backends import compose
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import foreign
+from tuning.harness.run.lifecycle import node_commands
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import trainers
+from tuning.harness.spec.flags import RunFlags
+from tuning.harness.spec.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
+from tuning.harness.spec.options import job_for
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 STEPS = 12
 
 
 def fms_layout(kind: str = "per-rank", **kw) -> Layout:
-    return Layout(kind=kind, nproc=2, entry="tuning.sft_trainer", image=workload.FMS_IMAGE, **kw)
+    return Layout(kind=kind, nproc=2, entry="tuning.sft_trainer", image=trainers.FMS_IMAGE, **kw)
 
 
 # --- static -----------------------------------------------------------------------------------
@@ -67,18 +71,19 @@ def test_fms_job_is_fms_json_with_the_layout_filled_in():
 
 def _args(**kw) -> argparse.Namespace:
     base = {"trainer": "harness", "entry": None, "image": "tuning-harness:latest",
-            "job": str(workload.DEFAULT_JOB)}  # fmt: skip
+            "job": str(trainers.DEFAULT_JOB)}  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
 
 
 def test_trainer_presets_and_bad_input():
     a = _args(trainer="fms")
-    workload.resolve(a)
-    assert (a.image, a.entry, a.job) == (workload.FMS_IMAGE, "tuning.sft_trainer", str(FMS_JOB))
+    f = RunFlags.of(a)
+    assert (f.image, f.entry, f.job) == (trainers.FMS_IMAGE, "tuning.sft_trainer", str(FMS_JOB))
+    assert a.image == "tuning-harness:latest"  # the flags as parsed stay as they were
     with pytest.raises(HarnessError, match="set IMAGE="):
-        workload.resolve(_args(entry="my.trainer"))
+        RunFlags.of(_args(entry="my.trainer"))
     with pytest.raises(HarnessError, match="TRAINER='nope' is unknown"):
-        workload.resolve(_args(trainer="nope"))
+        RunFlags.of(_args(trainer="nope"))
     with pytest.raises(LayoutError, match="LAYOUT=host"):
         fms_layout("host")
 
@@ -87,11 +92,11 @@ def test_bad_foreign_job_files(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(HarnessError, match="one object"):
-        workload.load_job(tmp_path / "list.json")
+        trainers.load_job(tmp_path / "list.json")
     with pytest.raises(HarnessError, match="not valid json"):
-        workload.load_job(tmp_path / "broken.json")
+        trainers.load_job(tmp_path / "broken.json")
     with pytest.raises(HarnessError, match="no such file"):
-        workload.load_job(tmp_path / "missing.json")
+        job_for(fms_layout(), tmp_path / "missing.json", None, None, None, False)
 
 
 def test_fms_training_logs_become_rank0_steps(tmp_path):
@@ -126,9 +131,9 @@ def test_hf_log_lines():
     log = ("{'loss': 4.4, 'grad_norm': 1.7, 'learning_rate': 0.003, 'num_tokens': 1712.0, "
            "'epoch': 0.19}\nnoise\n{'train_runtime': 2.5, 'train_tokens_per_second': 10.0, "
            "'epoch': 0.19}\n")  # fmt: skip
-    assert runs.hf_step_logs(log) == [{"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003,
+    assert foreign.hf_step_logs(log) == [{"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003,
                                        "num_tokens": 1712.0, "epoch": 0.19}]  # fmt: skip
-    assert runs.hf_train_metrics(log)["train_runtime"] == 2.5
+    assert foreign.hf_train_metrics(log)["train_runtime"] == 2.5
 
 
 # --- containers -------------------------------------------------------------------------------
@@ -140,7 +145,7 @@ def fms_image() -> str:
     out = subprocess.run([PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
-    return workload.FMS_IMAGE
+    return trainers.FMS_IMAGE
 
 
 def make(target: str, runs_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -170,7 +175,7 @@ def test_make_up_trains_fms_itself(fms_runs, layout):
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["layout"] == layout
-    assert summary["trainer"] == {"image": workload.FMS_IMAGE, "entry": "tuning.sft_trainer"}
+    assert summary["trainer"] == {"image": trainers.FMS_IMAGE, "entry": "tuning.sft_trainer"}
     # Each rank joined a process group of 2 (the recorder, from init_process_group): a silent
     # single-process run would show 1 here, or no line at all.
     assert [r["world_size_seen"] for r in summary["ranks"]] == [2, 2]

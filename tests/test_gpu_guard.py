@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, free_port, launch_env, read_metrics
 
 from tuning import gpu_guard, launch
-from tuning.harness import runs
+from tuning.harness.rundirs import runs
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"

@@ -52,7 +52,7 @@ def test_unknown_visible_ids_are_named(smi, tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness import gpu_locks
+from tuning.harness.spec import gpu_locks
 held = gpu_locks.take(sys.argv[2].split(","), "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(120)
@@ -178,11 +178,13 @@ def test_image_dry_run_refuses_an_old_driver_and_prints_the_cuda12_build(smi, tm
 
 
 def test_summary_records_the_gpus_by_index_and_uuid(smi, monkeypatch, tmp_path):
-    from tuning.harness import cli, options
+    from tuning.harness import cli
+    from tuning.harness.spec import options
+    from tuning.harness.spec.flags import RunFlags
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
     a = cli.parser().parse_args(["up", "--runs", str(tmp_path / "runs"), "--run-id", "t"])
-    spec = options.spec_from(a)
+    spec = options.spec_from(RunFlags.of(a))
     assert spec.layout.gpu_ids == ("2", "5") and spec.layout.image == "tuning-harness:gpu"
     assert spec.job["torch_dtype"] == "bfloat16"
     assert spec.accelerate_config.name == "fsdp.yaml"

@@ -9,9 +9,11 @@ import pytest
 import yaml
 from gpu_standin import device_ids, dry_up
 
-from tuning.harness import compose, examples, images, kube
-from tuning.harness.engine import HarnessError
-from tuning.harness.layout import Layout
+from tuning.harness.backends import compose
+from tuning.harness.commands import examples, kube
+from tuning.harness.errors import HarnessError
+from tuning.harness.spec import image_recipes
+from tuning.harness.spec.layout import Layout
 
 
 @pytest.fixture
@@ -94,4 +96,4 @@ def test_examples_run_the_gpu_image():
 def test_unknown_cuda_is_refused():
     with pytest.raises(HarnessError, match=r"CUDA=11.8: no GPU image is built for it; use one "
                                            r"of 12.8, 13.0"):  # fmt: skip
-        images.resolve("tuning-harness:latest", "gpu", "11.8")
+        image_recipes.resolve("tuning-harness:latest", "gpu", "11.8")

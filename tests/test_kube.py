@@ -12,9 +12,10 @@ import pytest
 import yaml
 from conftest import ROOT, harness, leftovers
 
-from tuning.harness import kube, runs
-from tuning.harness.engine import HarnessError
-from tuning.harness.layout import IMAGE_MODEL, contract_env
+from tuning.harness.commands import kube
+from tuning.harness.errors import HarnessError
+from tuning.harness.rundirs import runs
+from tuning.harness.spec.layout import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()

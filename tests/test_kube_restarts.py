@@ -9,8 +9,10 @@ import os
 import pytest
 from conftest import harness, leftovers
 
-from tuning.harness import kube_faults, kube_restarts, runs
-from tuning.harness.layout import Node
+from tuning.harness.backends import kube_restarts
+from tuning.harness.commands import kube_faults
+from tuning.harness.rundirs import runs
+from tuning.harness.spec.layout import Node
 
 IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from tuning.harness import kube, kube_pod, kube_trainjob
+from tuning.harness.backends import kube_pod, kube_trainjob
+from tuning.harness.commands import kube
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -11,8 +11,10 @@ import yaml
 from conftest import ROOT, harness, leftovers
 from test_kube import check_restricted
 
-from tuning.harness import kube, kube_pod, kube_restarts, kube_trainjob, runs
-from tuning.harness.engine import HarnessError
+from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
+from tuning.harness.commands import kube
+from tuning.harness.errors import HarnessError
+from tuning.harness.rundirs import runs
 
 CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from tuning import launch
-from tuning.harness import compose, engine, examples
-from tuning.harness.layout import Layout, LayoutError
+from tuning.harness.backends import compose, engine
+from tuning.harness.commands import examples
+from tuning.harness.spec.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +128,8 @@ def test_launcher_reads_the_pytorchjob_contract():
 @pytest.mark.parametrize("kind, flag", [("MULTI_CPU", True), ("NO", True), ("MULTI_GPU", False),
                                         ("FSDP", False)])  # fmt: skip
 def test_launcher_keeps_the_configs_mode_on_cpu(tmp_path, kind, flag):
-    # accelerate starts ONE process for MULTI_CPU and NO (machine.md): only those get
+    # accelerate starts ONE process for MULTI_CPU and NO (accelerate commands/launch.py,
+    # simple_launcher): only those get
     # --multi_gpu; FSDP and MULTI_GPU configs keep their own mode.
     cfg = tmp_path / "acc.yaml"
     cfg.write_text(f"distributed_type: {kind}\nnum_processes: 1\n")  # bare NO: YAML false
@@ -142,8 +144,9 @@ def test_launcher_refuses_a_node_rank_outside_the_job():
 
 def test_host_side_never_imports_torch_and_container_side_never_imports_docker():
     host = (
-        "import sys, tuning.harness.cli, tuning.harness.report, tuning.harness.kube,"
-        " tuning.harness.bench, tuning.harness.fault; tuning.harness.cli.parser();"
+        "import sys, tuning.harness.cli, tuning.harness.commands.report,"
+        " tuning.harness.commands.kube, tuning.harness.commands.bench,"
+        " tuning.harness.commands.fault; tuning.harness.cli.parser();"
         " assert 'torch' not in sys.modules, 'host side imported torch'"
     )
     box = ("import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"
@@ -176,3 +179,15 @@ def test_a_code_change_never_reinstalls_torch():
     assert install < code
     assert "USER tuner" in lines and lines[-1].startswith("ENTRYPOINT")
     assert any("python -m tuning.launch" in x.replace('", "', " ") for x in lines)
+
+
+def test_one_table_names_every_layout():
+    """bench, fault, examples and LAYOUT read their names from layout.SHAPES."""
+    from tuning.harness.commands import bench, examples, fault, kube
+    from tuning.harness.spec import job_layout, layout
+
+    assert layout.KINDS == ("single", "per-rank", "host")
+    assert list(bench.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
+    assert fault.LAYOUTS == examples.KINDS == ("single", "per-rank")
+    assert kube.KINDS == ("pytorchjob", "trainjob")
+    assert job_layout.JobLayout().kind == "pytorchjob"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tuning import probe
+from tuning import probe, transport
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_parse_proc_net_tcp_and_ip_addr():
         "   3: 020011AC:7530 030011AC:9C40 0A 00000000:00000000 00:00000000 00000000     0"
         "        0 77 1 0000000059c5ec98 20 0 0 10 -1\n"
     )
-    rows = probe.parse_proc_net_tcp(tcp)
+    rows = transport.parse_proc_net_tcp(tcp)
     assert rows[0] == {
         "local_ip": "127.0.0.1",
         "local_port": 0xD701,
@@ -71,9 +71,9 @@ def test_parse_proc_net_tcp_and_ip_addr():
         "   0: 00000000000000000000000001000000:1F90 0000000000000000FFFF00000100007F:C350 01"
         " 00000000:00000000 00:00000000 00000000     0        0 99 1 0 20 0 0 10 -1\n"
     )
-    r6 = probe.parse_proc_net_tcp(tcp6)[0]
+    r6 = transport.parse_proc_net_tcp(tcp6)[0]
     assert (r6["local_ip"], r6["remote_ip"], r6["inode"]) == ("::1", "127.0.0.1", 99)
-    addrs = probe.parse_ip_addr(
+    addrs = transport.parse_ip_addr(
         "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
         "4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\\ valid_lft forever\n"
         "7: eth1@if8    inet6 fd00::2/64 scope global \\       valid_lft forever\n"
@@ -89,7 +89,7 @@ def test_tcp_connections_sees_own_loopback_connection():
         with socket.create_connection(("127.0.0.1", port)) as cli:
             acc, _ = srv.accept()
             with acc:
-                conns = probe.tcp_connections(master_port=port)
+                conns = transport.tcp_connections(master_port=port)
                 mine = f"127.0.0.1:{cli.getsockname()[1]}"
     by_local = {c["local"]: c for c in conns}
     assert by_local[mine]["remote"] == f"127.0.0.1:{port}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 
-from tuning.harness.progress import Progress
+from tuning.harness.run.progress import Progress
 
 
 def step(rank: int, n: int, loss: float, step_s: float | None = 0.5) -> dict:

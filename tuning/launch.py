@@ -4,7 +4,7 @@ Pure Python on purpose (no torch, no docker at import): the host imports `comman
 `--dry-run`, so what a dry run prints is exactly what a rank runs. Every mapping from the
 environment to accelerate's (and so torchrun's) arguments is in `command()`, in one place.
 
-Environment read (anchors.md, Kubeflow PyTorchJob v1 and Trainer v2):
+Environment read (the Kubeflow Training Operator's PyTorchJob env, V1; and Trainer v2's TrainJob):
   PET_MASTER_ADDR | MASTER_ADDR     rendezvous host (rank 0's service / master pod)
   PET_MASTER_PORT | MASTER_PORT     rendezvous port
   PET_NNODES                        number of nodes (containers, pods)
@@ -152,7 +152,7 @@ def command(
     extra: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HARNESS_DISTRIBUTED_TYPE": asked}
     if dev == "cpu":
         # gloo ranks: the config's own mode (MULTI_GPU, FSDP) plus this variable. accelerate
-        # starts ONE process for MULTI_CPU or NO (machine.md), so those become --multi_gpu;
+        # 1.16 on CPU starts ONE process for MULTI_CPU or NO, so those become --multi_gpu;
         # a flag never replaces FSDP, which --multi_gpu would (ranks silently on DDP).
         extra["ACCELERATE_USE_CPU"] = "1"
         if asked in ("MULTI_CPU", "NO"):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from tuning.boot import boot_time
+
 WARMUP_STEPS = 2  # steps left out of tokens_per_s
 
 
@@ -29,12 +31,7 @@ def process_start_time() -> float:
         stat = Path("/proc/self/stat").read_text()
         fields = stat[stat.rindex(")") + 2 :].split()
         start_ticks = int(fields[19])  # field 22 of the whole line; fields[0] is field 3
-        btime = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+        return boot_time() + start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, StopIteration, IndexError):
         return time.time()
 

@@ -2,7 +2,7 @@
 
 Run under a launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT
 (torchrun, or ``accelerate launch``; on CPU: ``ACCELERATE_USE_CPU=1 accelerate launch
---multi_gpu ...``, see shared/notes/machine.md)::
+--multi_gpu ...``: accelerate 1.16 on CPU starts one process for MULTI_CPU)::
 
     python -m tuning.probe --out DIR [--min-bytes 1024] [--max-bytes 268435456]
                            [--warmup 5] [--iters 20] [--max-seconds-per-size 2.0]
@@ -73,12 +73,7 @@ import torch
 import torch.distributed as dist
 
 from tuning import gpu_guard
-from tuning.transport import (  # noqa: F401 (the parsers are still reached as probe.*: tests)
-    parse_ip_addr,
-    parse_proc_net_tcp,
-    tcp_connections,
-    transport_info,
-)
+from tuning.transport import transport_info
 
 GB = 1e9
 MIN_TIMED_ITERS = 3

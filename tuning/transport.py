@@ -178,3 +178,16 @@ def parse_nccl_transport(text: str) -> list[str]:
         if m and m.group(1) not in seen:
             seen.append(m.group(1))
     return seen
+
+
+def probe_transport(probe: dict | None) -> list[str]:
+    """``backend/interface`` strings from a probe.json (e.g. ``gloo/lo``, ``gloo/eth0``)."""
+    if not probe:
+        return []
+    out = set()
+    for t in probe.get("transport") or []:
+        iface = t.get("interface")
+        if iface:
+            for i in iface.split(","):
+                out.add(f"{probe.get('backend', '?')}/{i}")
+    return sorted(out)

@@ -1,0 +1,137 @@
+"""Layout -> Compose file: `render` writes every layout's services through `_service`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from tuning.harness.errors import ROOT
+from tuning.harness.spec.layout import (
+    FSDP_GLOO,
+    GPU_GUARD,
+    JOB_DIR,
+    LABEL,
+    LAUNCHER,
+    MODEL_DIR,
+    NETWORK,
+    OUTPUT_DIR,
+    RANK_RECORD,
+    TMP_DIR,
+    TORN,
+    Layout,
+    LayoutError,
+    Node,
+    data_target,
+)
+
+TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in
+
+SHM_SIZE = "2gb"  # Docker's 64 MB /dev/shm breaks NCCL (posix_fallocate); 1 GB is its advice
+
+
+def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
+    """The Compose file as a dict. Host paths are absolute, or relative to `relative_to`
+    (the directory the file will be read from, as Compose resolves them)."""
+    if layout.kind == "host":
+        raise LayoutError("LAYOUT=host runs without containers; there is no Compose file for it")
+    labels = {LABEL: layout.run_id}
+    nodes = layout.nodes()
+    services = {node.name: _service(layout, node, relative_to) for node in nodes}
+    if layout.kind == "per-rank" and layout.network == "shared":
+        # Ranks join rank 0's network and IPC namespaces: loopback and one /dev/shm,
+        # the fastest per-rank shape on one host.
+        services["rank0"]["ipc"] = "shareable"
+        for node in nodes[1:]:
+            svc = services[node.name]
+            del svc["networks"], svc["hostname"], svc["shm_size"], svc["extra_hosts"]
+            svc["network_mode"] = "service:rank0"
+            svc["ipc"] = "service:rank0"
+            svc["depends_on"] = ["rank0"]
+    return {
+        "name": layout.project,
+        "services": services,
+        "networks": {NETWORK: {"internal": True, "labels": labels}},
+    }
+
+
+def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
+    volumes = [
+        _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
+        _bind(Path(layout.run_dir, "output"), OUTPUT_DIR, rel),
+    ]
+    if layout.model:
+        volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
+    if layout.data:
+        volumes.append(_bind(layout.data, data_target(layout.data), rel, read_only=True))
+    if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
+        volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
+        volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
+        volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
+        volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
+        volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
+    svc = {
+        "image": layout.image,
+        **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),
+        **({"command": layout.trainer_args} if layout.trainer_args else {}),
+        "hostname": node.name,
+        "user": layout.user,
+        "environment": layout.container_env(node),
+        "labels": {
+            LABEL: layout.run_id,
+            "harness.node": node.name,
+            "harness.node-rank": str(node.node_rank),
+            "harness.ranks": ",".join(str(r) for r in node.ranks),
+        },
+        "volumes": volumes,
+        "networks": {NETWORK: {"aliases": list(node.aliases)}} if node.aliases else [NETWORK],
+        # c10d looks up the name of each store client; a loopback client shows as
+        # ::ffff:127.0.0.1, which /etc/hosts lacks, and Docker's DNS on an internal network
+        # takes 10 s to fail that lookup (make bench: rendezvous 10 s in one container).
+        "extra_hosts": {"localhost": "::ffff:127.0.0.1"},
+        "shm_size": SHM_SIZE,
+        # Training needs no capability; only the fault helper gets NET_ADMIN.
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        # Read-only root, as the PyTorchJob's: the trainer writes only to /output, /dev/shm
+        # and /tmp (HOME points there). exec: torch.compile loads the kernels it builds there.
+        "read_only": True,
+        "tmpfs": [f"{TMP_DIR}:exec,mode=1777"],
+        "stop_grace_period": "30s",
+        "restart": "no",
+        **({"mem_limit": layout.memory} if layout.memory else {}),
+        **({"pids_limit": layout.pids} if layout.pids else {}),
+    }
+    if node.gpu_ids:
+        # NCCL pins host memory; unlimited memlock is its advice. CPU ranks (gloo) need
+        # none, and sandboxed engines refuse to raise it.
+        svc["ulimits"] = {"memlock": -1}
+        svc["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {"driver": "nvidia", "device_ids": list(node.gpu_ids),
+                         "capabilities": ["gpu"]}
+                    ]
+                }
+            }
+        }  # fmt: skip
+    return svc
+
+
+def _bind(source: str | Path, target: str, rel: str | Path | None, read_only=False) -> dict:
+    source = Path(source)
+    if rel is None:
+        path = str(source.resolve())
+    else:
+        path = os.path.relpath(source, rel)
+        path = path if path.startswith(".") else f"./{path}"
+    bind = {"type": "bind", "source": path, "target": target}
+    if read_only:
+        bind["read_only"] = True
+    return bind
+
+
+def dump(compose: dict) -> str:
+    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,291 @@
+"""`make kube`: the run as a Kubeflow PyTorchJob (kubeflow.org/v1), or with KIND=trainjob a
+Trainer v2 TrainJob (kube_trainjob.py), and a local rehearsal of either (kube_rehearse.py).
+
+1. `JobLayout` (job_layout.py): the layout model with a job's shape: `replicas` pods of
+   `per_pod` ranks each (GPUs per pod, or CPU ranks when GPUS=0), job name and image.
+2. `render()`: the PyTorchJob and the ConfigMap holding the job config (job.yaml and
+   accelerate.yaml, as `up` writes them), built from the Training Operator's own SDK models
+   (`kubeflow-training`) and the `kubernetes` client models (the pod: kube_pod.py), so field
+   names and types are theirs. `dump()` writes them as one YAML file for `kubectl apply -f`.
+3. `operator_pods()`: what the Training Operator makes of that object (pod names, node ranks
+   and the environment it injects), read from the object itself.
+
+The SDKs are imported only here, lazily: the rest of the CLI works without the `kube` extra,
+and nothing on this side imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import lifecycle
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import devices, flags, nvidia, options
+from tuning.harness.spec.job_layout import JobLayout
+from tuning.harness.spec.layout import (
+    CONTAINER_UID,
+    IMAGE,
+    JOB_KINDS,
+    LayoutError,
+    Node,
+    contract_env,
+)
+
+API_VERSION = "kubeflow.org/v1"
+CONTAINER = "pytorch"  # the operator finds the training container by this name
+PORT_NAME = "pytorchjob-port"  # ... and the rendezvous port by this one
+MANIFEST = "pytorchjob.yaml"
+KINDS = JOB_KINDS
+
+
+def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
+               **kw) -> JobLayout:  # fmt: skip
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
+    per_pod = gpus_per_pod or nproc_per_pod
+    kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
+    try:
+        return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+# --- Rendering ------------------------------------------------------------------------------
+
+
+def _sdk():
+    try:
+        import kubeflow.training as kf
+    except ImportError as e:
+        raise HarnessError(
+            f"the Kubeflow Training SDK is missing ({e}); install the kube extra: "
+            "`.venv/bin/pip install -e '.[kube]'` (kubeflow-training 1.9)"
+        ) from None
+    return kf, kube_pod.k8s()
+
+
+config_map_name = kube_pod.config_map_name
+
+
+def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int = 0,
+           restart_policy: str | None = None) -> tuple[object, object]:  # fmt: skip
+    """(ConfigMap, PyTorchJob) as SDK model objects. MAX_RESTARTS is runPolicy.backoffLimit;
+    the restart policy defaults to Never without restarts, ExitCode with them."""
+    kf, k8s = _sdk()
+    policy = kube_restarts.v1_policy(restart_policy, max_restarts)
+    port = k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")
+    ctr = kube_pod.container(layout, CONTAINER, ports=[port])
+    template = kube_pod.pod_template(layout, ctr)
+    specs = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy=policy,
+                                                   template=template)}  # fmt: skip
+    if layout.replicas > 1:
+        specs["Worker"] = kf.KubeflowOrgV1ReplicaSpec(
+            replicas=layout.replicas - 1, restart_policy=policy, template=template
+        )
+    job_obj = kf.KubeflowOrgV1PyTorchJob(
+        api_version=API_VERSION,
+        kind="PyTorchJob",
+        metadata=k8s.V1ObjectMeta(name=layout.name, labels=kube_pod.labels(layout)),
+        spec=kf.KubeflowOrgV1PyTorchJobSpec(
+            pytorch_replica_specs=specs,
+            nproc_per_node=str(layout.per_pod),
+            run_policy=kf.KubeflowOrgV1RunPolicy(
+                clean_pod_policy="Running", backoff_limit=max_restarts
+            ),  # fmt: skip
+        ),
+    )
+    return kube_pod.config_map(layout, job, accelerate_yaml), job_obj
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the ConfigMap's files) as literal blocks, readable in the YAML."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(*objects) -> str:
+    """The objects as one YAML stream, as kubectl would send them (kube_pod.plain)."""
+    docs = [kube_pod.plain(obj) for obj in objects]
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def load(text: str) -> tuple[object, object]:
+    """(ConfigMap, PyTorchJob) back from `dump`'s YAML, through the SDK's deserializer."""
+    kf, _ = _sdk()
+    from kubeflow.training.utils.utils import FakeResponse
+
+    api = kf.ApiClient()
+    by_kind = {d["kind"]: d for d in yaml.safe_load_all(text) if d}
+    return (
+        api.deserialize(FakeResponse(by_kind["ConfigMap"]), "V1ConfigMap"),
+        api.deserialize(FakeResponse(by_kind["PyTorchJob"]), "KubeflowOrgV1PyTorchJob"),
+    )
+
+
+# --- What the operator does with it ---------------------------------------------------------
+
+
+def _int_or(raw: str | None, default: int) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def operator_pods(job) -> list[Node]:
+    """The pods the Training Operator (release-1.9) creates for a PyTorchJob object: names
+    `<job>-master-0`, `<job>-worker-<i>`, node rank (master 0, worker i -> i + 1), and each
+    pod's `pytorch` container environment: its own `env`, then what the operator appends
+    (Training Operator pkg/controller.v1/pytorch/envvar.go). Everything is read from the
+    object; nothing from the harness."""
+    name = job.metadata.name
+    specs = job.spec.pytorch_replica_specs or {}
+    if "Master" not in specs:
+        raise HarnessError(f"PyTorchJob {name} has no Master replica; MASTER_ADDR needs one")
+    master = specs["Master"]
+    port = None
+    for ctr in master.template.spec.containers:
+        if ctr.name == CONTAINER:
+            port = next((p.container_port for p in ctr.ports or [] if p.name == PORT_NAME), None)
+    if port is None:
+        raise HarnessError(
+            f"PyTorchJob {name}: the Master has no container {CONTAINER!r} with a port named "
+            f"{PORT_NAME!r}; the operator refuses it"
+        )
+    raw_nproc = job.spec.nproc_per_node or "auto"
+    nproc = _int_or(raw_nproc, 1)  # "auto" (and anything not a number) counts as 1
+    order = [("master", master)] + ([("worker", specs["Worker"])] if "Worker" in specs else [])
+    nnodes = sum(spec.replicas if spec.replicas is not None else 1 for _, spec in order)
+    master_addr = f"{name}-master-0"
+    pods = []
+    for rtype, spec in order:
+        replicas = spec.replicas if spec.replicas is not None else 1
+        ctr = next(c for c in spec.template.spec.containers if c.name == CONTAINER)
+        gpus = _int_or(((ctr.resources and ctr.resources.limits) or {}).get("nvidia.com/gpu"), 0)
+        for index in range(replicas):
+            rank = index + (1 if rtype == "worker" else 0)
+            env = {e.name: e.value for e in ctr.env or []}
+            env.update(contract_env(master_addr, port, nnodes, nproc, rank))
+            env["PET_NPROC_PER_NODE"] = raw_nproc  # verbatim, "auto" included
+            ids = tuple(str(rank * gpus + g) for g in range(gpus))  # host GPUs, rehearsal only
+            pods.append(Node(f"{name}-{rtype}-{index}", rank, nproc, ids, env))
+    return pods
+
+
+def pods_of(objects: tuple) -> tuple[str, str, list[Node], str]:
+    """(kind, image, pods, manifest name) for a rendered (ConfigMap, PyTorchJob) or
+    (ConfigMap, TrainingRuntime, TrainJob): what its operator runs."""
+    job = objects[-1]
+    if job.kind == "TrainJob":
+        pods = kube_trainjob.trainer_pods(objects[1], job)
+        return "TrainJob", job.spec.trainer.image, pods, kube_trainjob.MANIFEST
+    image = next(
+        c.image for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
+        if c.name == CONTAINER
+    )  # fmt: skip
+    return "PyTorchJob", image, operator_pods(job), MANIFEST
+
+
+# --- The command ----------------------------------------------------------------------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob or TrainJob "
+                                    "(and rehearse it)")  # fmt: skip
+    p.add_argument(
+        "--kind",
+        default=JOB_KINDS[0],
+        choices=KINDS,
+        help="pytorchjob (Training Operator V1, default) or trainjob (Trainer v2)",
+    )
+    p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
+    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
+    p.add_argument("--nodes", help="pods: Master + NODES-1 Workers, or NODES TrainJob nodes")
+    p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
+    p.add_argument("--name", default="sft", help="the job's name (pods <name>-master-0...)")
+    options.add_job_flags(p)
+    p.add_argument("--max-restarts", help="PyTorchJob backoffLimit; TrainJob maxRestarts")
+    p.add_argument("--restart-policy", choices=kube_restarts.V1_POLICIES,
+                   help="PyTorchJob: Never (default without restarts) | OnFailure | ExitCode "
+                        "(default with MAX_RESTARTS)")  # fmt: skip
+    p.add_argument("--rehearse", action="store_true",
+                   help="then run it here as the operator would: Compose services named as its "
+                        "pods, with the environment it injects")  # fmt: skip
+    p.add_argument("--kill-rank", help="rehearsal: SIGKILL this rank's pod at --kill-at-step; "
+                   "then act as the operator (restarts.json, restarts.md)")  # fmt: skip
+    p.add_argument("--kill-at-step", help="the step to kill it at (default 12)")
+    p.add_argument("--rdzv-timeout", help="rehearsal with a kill: the static rendezvous timeout "
+                   "in seconds (default: TIMEOUT)")  # fmt: skip
+    p.add_argument("--grace", type=float, default=flags.GRACE_S,
+                   help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
+    p.add_argument("--run-id")
+    p.set_defaults(fn=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    from tuning.harness.commands import kube_rehearse
+
+    nodes = flags.int_arg("NODES", a.nodes, 1) or 1
+    gpus = flags.int_arg(
+        "GPUS", a.gpus, 0
+    )  # per pod, on a cluster; unset: as many as this host shows
+    gpus = len(nvidia.visible(nvidia.inventory())) if gpus is None else gpus
+    nproc = flags.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
+    max_restarts = flags.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
+    if a.restart_policy and a.kind == "trainjob":
+        raise HarnessError("RESTART_POLICY is a PyTorchJob's; a TrainJob restarts every pod "
+                           "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
+    kill = flags.int_arg("KILL", a.kill_rank, 0)
+    if kill is not None and not a.rehearse:
+        raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
+    run_id = options.checked_run_id(a.run_id)
+    runs_root = Path(a.runs).resolve()
+    layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
+                        run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
+    # With restarts, every (re)start resumes from the newest checkpoint in /output.
+    job_flags = flags.JobFlags.of(a)
+    job = options.job_from(job_flags, layout, max_restarts > 0)
+    accelerate_config = options.accelerate_config(job_flags, layout)
+    if a.kind == "trainjob":
+        objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), max_restarts)
+        manifest_name = kube_trainjob.MANIFEST
+    else:
+        objects = render(layout, job, accelerate_config.read_text(), max_restarts,
+                         a.restart_policy)  # fmt: skip
+        manifest_name = MANIFEST
+    text = dump(*objects)
+
+    # a rehearsal is a run: `latest` moves, as for `up`
+    run_dir = runs.create(runs_root, run_id, starts=bool(a.rehearse))
+    manifest = run_dir / manifest_name
+    manifest.write_text(text)
+    per_pod = f"{gpus} x nvidia.com/gpu" if gpus else f"{nproc} CPU rank(s), no GPU"
+    if a.kind == "trainjob":
+        shape = f"numNodes {nodes}; numProcPerNode {layout.per_pod}"
+        what = "a ConfigMap, the TrainingRuntime and the TrainJob"
+    else:
+        pods = f"Master 1 + Worker {nodes - 1}" if nodes > 1 else "Master 1"
+        shape = f"{pods}; nprocPerNode {layout.per_pod}"
+        what = "a ConfigMap and the PyTorchJob"
+    print(f"harness: {objects[-1].kind} {layout.name}: {shape} ({per_pod} per pod); "
+          f"world size {layout.world_size}; image {layout.image}")  # fmt: skip
+    print(f"harness: apply with `kubectl apply -f {manifest}` ({what})")
+    print(manifest, flush=True)
+    if not a.rehearse:
+        return 0
+    made = pods_of(objects)
+    if kill is None:
+        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace,
+                                         accelerate_config)  # fmt: skip
+        return lifecycle.EXIT_CODES.get(summary["status"], 1)
+    return kube_rehearse.rehearse_kill(a, layout, run_dir, objects, made, accelerate_config, kill)

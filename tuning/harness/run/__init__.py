@@ -1,0 +1,1 @@
+"""One run: start, follow, restarts, teardown; leftovers of dead runs; progress."""

@@ -1,0 +1,300 @@
+"""One run of a layout, start to end: prepare, render, start, follow, tear down, record.
+
+`start(spec)` is the whole of it, for up, bench, fault and kube's rehearsal alike; the
+backends (nodes.py) differ only in how nodes start, report their exit and stop. `render`
+is every file a run writes before its nodes start, which is also what a dry run prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tuning import launch, torn
+from tuning.harness.backends import engine, images
+from tuning.harness.backends.nodes import Nodes, backend
+from tuning.harness.errors import ROOT, HarnessError, NodeLost
+from tuning.harness.run import foreign, leftovers
+from tuning.harness.run.progress import Progress
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import gpu_locks, preflight
+from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.options import HOST_ASSETS, Spec
+
+EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def prepare(layout: Layout):
+    """The engine client with the image ready (None for LAYOUT=host, whose assets it makes)."""
+    if layout.kind == "host":
+        _host_assets()
+        return None
+    client = engine.client()
+    engine.compose_cmd()
+    if layout.gpus and not engine.has_nvidia_runtime(client):
+        raise HarnessError(
+            f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
+            "Container Toolkit, or use GPUS=0 for CPU ranks"
+        )
+    images.ready(client, layout)
+    return client
+
+
+def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
+    """Each node's launch command and environment, from the image's own launcher; the host
+    reads `accelerate_config`, the file each node will find at ACCELERATE_CONFIG."""
+    out = {}
+    for node in layout.nodes():
+        job = layout.trainer_args
+        argv, extra = launch.command(node.env, job, str(accelerate_config))
+        out[node.name] = {"argv": argv, "env": {**node.env, **extra}}
+    return out
+
+
+def render(layout: Layout, commands: dict[str, dict]) -> dict[str, str]:
+    """The files a run writes before its nodes start, besides /job (path in the run
+    directory -> text): each node's launch command, and the backend's own (compose.yaml)."""
+    files = {f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
+             for name, cmd in commands.items()}  # fmt: skip
+    return {**files, **backend(layout).render(layout)}
+
+
+def dry_run(layout: Layout, accelerate_config: Path, prefix: str = "# ", files=True) -> None:
+    """What would run, printed: the backend's files (up: the Compose file), then each
+    node's command. Nothing starts and nothing is written."""
+    commands = node_commands(layout, accelerate_config)
+    for path, text in render(layout, commands).items() if files else ():
+        if not path.startswith("ranks/"):
+            print(text)
+    for name, cmd in commands.items():
+        print(f"{prefix}{name}: {shlex.join(cmd['argv'])}")
+
+
+def start(spec: Spec, on_tick=None) -> dict:
+    """Run one spec to its end and record it; returns the summary (also in summary.json)."""
+    t0 = time.time()
+    layout = spec.layout
+    client = prepare(layout)
+    leftovers.reap(client, spec.runs_root)  # runs whose harness died: their GPUs, ports back
+    if spec.user_config:
+        preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
+    held = gpu_locks.take(sorted({g for n in layout.nodes() for g in n.gpu_ids}), layout.run_id)
+    try:
+        return _run(spec, client, t0, on_tick)
+    finally:
+        held.release()
+
+
+def _run(spec: Spec, client, t0: float, on_tick) -> dict:
+    layout = spec.layout
+    commands = node_commands(layout, spec.accelerate_config)
+    run_dir = (
+        spec.runs_root / layout.run_id
+        if spec.run_dir_made
+        else runs.create(spec.runs_root, layout.run_id)
+    )
+    leftovers.claim(run_dir)
+    if spec.job_files is None:
+        runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
+    for key, text in (spec.job_files or {}).items():
+        (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
+    if spec.resume_from:
+        _take_checkpoints(spec.resume_from, run_dir / "output", layout)
+        torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
+    for path, text in render(layout, commands).items():
+        (run_dir / path).write_text(text)
+    _give_to_container_user(run_dir / "output", layout)
+    nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
+    kind = "GPU" if layout.gpus else "CPU"
+    print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
+          f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
+    status, details, reason = execute(
+        layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
+    )
+    # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
+    restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
+    extra = {**({"reason": reason} if reason else {}),
+             "image": engine.image_record(client, layout.image), **spec.summary_extra}  # fmt: skip
+    summary = write_summary(layout, run_dir, status, details, t0, restarts, extra)
+    if status == "failed" and spec.explain:
+        explain_failure(run_dir, summary)
+    why = f" ({reason})" if reason else ""
+    print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final loss "
+          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+    return summary
+
+
+def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,
+            t0: float, on_tick=None) -> tuple[str, dict, str | None]:  # fmt: skip
+    """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
+    `succeeded`); the status comes from what the ranks did (runs.status_of), not only from
+    their exit codes.
+
+    `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
+    waits for a step there); it may return "stop" to end the follow early."""
+    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    status, reason = "failed", None
+    progress = Progress(total_steps=total_steps)
+    output = run_dir / "output"
+    try:
+        nodes.start()
+        failed_at = None
+        while True:
+            metrics = runs.read_metrics(output)
+            progress.update(metrics)
+            state = nodes.poll()
+            if on_tick and on_tick(metrics, state, nodes) == "stop":
+                # Every rank may have ended already (a launcher lingers in torchrun's exit
+                # barrier): then they say how the run went; else the harness cut it short.
+                if len(runs.ends_seen(metrics)) == layout.world_size:
+                    status, reason = runs.status_of({n: c or 0 for n, c in state.items()}, metrics)
+                else:
+                    reason = "stopped by the harness (fault injection)"
+                break
+            failed = any(code not in (None, 0) for code in state.values())
+            if failed and nodes.restarts_left > 0:
+                nodes.restart(state)
+                failed_at = None
+                continue
+            if all(code is not None for code in state.values()):
+                status, reason = runs.status_of(state, runs.read_metrics(output))
+                break
+            if failed_at is None and failed:
+                failed_at = time.monotonic()  # peers should fail too; don't wait forever
+            if failed_at and time.monotonic() - failed_at > grace:
+                reason = (f"a rank failed and the others were still running after {grace:.0f} s"
+                          "; the harness stopped them")  # fmt: skip
+                print(f"harness: {reason}", file=sys.stderr)
+                break
+            time.sleep(0.5)
+        progress.update(runs.read_metrics(output))
+    except Interrupted as e:
+        print(f"\nharness: {e} received; stopping the run", file=sys.stderr)
+        status, reason = "interrupted", f"the harness received {e}"
+    except NodeLost as e:  # removed from outside (docker rm, another `make down`), engine gone
+        print(f"harness: {e}; ending the run as failed", file=sys.stderr)
+        status, reason = "failed", str(e)
+    finally:
+        # Teardown must finish even if a second Ctrl-C comes.
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        try:
+            nodes.save_logs()
+            details = nodes.details() if status != "interrupted" or _safe(nodes) else {}
+        except Exception:
+            details = {}
+        try:
+            nodes.stop()
+        except Exception as e:  # a Docker API error in teardown: recorded, never a traceback
+            status, reason = "failed", f"{reason + '; ' if reason else ''}teardown failed: {e}"
+            print(f"harness: teardown failed: {e}; `make down RUN_ID={layout.run_id}` "
+                  "removes what is left", file=sys.stderr)  # fmt: skip
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return status, details, reason
+
+
+def _safe(nodes) -> bool:
+    try:
+        nodes.poll()
+        return True
+    except Exception:
+        return False
+
+
+def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float,
+                  restarts: list[dict] = (), extra: dict | None = None) -> dict:  # fmt: skip
+    metrics = runs.read_metrics(run_dir / "output")
+    seen, shards = runs.world_sizes_seen(metrics), runs.sharding_seen(metrics)
+    ranks = []
+    for node in layout.nodes():
+        d = details.get(node.name, {})
+        for r in node.ranks:
+            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r),
+                          **shards.get(r, {})})  # fmt: skip
+    summary = {"run_id": layout.run_id, **layout.record(), "status": status,
+               **runs.summarize(metrics, t0), "ranks": ranks,
+               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
+               "torn_checkpoints": torn.moved(run_dir / "output")}  # fmt: skip
+    if layout.entry:
+        summary.update(foreign.summary_fields(layout, run_dir, metrics))
+    summary.update(extra or {})
+    runs.write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
+    """RESUME: the previous run's checkpoints into this run's output, where the trainer's
+    resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
+    owns it already, else copied and the copy given to them: the earlier run's own files never
+    change owner or mode (a link shares both)."""
+    uid, gid = _owner(layout)
+    for ckpt in torn.checkpoints(previous / "output"):
+        shutil.copytree(
+            ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
+        )
+        for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
+            if uid is not None:
+                os.chown(d, uid, gid)  # new directories, this run's own
+
+
+def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
+    if uid is None or os.stat(src).st_uid == uid:
+        try:
+            return os.link(src, dst)
+        except OSError:
+            pass  # another file system: copy
+    shutil.copy2(src, dst)
+    if uid is not None:
+        os.chown(dst, uid, gid)
+
+
+def _owner(layout: Layout) -> tuple[int | None, int | None]:
+    """The ranks' uid and gid when the harness must give them files (root, containers)."""
+    if layout.kind == "host" or os.geteuid() != 0:
+        return None, None
+    uid, gid = (int(x) for x in layout.user.split(":"))
+    return uid, gid
+
+
+def explain_failure(run_dir: Path, summary: dict) -> None:
+    """Say why ranks failed: their own error lines, else the end of their logs."""
+    for node in dict.fromkeys(r["node"] for r in summary["ranks"] if r.get("exit_code")):
+        log = run_dir / f"logs/{node}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        errors = [x for x in lines if "error:" in x.lower() or x.startswith(("Error", "OSError"))]
+        shown = list(dict.fromkeys(errors))[-5:] or lines[-10:]
+        print(f"harness: {node} failed; from {log}:", file=sys.stderr)
+        for line in shown:
+            print(f"  {line}", file=sys.stderr)
+
+
+def _give_to_container_user(path: Path, layout: Layout) -> None:
+    # The ranks run as the image's non-root user and must write their output here.
+    uid, gid = _owner(layout)
+    if uid is not None:
+        os.chown(path, uid, gid)
+
+
+def _host_assets() -> None:
+    model, data = HOST_ASSETS / "tiny-model", HOST_ASSETS / "demo.jsonl"
+    py = sys.executable
+    if not (model / "config.json").is_file():
+        subprocess.run([py, "-m", "tuning.tiny_model", "--out", str(model)], check=True, cwd=ROOT)
+    if not data.is_file():
+        subprocess.run([py, "-m", "tuning.demo_data", "--out", str(data)], check=True, cwd=ROOT)

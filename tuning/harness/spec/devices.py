@@ -1,0 +1,176 @@
+"""The one value a GPU request becomes: `GpuPlan`. up, bench, fault, kube and the examples
+read their device, host GPUs, image, dtype and default accelerate config from it.
+
+On the host (`for_host`): the GPUs nvidia-smi shows, less what CUDA_VISIBLE_DEVICES and
+NVIDIA_VISIBLE_DEVICES hide, less those another run holds (gpu_locks), lowest index first;
+MIG refused; the driver checked against the image's CUDA. For a cluster (`for_cluster`: kube
+renders GPUs per pod) nothing of this host is asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.spec import gpu_locks, image_recipes, nvidia
+from tuning.harness.spec.layout import IMAGE, device_of
+
+CONFIGS = ROOT / "configs"
+DTYPE = {"gpu": "bfloat16", "cpu": "float32"}  # fms-hf-tuning's GPU default; CPUs lack bf16 speed
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    count: int  # GPUs in use (kube: per pod); 0 = CPU ranks on gloo
+    image: str
+    ids: tuple[str, ...] = ()  # host GPU indices; () where no host is asked (a cluster)
+    chosen: tuple[nvidia.Gpu, ...] = ()  # what nvidia-smi said of them
+    driver: str | None = None
+
+    @property
+    def device(self) -> str:
+        return device_of(self.count)
+
+    @property
+    def dtype(self) -> str:
+        return DTYPE[self.device]
+
+    @property
+    def accelerate_config(self) -> Path:
+        return accelerate_default(self.device)
+
+    def record(self) -> list[dict]:
+        """summary.json's "gpus": which GPUs the run used, by index and UUID."""
+        return [g.record() for g in self.chosen]
+
+    def describe(self) -> str:
+        return ", ".join(f"{g.index} {g.uuid} ({g.name})" for g in self.chosen)
+
+
+def accelerate_default(device: str) -> Path:
+    """The accelerate config a run gets without CONFIG, either trainer: fms's FSDP defaults;
+    on CPU ranks the launcher's CPU recipe of them."""
+    cpu = CONFIGS / "accelerate/fsdp-cpu.yaml"
+    gpu = device == "gpu" or not cpu.is_file()
+    return CONFIGS / "accelerate" / ("fsdp.yaml" if gpu else cpu.name)
+
+
+def for_cluster(gpus_per_pod: int, image: str = IMAGE, cuda: str | None = None) -> GpuPlan:
+    return GpuPlan(gpus_per_pod, image_recipes.resolve(image, device_of(gpus_per_pod), cuda))
+
+
+def assumed(gpus: int, image: str = IMAGE) -> GpuPlan:
+    """GPUs 0..N-1 of a host not asked (the checked-in examples)."""
+    return GpuPlan(
+        gpus, image_recipes.resolve(image, device_of(gpus)), tuple(map(str, range(gpus)))
+    )
+
+
+def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
+             lock_dir: Path | None = None) -> GpuPlan:  # fmt: skip
+    """GPUS=N (None: every visible GPU) as free host GPUs. GPUS=0 asks nothing of the host."""
+    if gpus == 0:
+        return GpuPlan(0, image_recipes.resolve(image, "cpu"))
+    inv = nvidia.inventory()
+    seen = nvidia.visible(inv)
+    n = len(seen) if gpus is None else gpus
+    if n == 0:
+        return GpuPlan(0, image_recipes.resolve(image, "cpu"))
+    if n > len(seen):
+        raise HarnessError(
+            f"GPUS={n} but this host shows {len(seen)} GPU(s){nvidia.where_from()} "
+            f"(nvidia-smi); use GPUS={len(seen)} or fewer, or GPUS=0 for CPU ranks"
+        )
+    mig = [g for g in seen if g.mig]
+    if mig:
+        others = ",".join(str(g.index) for g in seen if not g.mig) or "<none>"
+        raise HarnessError(
+            f"GPU {', '.join(f'{g.index} ({g.name})' for g in mig)} has MIG enabled; MIG "
+            "instances are not supported yet. Disable MIG (`sudo nvidia-smi -i INDEX -mig 0`, "
+            f"then reset the GPU), or pick other GPUs: CUDA_VISIBLE_DEVICES={others}"
+        )
+    held = {g.index: gpu_locks.holder(str(g.index), lock_dir or gpu_locks.LOCK_DIR) for g in seen}
+    free = [g for g in seen if held[g.index] is None]
+    if len(free) < n:
+        busy = "; ".join(f"GPU {i} by run {h.get('run_id', '?')} (harness pid {h.get('pid', '?')})"
+                         for i, h in held.items() if h is not None)  # fmt: skip
+        raise HarnessError(
+            f"GPUS={n} but only {len(free)} of the {len(seen)} visible GPU(s) are free: {busy}. "
+            f"Wait for those runs, stop one (`make down RUN_ID=...`), or use GPUS={len(free)}"
+        )
+    chosen = tuple(free[:n])
+    tag = image_recipes.resolve(image, "gpu", cuda)
+    check_driver(inv.driver, chosen, tag)
+    return GpuPlan(n, tag, tuple(str(g.index) for g in chosen), chosen, inv.driver)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".") if x.isdigit())
+
+
+def check_driver(driver: str | None, gpus, tag: str) -> None:
+    """Refuse a driver too old for the image's CUDA, or a GPU its torch has no kernels for.
+    A user's own image (not a recipe here) is not known, so not checked."""
+    recipe = image_recipes.named(tag)
+    if not (recipe and recipe.cuda and driver):
+        return
+    floor = recipe.min_driver
+    for cap, need in recipe.driver_for_compute:  # newer GPUs need newer drivers
+        if any(g.compute_cap >= cap for g in gpus) and _version(need) > _version(floor):
+            floor = need
+    if _version(driver) < _version(floor):
+        fits = [r for r in image_recipes.CUDA.values() if r is not recipe
+                and _version(driver) >= _version(r.min_driver)]  # fmt: skip
+        fix = "upgrade the NVIDIA driver" + (f" to {floor} or newer" if not fits else "")
+        for r in fits:
+            fix += (f", or use the CUDA {r.cuda} image {r.tag}: `make image DEVICE=gpu "
+                    f"CUDA={r.cuda}`, then `make up CUDA={r.cuda} ...`")  # fmt: skip
+        raise HarnessError(
+            f"the NVIDIA driver here is {driver}; image {tag} runs CUDA {recipe.cuda}, which "
+            f"needs driver {floor} or newer (R{floor.split('.')[0]}). Fix: {fix}"
+        )
+    old = [g for g in gpus if g.compute_cap < recipe.min_compute]
+    if old:
+        need = ".".join(map(str, recipe.min_compute))
+        named = ", ".join(f"{g.index} ({g.name}, compute {'.'.join(map(str, g.compute_cap))})"
+                          for g in old)  # fmt: skip
+        raise HarnessError(
+            f"GPU {named}: "
+            f"image {tag} (CUDA {recipe.cuda}) has kernels for compute capability {need} and "
+            "newer only; pick other GPUs (CUDA_VISIBLE_DEVICES) or run your own image built "
+            "on torch's CUDA 12.6 wheels (IMAGE=... ENTRY=...)"
+        )
+
+
+# --- `python -m tuning.harness gpus`: the inventory, and the driver check alone ------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gpus", help="list this host's GPUs; --check-driver: refuse an old driver")
+    p.add_argument("--check-driver", action="store_true",
+                   help="exit 2 when the driver is too old for the GPU image")  # fmt: skip
+    p.add_argument("--cuda", help="the CUDA 12 image's floor instead: --cuda 12.8")
+    p.set_defaults(fn=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    inv = nvidia.inventory()
+    if not inv.gpus:
+        print("gpus: none (no nvidia-smi on PATH); nothing to check")
+        return 0
+    seen = nvidia.visible(inv)
+    print(f"gpus: driver {inv.driver}")
+    for g in inv.gpus:
+        flags = ["MIG" if g.mig else "", "" if g in seen else "hidden"]
+        extra = ", ".join(f for f in flags if f)
+        print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
+              + (f" ({extra})" if extra else ""))  # fmt: skip
+    if a.check_driver:
+        tag = image_recipes.resolve(a.image, "gpu", a.cuda)
+        check_driver(inv.driver, seen, tag)
+        recipe = image_recipes.named(tag)
+        print(f"gpus: driver {inv.driver} runs {tag} (CUDA {recipe.cuda})" if recipe
+              else f"gpus: {tag} is not an image of this harness; not checked")  # fmt: skip
+    return 0

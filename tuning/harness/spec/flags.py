@@ -1,0 +1,123 @@
+"""The flags of a run, typed once into frozen values: `JobFlags` (what every command that
+renders a job takes, kube included) and `RunFlags` (up, bench and fault). Whole numbers and
+sizes are checked here, with the Makefile's variable names in the messages; a command that
+needs a variant (bench's layouts, fault's knobs) makes one with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from tuning.harness.errors import HarnessError
+from tuning.harness.spec import trainers
+from tuning.harness.spec.layout import IMAGE
+
+GRACE_S = 60.0  # seconds to wait for peers after a rank fails
+
+
+def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
+    """A whole-number flag (None when unset); a value already parsed passes the same check."""
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HarnessError(f"{name}={raw!r} is not a whole number; e.g. {name}={minimum}") from None
+    if value < minimum:
+        raise HarnessError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def memory(raw: str | None) -> str | None:
+    """MEMORY, a per-container limit as Compose takes it: a number and a unit (b, k, m, g)."""
+    if not raw:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*(\.[0-9]+)?[bkmg]", raw.lower()):
+        raise HarnessError(f"MEMORY={raw!r} is not a size; e.g. MEMORY=8g or MEMORY=512m")
+    return raw.lower()
+
+
+@dataclass(frozen=True)
+class JobFlags:
+    """STEPS, SEED, TIMEOUT, CONFIG and JOB: the job's flags."""
+
+    steps: int | None = None
+    seed: int | None = None
+    timeout: int | None = None
+    config: str | None = None
+    job: str = str(trainers.DEFAULT_JOB)
+
+    @classmethod
+    def of(cls, a: argparse.Namespace) -> JobFlags:
+        return cls(**_typed(a, cls))
+
+
+@dataclass(frozen=True)
+class RunFlags(JobFlags):
+    """Every flag of a run (options.add_run_flags), typed; TRAINER's preset filled in."""
+
+    layout: str = "single"
+    network: str = "isolated"
+    gpus: int | None = None  # None: every visible GPU (devices.for_host)
+    cuda: str | None = None
+    nproc: int = 2  # CPU ranks when GPUS=0
+    model: str | None = None
+    data: str | None = None
+    max_restarts: int = 0
+    resume: bool = False
+    resume_from: str | None = None
+    grace: float = GRACE_S
+    run_id: str | None = None
+    trainer: str = "harness"
+    memory: str | None = None
+    pids: int | None = None
+    entry: str | None = None
+    runs: str = "runs"
+    image: str = IMAGE
+
+    @classmethod
+    def of(cls, a: argparse.Namespace) -> RunFlags:
+        return _trainer_preset(cls(**_typed(a, cls)))
+
+
+# name: (the Makefile's variable, minimum) of every whole-number flag
+_WHOLE = {"steps": ("STEPS", 1), "seed": ("SEED", 0), "timeout": ("TIMEOUT", 1),
+          "gpus": ("GPUS", 0), "nproc": ("NPROC", 1), "max_restarts": ("MAX_RESTARTS", 0),
+          "pids": ("PIDS", 16)}  # fmt: skip
+
+
+def _typed(a: argparse.Namespace, cls: type) -> dict:
+    values = {f.name: getattr(a, f.name) for f in fields(cls) if hasattr(a, f.name)}
+    for name, (var, minimum) in _WHOLE.items():
+        if name in values:
+            values[name] = int_arg(var, values[name], minimum)
+    for name, default in (("max_restarts", 0), ("nproc", 2)):
+        if name in values:
+            values[name] = values[name] or default
+    if "memory" in values:
+        values["memory"] = memory(values["memory"])
+    return values
+
+
+def _trainer_preset(f: RunFlags) -> RunFlags:
+    """What TRAINER implies where the user left a flag at its default (trainers.py)."""
+    trainer = f.trainer or "harness"
+    if trainer not in trainers.TRAINERS:
+        raise HarnessError(
+            f"TRAINER={trainer!r} is unknown; use one of {', '.join(trainers.TRAINERS)}"
+        )
+    entry = f.entry or None
+    if trainer == "fms":
+        default_job = Path(f.job) == trainers.DEFAULT_JOB
+        return replace(f, trainer=trainer, entry=entry or trainers.FMS_ENTRY,
+                       image=trainers.FMS_IMAGE if f.image == IMAGE else f.image,
+                       job=str(trainers.FMS_JOB) if default_job else f.job)  # fmt: skip
+    if entry and f.image == IMAGE:
+        raise HarnessError(
+            f"ENTRY={entry} names a module in your own image; set IMAGE=<that image> as well "
+            f"(the harness image {IMAGE} runs this repo's trainer), or TRAINER=fms"
+        )
+    return replace(f, trainer=trainer, entry=entry)

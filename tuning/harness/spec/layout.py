@@ -1,0 +1,272 @@
+"""The one layout model. Every backend (Compose single, Compose per-rank, host, PyTorchJob)
+is rendered from a `Layout`: the ranks, ports and GPU ids of its nodes are worked out here,
+from the values it is made with (which GPUs: devices.GpuPlan; LAYOUT=host's free port:
+options.layout_from).
+
+A layout is a set of nodes. A node is what one container (or pod, or the host) runs: one
+`accelerate launch` with `nproc` ranks. Each node gets the environment a Kubeflow
+PyTorchJob injects (Training Operator pkg/controller.v1/pytorch/envvar.go), so the image's
+entrypoint runs the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NETWORKS = ("isolated", "shared")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A named layout: its LAYOUT kind and, per-rank, its NETWORK."""
+
+    name: str
+    kind: str
+    network: str = "isolated"
+
+    @property
+    def in_containers(self) -> bool:  # fault and the Compose examples run in containers only
+        return self.kind != "host"
+
+
+# The one table of layout names. LAYOUT takes the kinds; bench's report, fault and the examples
+# name the shapes; a Kubeflow job (kube) is one of JOB_KINDS, rendered from a JobLayout.
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("single", "single"),
+        Shape("per-rank-isolated", "per-rank", "isolated"),
+        Shape("per-rank-shared", "per-rank", "shared"),
+        Shape("host", "host"),
+    )
+}
+KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values()))  # single, per-rank, host
+CONTAINER_KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values() if s.in_containers))
+JOB_KINDS = ("pytorchjob", "trainjob")  # Training Operator V1's PyTorchJob, Trainer v2's TrainJob
+IMAGE = "tuning-harness:latest"
+PORT = 29500  # the rendezvous port under Compose and on the host
+CONTAINER_UID = "1000:1000"  # the image's `tuner` user
+
+# Where things live inside every container.
+JOB_DIR = "/job"
+OUTPUT_DIR = "/output"
+MODEL_DIR = "/model"
+DATA_DIR = "/data"  # DATA is mounted here under its own name: a file, or a directory
+TMP_DIR = "/tmp"  # the one writable path besides /output and /dev/shm (HOME, HF_HOME, caches)
+IMAGE_MODEL = "/opt/harness/assets/tiny-model"
+IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
+# A foreign trainer (ENTRY: a module in the user's image, such as fms-hf-tuning's
+# tuning.sft_trainer) gets the launcher and the rank recorder bound read-only here, and its
+# job as JSON (fms's SFT_TRAINER_CONFIG_JSON_PATH) instead of `--config job.yaml`.
+LAUNCH_DIR = "/opt/harness-launch"
+LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
+RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
+FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
+GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
+TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
+LABEL = "harness.run"  # on every container, network and volume of a run: its run id
+NETWORK = "train"  # the Compose network of the isolated layouts
+
+
+def data_target(host_path: str) -> str:
+    """DATA inside a container: /data/<its name>, so its suffix picks its reader (fms's too)."""
+    return f"{DATA_DIR}/{Path(host_path).name}"
+
+
+def output_dir_of(kind: str, run_dir: str) -> str:
+    """Where a rank writes: /output in a container; the run directory's output on the host."""
+    return str(Path(run_dir, "output")) if kind == "host" else OUTPUT_DIR
+
+
+def device_of(gpus: int) -> str:
+    """GPU ranks when any GPU is used, else CPU ranks on gloo."""
+    return "gpu" if gpus else "cpu"
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be built; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # service / pod / host name
+    node_rank: int
+    nproc: int
+    gpu_ids: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()  # more names it answers to (a TrainJob pod's FQDN)
+
+    @property
+    def ranks(self) -> range:
+        start = self.node_rank * self.nproc
+        return range(start, start + self.nproc)
+
+
+@dataclass(frozen=True)
+class Layout:
+    kind: str = "single"
+    gpus: int = 0  # GPUs used; 0 = CPU ranks on gloo
+    gpu_ids: tuple[str, ...] = ()  # the host GPUs (devices.GpuPlan); () = 0..gpus-1
+    nproc: int = 2  # CPU ranks when gpus == 0
+    run_id: str = "example"
+    image: str = IMAGE
+    port: int = PORT
+    network: str = "isolated"  # per-rank: own network/IPC per rank, or shared with rank 0
+    model: str | None = None  # host path of a model dir; None = the image's tiny model
+    data: str | None = None  # host path of a data file or directory; None = the demo data
+    run_dir: str = "runs/example"  # host path; job/ and output/ live under it
+    user: str = CONTAINER_UID
+    max_restarts: int = 0
+    extra_env: tuple[tuple[str, str], ...] = ()  # harness variables for the ranks
+    # Secrets (HF_TOKEN, ...) travel by NAME: rendered files say `NAME: null`, and Compose
+    # (or the host launcher) takes the value from the harness's environment at start.
+    secrets: tuple[str, ...] = ()
+    entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
+    memory: str | None = None  # per container (Compose mem_limit, e.g. "8g"); None: no limit
+    pids: int | None = None  # processes per container (Compose pids_limit); None: no limit
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise LayoutError(f"LAYOUT={self.kind!r} is unknown; use one of {', '.join(KINDS)}")
+        if self.network not in NETWORKS:
+            raise LayoutError(f"network {self.network!r} is unknown; use isolated or shared")
+        if self.gpus < 0:
+            raise LayoutError(f"GPUS={self.gpus} is negative; use 0 for CPU ranks or a GPU count")
+        if self.nproc < 1:
+            raise LayoutError(f"NPROC={self.nproc} must be at least 1")
+        if self.gpu_ids and len(self.gpu_ids) != self.gpus:
+            raise LayoutError(f"GPUS={self.gpus} but {len(self.gpu_ids)} GPU ids were given")
+        if self.entry and self.kind == "host":
+            raise LayoutError(f"ENTRY={self.entry} runs in its own image; LAYOUT=host runs this "
+                              "repo's trainer only. Use LAYOUT=single or per-rank")  # fmt: skip
+
+    @property
+    def device(self) -> str:
+        return device_of(self.gpus)
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus or self.nproc
+
+    def record(self) -> dict:
+        """What summary.json says of the layout."""
+        return {"layout": self.kind, "network": self.network, "device": self.device,
+                "world_size": self.world_size}  # fmt: skip
+
+    @property
+    def project(self) -> str:
+        return f"harness-{self.run_id}"
+
+    def nodes(self) -> list[Node]:
+        n = self.world_size
+        ids = self.gpu_ids or tuple(str(i) for i in range(self.gpus))
+        if self.kind == "per-rank":
+            shape = [(f"rank{i}", i, 1, (ids[i],) if self.gpus else ()) for i in range(n)]
+            master = "rank0"
+        else:
+            name = "host" if self.kind == "host" else "trainer"
+            shape = [(name, 0, n, ids)]
+            master = "127.0.0.1"
+        nnodes = len(shape)
+        return [
+            Node(name, rank, nproc, ids, self.node_env(master, nnodes, nproc, rank))
+            for name, rank, nproc, ids in shape
+        ]
+
+    def node_env(self, master: str, nnodes: int, nproc: int, node_rank: int) -> dict:
+        env = contract_env(master, self.port, nnodes, nproc, node_rank)
+        env.update(
+            HARNESS_DEVICE=self.device,
+            HARNESS_RUN_ID=self.run_id,
+            ACCELERATE_CONFIG=f"{self.job_dir}/accelerate.yaml",
+        )
+        if self.max_restarts and self.kind != "per-rank":  # per-rank: the harness restarts
+            env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)  # every container instead
+        if self.entry:
+            env.update(self.foreign_env())
+        env.update(self.nccl_env())
+        env.update(self.extra_env)
+        env.update(dict.fromkeys(self.secrets))
+        return env
+
+    def nccl_env(self) -> dict[str, str]:
+        """What NCCL needs when each container sees one GPU (per-rank on GPUs). Isolated: the
+        ranks are different hosts to NCCL (host hash = hostname + boot_id, NCCL
+        src/misc/utils.cc getHostHash), so they talk over the bridge, which is eth0 in the
+        container (NCCL skips lo and docker* by itself). Shared: rank 0's hostname, boot_id
+        and /dev/shm make them one host, and NCCL tries P2P with a GPU this container cannot
+        see (src/transport/p2p.cc p2pCanConnect; CUDA IPC then fails, NVIDIA/nccl#324): no
+        P2P, so SHM through the shared /dev/shm. One container (single): P2P/NVLink as is."""
+        if self.kind != "per-rank" or not self.gpus:
+            return {}
+        if self.network == "shared":
+            return {"NCCL_P2P_DISABLE": "1"}
+        return {"NCCL_SOCKET_IFNAME": "eth0"}
+
+    def container_env(self, node: Node) -> dict[str, str]:
+        """The node's environment in its container. per-rank with NETWORK=shared: the ranks
+        after rank 0 live in rank 0's network namespace and reach it on loopback. HOME is
+        /tmp: the root is read-only (caches: ~/.cache, ~/.triton)."""
+        env = {**node.env, "HOME": TMP_DIR}
+        if self.kind == "per-rank" and self.network == "shared" and node.node_rank:
+            env["MASTER_ADDR"] = env["PET_MASTER_ADDR"] = "127.0.0.1"
+        return env
+
+    def foreign_env(self) -> dict[str, str]:
+        """A foreign trainer runs under the rank recorder (tuning/rank_record.py), which
+        records the process group each rank joined and how it ended, then runs ENTRY."""
+        return {
+            "HARNESS_ENTRY": "harness_rank",
+            "HARNESS_WRAPPED_ENTRY": self.entry,
+            "HARNESS_OUTPUT_DIR": self.output_dir,
+            "PYTHONPATH": LAUNCH_DIR,
+            "SFT_TRAINER_CONFIG_JSON_PATH": f"{self.job_dir}/{self.job_file}",
+            "HF_HOME": "/tmp/hf",
+            "HF_HUB_OFFLINE": "1",
+        }
+
+    @property
+    def job_file(self) -> str:
+        return "job.json" if self.entry else "job.yaml"
+
+    @property
+    def trainer_args(self) -> list[str]:
+        """What the launcher passes on to the trainer: a foreign one reads its JSON job
+        from SFT_TRAINER_CONFIG_JSON_PATH, as fms-hf-tuning does."""
+        return [] if self.entry else ["--config", f"{self.job_dir}/{self.job_file}"]
+
+    # Paths as the ranks see them: inside the container, or on the host for LAYOUT=host.
+    @property
+    def job_dir(self) -> str:
+        return str(Path(self.run_dir, "job")) if self.kind == "host" else JOB_DIR
+
+    @property
+    def output_dir(self) -> str:
+        return output_dir_of(self.kind, self.run_dir)
+
+    def model_path(self, host_default: str) -> str:
+        if self.kind == "host":
+            return self.model or host_default
+        return MODEL_DIR if self.model else IMAGE_MODEL
+
+    def data_path(self, host_default: str) -> str:
+        if self.kind == "host":
+            return self.data or host_default
+        return data_target(self.data) if self.data else IMAGE_DATA
+
+
+def contract_env(master: str, port: int, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
+    """The variables the Kubeflow Training Operator injects into a PyTorchJob replica."""
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nnodes * nproc),
+        "RANK": str(node_rank),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(port),
+        "PET_NNODES": str(nnodes),
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NODE_RANK": str(node_rank),
+    }

@@ -1,0 +1,125 @@
+"""Checks a run's inputs on the host before anything starts, so a mistake costs a second and
+a clear message instead of a container that dies in its log.
+
+The job and data are checked by the trainer's own pure-Python code (tuning.config,
+tuning.data: no torch), so the host and the ranks can never disagree about what is valid.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from tuning.config import ConfigError, SFTConfig, coerce
+from tuning.data import DataError, load_examples
+from tuning.harness.errors import HarnessError
+from tuning.records import describe, needs_datasets, table_columns
+from tuning.shapes import check_columns
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+CHECK_ACCELERATE = (
+    "import sys\n"
+    "from accelerate.commands.config.config_args import load_config_from_file\n"
+    "try:\n    load_config_from_file(sys.argv[1])\n"
+    "except Exception as e:\n    print(e); sys.exit(1)\n"
+)
+
+
+def check_job(job: dict, source: str) -> SFTConfig:
+    try:
+        values = {key: coerce(key, value, source) for key, value in job.items()}
+        return SFTConfig(**values).validate(source)
+    except ConfigError as e:
+        raise HarnessError(f"{e}; fix the job file (JOB=...) or its variable") from None
+
+
+def check_model(path: str | None) -> None:
+    if not path:
+        return
+    model = Path(path)
+    if not (model / "config.json").is_file():
+        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model dir")
+    if not any((model / name).is_file() for name in TOKENIZER_FILES):
+        raise HarnessError(
+            f"MODEL={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
+            "tokenizer.save_pretrained(MODEL), or set tokenizer_name_or_path in the job"
+        )
+
+
+def check_data(path: str | None, cfg: SFTConfig) -> None:
+    """Every record where this environment reads them (JSON always; the rest with datasets);
+    else a table's columns from its schema (pyarrow), and the rest is the trainer's to check."""
+    if not path:
+        return
+    fmt = (cfg.dataset_text_field, cfg.response_template, cfg.data_formatter_template)
+    try:
+        if not needs_datasets(path) or importlib.util.find_spec("datasets") is not None:
+            load_examples(path, *fmt)
+            return
+        columns = table_columns(path)
+        if columns is not None:
+            check_columns(path, columns, *fmt)
+        checked = "its columns checked" if columns is not None else "not read here"
+        print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `datasets` in this"
+              " environment); the trainer checks its records before training")  # fmt: skip
+    except DataError as e:
+        raise HarnessError(f"DATA: {e}") from None
+
+
+def check_world_size(path: Path, world_size: int) -> None:
+    """A config's num_processes is the world size it was written for. The launcher passes
+    the run's own (GPUS, NPROC), so a different one would be overridden in silence: refused.
+    1 is the placeholder accelerate and fms-hf-tuning write ("overridden"), so it passes."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise HarnessError(f"CONFIG={path}: not readable YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"CONFIG={path}: an accelerate config is a mapping of keys")
+    n = data.get("num_processes")
+    if isinstance(n, int) and n not in (-1, 1, world_size):
+        raise HarnessError(
+            f"CONFIG={path} says num_processes: {n}, but this run has {world_size} rank(s) "
+            f"(GPUS/NPROC). Set GPUS or NPROC to {n}, or num_processes to {world_size} (or 1, "
+            "which the launcher overrides)"
+        )
+
+
+def check_accelerate_config(path: Path, image: str | None) -> None:
+    """Run accelerate's own loader on a user's config (unknown keys raise there): in the
+    image, or in this environment (LAYOUT=host, and every dry run: no container starts).
+    An environment without accelerate (the harness-only venv) says so and skips it."""
+    if not image and importlib.util.find_spec("accelerate") is None:
+        print(
+            f"harness: note: CONFIG={path} not loaded by accelerate here: no accelerate in "
+            "this environment (`make .venv/.train`); a real run loads it in the image"
+        )
+        return
+    if image:
+        cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
+               "-v", f"{path.resolve()}:/cfg.yaml:ro", image, "-c", CHECK_ACCELERATE,
+               "/cfg.yaml"]  # fmt: skip
+    else:
+        cmd = [sys.executable, "-c", CHECK_ACCELERATE, str(path)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        lines = out.stdout.strip().splitlines() or out.stderr.strip().splitlines()[-1:]
+        why = lines[0] if lines else f"exit code {out.returncode}"
+        raise HarnessError(f"CONFIG={path}: accelerate refuses it: {why}")
+
+
+def check_runs_dir(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as e:
+        raise HarnessError(
+            f"runs directory {root} is not writable ({e.strerror}); make it writable or point "
+            "RUNS=<dir> at one that is"
+        ) from None
