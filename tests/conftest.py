@@ -91,6 +91,20 @@ def run_launch(trainer_args: list[str], timeout: float = 300, **env) -> subproce
     )
 
 
+def write_table(path: Path, rows: list[dict]) -> Path:
+    """rows as Parquet, or as an Arrow stream (what datasets' save_to_disk writes), by suffix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows)
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    return path
+
+
 def read_metrics(output_dir: Path, rank: int) -> list[dict]:
     path = Path(output_dir) / "metrics" / f"rank{rank}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -4,9 +4,9 @@ directories, pretokenized records) and the errors for what matches no shape."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import write_table
 from test_data import _write
 
 from tuning.data import (
@@ -21,20 +21,6 @@ IO_ROWS = [{"input": "### Input: cat dog\n\n## Label:", "output": " red"},
            {"input": "### Input: owl", "output": "gold"}]  # fmt: skip
 
 
-def _table(path: Path, rows: list[dict]) -> Path:
-    """rows as Parquet, or as an Arrow stream (what datasets' save_to_disk writes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist(rows)
-    if path.suffix == ".parquet":
-        pq.write_table(table, path)
-    else:
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-    return path
-
-
 def _pieces(examples) -> list[tuple]:
     return [(e.index, e.prompt, e.response) for e in examples]
 
@@ -44,7 +30,7 @@ EXPECTED = [(0, "### Input: cat dog\n\n## Label:", " red"), (1, "### Input: owl"
 
 @pytest.mark.parametrize("name", ["d.parquet", "d.arrow"])
 def test_parquet_and_arrow_read_as_json_is(tmp_path, name):
-    path = _table(tmp_path / name, IO_ROWS)
+    path = write_table(tmp_path / name, IO_ROWS)
     examples = load_examples(path)
     assert _pieces(examples) == EXPECTED
     assert [e.where for e in examples] == [f"{path} row 1", f"{path} row 2"]
@@ -56,7 +42,7 @@ def test_arrow_ipc_file_format_too(tmp_path):
     table = pa.Table.from_pylist(IO_ROWS)
     path = tmp_path / "f.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
+        w.writewrite_table(table)
     assert _pieces(load_examples(path)) == EXPECTED
 
 
@@ -68,8 +54,8 @@ def test_directory_of_files_in_name_order(tmp_path):
     assert _pieces(load_examples(folder)) == EXPECTED
     tables = tmp_path / "tables"
     tables.mkdir()
-    _table(tables / "1.parquet", IO_ROWS[:1])
-    _table(tables / "2.parquet", IO_ROWS[1:])
+    write_table(tables / "1.parquet", IO_ROWS[:1])
+    write_table(tables / "2.parquet", IO_ROWS[1:])
     assert _pieces(load_examples(tables)) == EXPECTED
 
 
@@ -102,7 +88,7 @@ def test_text_file_is_one_record_a_line(tmp_path):
 
 def test_pretokenized_records_pass_through_truncated(tmp_path, tokenizer):
     rows = [{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8], "other": "x"}]
-    for path in (_write(tmp_path, rows), _table(tmp_path / "p.parquet", rows)):
+    for path in (_write(tmp_path, rows), write_table(tmp_path / "p.parquet", rows)):
         (example,) = load_examples(path)
         row = tokenize_example(example, tokenizer, 64)
         assert row == {"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8], "index": 0}
@@ -130,7 +116,7 @@ def test_chat_records_refused_with_what_they_need(tmp_path):
     rows = [
         {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
     ]
-    for path in (_write(tmp_path, rows), _table(tmp_path / "c.parquet", rows)):
+    for path in (_write(tmp_path, rows), write_table(tmp_path / "c.parquet", rows)):
         with pytest.raises(DataError) as err:
             load_examples(path)
         message = str(err.value)
@@ -139,7 +125,7 @@ def test_chat_records_refused_with_what_they_need(tmp_path):
 
 
 def test_record_of_no_shape_names_its_keys_format_and_the_shapes(tmp_path):
-    path = _table(tmp_path / "q.parquet", [{"question": "a", "answer": "b"}])
+    path = write_table(tmp_path / "q.parquet", [{"question": "a", "answer": "b"}])
     with pytest.raises(DataError) as err:
         load_examples(path)
     assert str(err.value) == (
@@ -156,7 +142,7 @@ def test_file_in_no_format_we_read(tmp_path):
     with pytest.raises(DataError, match=r"d.csv: not a data file we read \(suffix '.csv', "
                        r"content starting b'input,output'\); accepted: .json/.jsonl"):  # fmt: skip
         load_examples(csv)
-    misnamed = _table(tmp_path / "x.parquet", IO_ROWS).rename(tmp_path / "x.jsonl")
+    misnamed = write_table(tmp_path / "x.parquet", IO_ROWS).rename(tmp_path / "x.jsonl")
     with pytest.raises(DataError, match=r"x.jsonl: not a data file.*a Parquet file \(name it"):
         load_examples(misnamed)
     broken = tmp_path / "b.parquet"
@@ -170,7 +156,7 @@ def test_host_check_of_columns_without_rows(tmp_path):
     from tuning.records import table_columns
     from tuning.shapes import check_columns
 
-    path = _table(tmp_path / "s.arrow", [{"text": "## Label: x", "n": 1}])
+    path = write_table(tmp_path / "s.arrow", [{"text": "## Label: x", "n": 1}])
     assert table_columns(path) == ["text", "n"]
     check_columns(path, ["text", "n"], "text", "## Label:")
     with pytest.raises(DataError, match=r"s.arrow \(columns\): missing field 'output'"):

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import write_table
 
 from tuning.config import parse_args
 from tuning.data import IGNORE_INDEX, Collator, load_examples, tokenize_example
@@ -211,20 +212,6 @@ IO_ROWS = [
 ]
 
 
-def _table(path: Path, rows: list[dict]) -> Path:
-    """Parquet, or an Arrow stream (the file datasets' save_to_disk writes), by suffix."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist(rows)
-    if path.suffix == ".parquet":
-        pq.write_table(table, path)
-    else:
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-    return path
-
-
 def _io_job(model_dir: Path, data: Path, tmp_path: Path) -> dict:
     return {"model_name_or_path": str(model_dir), "training_data_path": str(data),
             "output_dir": str(tmp_path / "out"), "max_seq_length": 64,
@@ -238,8 +225,8 @@ def _same(fms_python, tmp_path, tokenizer, job: dict, collator: str) -> int:
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
-def test_twitter_shape_as_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
-    data = _table(tmp_path / f"twitter{suffix}", TWEETS)
+def test_twitter_shape_aswrite_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    data = write_table(tmp_path / f"twitter{suffix}", TWEETS)
     job = {**_io_job(model_dir, data, tmp_path), "max_seq_length": 160,
            "response_template": RESPONSE, "data_formatter_template": JINJA_TEMPLATE}  # fmt: skip
     tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForCompletionOnlyLM")
@@ -247,8 +234,8 @@ def test_twitter_shape_as_table(fms_python, model_dir, tmp_path, tokenizer, suff
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
-def test_input_output_shape_as_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
-    data = _table(tmp_path / f"io{suffix}", IO_ROWS)
+def test_input_output_shape_aswrite_table(fms_python, model_dir, tmp_path, tokenizer, suffix):
+    data = write_table(tmp_path / f"io{suffix}", IO_ROWS)
     job = _io_job(model_dir, data, tmp_path)
     tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
     print(f"input/output shape, {suffix}: {tokens} tokens identical")
@@ -260,7 +247,7 @@ def test_directory_of_two_files(fms_python, model_dir, tmp_path, tokenizer, suff
     folder.mkdir()
     for name, rows in (("part-b", IO_ROWS[2:]), ("part-a", IO_ROWS[:2])):
         path = folder / f"{name}{suffix}"
-        _table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
+        write_table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
     job = _io_job(model_dir, folder, tmp_path)
     tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
     print(f"directory of two {suffix} files: {tokens} tokens identical")
@@ -277,7 +264,7 @@ def test_pretokenized_records(fms_python, model_dir, tmp_path, tokenizer, suffix
         {"input_ids": list(range(5, 90)), "labels": [IGNORE_INDEX] * 3 + list(range(8, 90))}
     )
     path = tmp_path / f"tok{suffix}"
-    data = _table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
+    data = write_table(path, rows) if suffix == ".parquet" else _write(path, rows, array=False)
     job = _io_job(model_dir, data, tmp_path)  # max_seq_length 64 truncates the last record
     tokens = _same(fms_python, tmp_path, tokenizer, job, "DataCollatorForSeq2Seq")
     print(f"pre-tokenized, {suffix}: {tokens} tokens identical")
