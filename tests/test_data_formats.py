@@ -42,7 +42,7 @@ def test_arrow_ipc_file_format_too(tmp_path):
     table = pa.Table.from_pylist(IO_ROWS)
     path = tmp_path / "f.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.writewrite_table(table)
+        w.write_table(table)
     assert _pieces(load_examples(path)) == EXPECTED
 
 
