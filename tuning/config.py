@@ -5,11 +5,9 @@ by ``SFT_TRAINER_CONFIG_JSON_PATH``; ``--config`` wins when both are given), com
 Argument names, types and defaults are fms-hf-tuning 3.2.2's (its HfArgumentParser over
 ModelArguments, DataArguments, TrainingArguments, LoraConfig, trackers): bare ``--flag`` for a
 boolean, ``--target_modules q_proj v_proj``, ``peft_method LORA``, ``\\n`` typed in a template
-unescaped as fms does. fms keys this trainer does not implement are in NO_OP_KEYS (accepted:
-they change nothing here) or REFUSED_KEYS (refused, by name, unless left at fms's default), both
-in tuning/fms_keys.py.
-Pure Python: no torch import here.
-"""
+unescaped as fms does. fms keys not implemented here are in tuning/fms_keys.py: NO_OP_KEYS
+(accepted, changing nothing) or REFUSED_KEYS (refused by name unless at fms's default).
+Pure Python: no torch import here."""
 
 from __future__ import annotations
 
@@ -46,9 +44,8 @@ class SFTConfig:
     validation_data_path: str | None = None
     dataset_text_field: str | None = None
     response_template: str | None = None
-    data_formatter_template: str | None = (
-        None  # e.g. "### Input: {{input}} \n\n## Label: {{output}}"
-    )
+    # e.g. "### Input: {{input}} \n\n## Label: {{output}}"
+    data_formatter_template: str | None = None
     max_seq_length: int = 4096  # fms's default; the tokenizer's model_max_length caps it
     # optimisation
     output_dir: str | None = None
