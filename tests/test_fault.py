@@ -228,29 +228,39 @@ def test_ctrl_c_leaves_nothing(layout, harness_image, tmp_path):
 IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
 
 
+def recovered(kind: str, layout: str, tmp_path: Path, steps: int) -> dict:
+    """`make fault` with MAX_RESTARTS=1: the group restarted once and finished all its steps."""
+    built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
+    assert built.returncode == 0, built.stdout + built.stderr
+    rec = run_fault(kind, layout, tmp_path / "fault", "--steps", str(steps),
+                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
+    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
+    assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
+    assert len(rec["restarts"]) == 1, rec["restarts"]
+    return rec
+
+
+def plain_losses(layout: str, tmp_path: Path, steps: int) -> dict[int, float]:
+    """The same job uninterrupted (same seed and steps): step -> loss."""
+    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
+                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.docker
 @pytest.mark.fault
 @pytest.mark.slow
 def test_crash_recovers_with_max_restarts(layout, tmp_path):
-    built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
-    assert built.returncode == 0, built.stdout + built.stderr
     steps = 30  # the demo job saves every 10 steps: checkpoint-10 exists before the crash at 12
-    rec = run_fault("crash", layout, tmp_path / "fault", "--steps", str(steps),
-                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
-    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
-    assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
-    assert len(rec["restarts"]) == 1, rec["restarts"]
+    rec = recovered("crash", layout, tmp_path, steps)
     by = "harness" if layout == "per-rank" else "torchrun"
     assert rec["restarts"][0]["by"] == by
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["steps"] == steps and len(summary["restarts"]) == 1
     resumed = max(c["step"] for c in rec["checkpoints"] if c["before_fault"] and c["complete"])
-    # The same job uninterrupted (same seed and steps): the losses after the restart match.
-    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
-                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    plain = dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+    plain = plain_losses(layout, tmp_path, steps)  # the losses after the restart match it
     after = {s: loss for s, loss in summary["losses"] if s > resumed}
     assert len(after) == steps - resumed
     assert all(abs(loss - plain[s]) < 1e-4 for s, loss in after.items()), (after, plain)
@@ -265,14 +275,8 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(lay
     """Issue 23: a rank SIGKILLed while checkpoint-20 is being written. The restarted group
     (MAX_RESTARTS=1) meets no torn checkpoint: it resumes from checkpoint-10 and follows the
     unfaulted run's losses."""
-    built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
-    assert built.returncode == 0, built.stdout + built.stderr
     steps = 30
-    rec = run_fault("save-kill", layout, tmp_path / "fault", "--steps", str(steps),
-                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
-    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
-    assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
-    assert len(rec["restarts"]) == 1, rec["restarts"]
+    rec = recovered("save-kill", layout, tmp_path, steps)
     save = rec["save"]
     # The kill landed inside the save: weights written, optimizer and trainer state not yet.
     assert (save["checkpoint"], save["step"]) == ("tmp-checkpoint-20", 20), save
@@ -289,10 +293,7 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(lay
     assert f"- on a cluster: {fault_save.CLUSTER}" in md.splitlines()
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["torn_checkpoints"] == [moved] and summary["steps"] == steps
-    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
-                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    plain = dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+    plain = plain_losses(layout, tmp_path, steps)
     after = {s: loss for s, loss in summary["losses"] if s > 10}
     assert sorted(after) == list(range(11, steps + 1))
     assert all(abs(loss - plain[s]) < 1e-5 for s, loss in after.items()), (after, plain)
