@@ -79,7 +79,8 @@ def test_evaluation_runs_on_the_validation_data(hf_run):
 
 
 def test_training_logs_are_in_fms_format(hf_run):
-    lines = [json.loads(x) for x in (hf_run / "training_logs.jsonl").read_text().splitlines()]
+    raw = (hf_run / "training_logs.jsonl").read_text().splitlines()
+    lines = [json.loads(x) for x in raw]
     train_steps = [x["data"]["step"] for x in lines if x["name"] == "training_loss"]
     val_steps = [x["data"]["step"] for x in lines if x["name"] == "validation_loss"]
     assert (train_steps, val_steps) == ([1, 2, 3, 4], [2, 4]), lines
@@ -87,6 +88,9 @@ def test_training_logs_are_in_fms_format(hf_run):
         assert set(x) == {"name", "data"} and set(x["data"]) == {"epoch", "step", "timestamp",
                                                                  "value"}, x  # fmt: skip
         assert isinstance(x["data"]["value"], float) and x["data"]["value"] > 0, x
+        assert x["data"]["epoch"] == round(x["data"]["epoch"], 2), f"fms rounds epoch: {x}"
+    # fms's tracker writes json.dumps(..., sort_keys=True): "data" before "name"
+    assert all(r.startswith('{"data": {"epoch": ') for r in raw), raw
 
 
 def test_save_model_dir_holds_a_loadable_model_and_tokenizer(hf_run, tiny_model):
