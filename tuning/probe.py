@@ -72,7 +72,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tuning import gpu_guard
+from tuning import affinity, gpu_guard
 from tuning.transport import transport_info
 
 GB = 1e9
@@ -228,6 +228,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    affinity.pin_rank()  # bench: this rank's own cores, as in training (tuning/affinity.py)
     backend, device = _backend_and_device()
     kwargs = {"timeout": _dt.timedelta(seconds=args.timeout_s)}
     if backend == "nccl":

@@ -32,6 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from tuning import affinity
 from tuning.harness.backends import engine
 from tuning.harness.commands import report
 from tuning.harness.commands.bench_rounds import DEFAULT_REPEAT, Rounds
@@ -112,8 +113,10 @@ def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
     shape = LAYOUTS[name]
     f = replace(f, runs=str(bench_dir), layout=shape.kind, network=shape.network)
 
-    def env(_world: int, output_dir: str) -> dict[str, str]:
-        out = {"OMP_NUM_THREADS": str(threads)}
+    def env(world: int, output_dir: str) -> dict[str, str]:
+        # rank i on the same cores in every layout (tuning/affinity.py)
+        shares = affinity.split(os.sched_getaffinity(0), world)
+        out = {"OMP_NUM_THREADS": str(threads), affinity.VAR: affinity.encode(shares)}
         if probe:
             out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=_probe_args(a, output_dir))
         return out
