@@ -78,7 +78,9 @@ def test_report_md_is_report_json_rendered_and_one_round_resolves_nothing(small_
     assert [g.split(":")[0] for g in goals] == ["- UNRESOLVED"] * 3, goals
     for g in goals:
         assert "90 % interval [no interval: one pair]" in g, g
-        assert g.endswith("about 1 more round would likely resolve it."), g
+        assert g.endswith(
+            "one pair gives no interval; about 1 more round would likely resolve it."
+        ), g
     assert [g["more_rounds"] for g in doc["derived"]["goals"]] == [1, 1, 1]
 
 

@@ -166,7 +166,9 @@ def test_one_round_is_unresolved_and_asks_for_one_more():
     assert [(g["verdict"], g["interval"], g["more_rounds"]) for g in goals] == [
         ("UNRESOLVED", None, 1), ("UNRESOLVED", None, 1), ("UNRESOLVED", None, 1)]  # fmt: skip
     assert "[no interval: one pair]" in goals[0]["sentence"]
-    assert goals[0]["sentence"].endswith("about 1 more round would likely resolve it.")
+    assert goals[0]["sentence"].endswith(
+        "unresolved: one pair gives no interval; about 1 more round would likely resolve it."
+    )
 
 
 def test_pairwise_median_ratio_differs_from_ratio_of_medians():

@@ -112,8 +112,8 @@ def goals(report: dict, derived: dict, per: dict) -> list[dict]:
         elif tag == "MISSED":
             s += "missed; " + cause(report, derived, per)
         else:
-            s += (f"unresolved: the interval spans the target; {shown_rounds(more)} would "
-                  "likely resolve it.")  # fmt: skip
+            why = "the interval spans the target" if iv else "one pair gives no interval"
+            s += f"unresolved: {why}; {shown_rounds(more)} would likely resolve it."
         out.append({"name": name, "target": shown_target, "value": v, "interval": iv,
                     "pairs": p["pairs"], "per_round": p["per_round"], "verdict": tag,
                     "more_rounds": more, "sentence": s})  # fmt: skip
