@@ -142,7 +142,18 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     length, ctype = struct.unpack(">I4s", data[8:16])
     assert (length, ctype) == (13, b"IHDR")
     w, h = struct.unpack(">II", data[16:24])
-    assert w > h > 0  # a picture, wider than tall (two panels side by side)
+    assert (w, h) == (1200, 480)  # 12 x 4.8 inches at 100 dpi: two panels side by side
+    # The written file itself: the bars (tab:blue at alpha 0.6 on white) only in the left
+    # panel, the second layout's busbw curve (tab:orange) only in the right one.
+    from matplotlib.image import imread
+
+    rgb = imread(png)[:, :, :3]
+    bar = (rgb[:, :, 0] > 0.43) & (rgb[:, :, 0] < 0.51) & (rgb[:, :, 2] > 0.79)
+    orange = (rgb[:, :, 0] > 0.95) & (rgb[:, :, 1] > 0.4) & (rgb[:, :, 1] < 0.6)
+    orange &= rgb[:, :, 2] < 0.15
+    left, right = slice(0, w // 2), slice(w // 2, w)
+    assert bar[:, left].sum() > 1000 > 100 > bar[:, right].sum()  # a blue curve's antialiasing
+    assert orange[:, right].sum() > 50 and orange[:, left].sum() == 0
     fig = rp.figure(rep)
     assert len(fig.axes) == 2
     speed, bw = fig.axes
