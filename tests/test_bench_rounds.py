@@ -35,9 +35,10 @@ def test_budget_units_and_bad_values():
 
 def test_a_fixed_repeat_runs_that_many_rounds():
     clock = Clock()
-    r = Rounds("2", None, clock)
-    assert _rounds(r, lambda n: profile(rounds=n), clock, 60) == 2
-    assert r.stopped == "2 round(s), as REPEAT asked."
+    for repeat in (2, 5):  # fewer and more than auto's least rounds
+        r = Rounds(str(repeat), None, clock)
+        assert _rounds(r, lambda n: profile(rounds=min(n, 3)), clock, 60) == repeat
+        assert r.stopped == f"{repeat} round(s), as REPEAT asked."
     with pytest.raises(HarnessError, match="BUDGET applies to REPEAT=auto only"):
         Rounds("3", "10m")
     with pytest.raises(HarnessError, match="REPEAT='some': a whole number of rounds"):

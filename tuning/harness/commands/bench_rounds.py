@@ -61,7 +61,7 @@ class Rounds:
             self.stopped = f"{self.done} round(s), as REPEAT asked."
             return False
         per_round = elapsed / self.done if self.done else 0.0
-        if self.done >= MIN_ROUNDS:
+        if self.auto and self.done >= MIN_ROUNDS:
             open_goals = [g["name"] for g in derive(raw)["goals"] if g["verdict"] == "UNRESOLVED"]
             if not open_goals:
                 self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
