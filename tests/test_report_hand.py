@@ -209,3 +209,15 @@ def test_report_module_never_imports_torch():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_gap_no_single_phase_explains_names_none():
+    """+3 s every round, but from imports in rounds 1-2 and model load in round 3: the launch
+    goal is MISSED ([3, 3]) while each phase's interval is [0, 3], not beyond zero."""
+    rep = profile()
+    for i, r in enumerate(rep["layouts"][1]["repeats"]):
+        r["phases"]["container_start_s"] = None  # as host: no container part
+        r["phases"]["imports_s" if i < 2 else "model_load_s"] += 3.0
+    launch = rp.derive(rep)["goals"][2]
+    assert launch["verdict"] == "MISSED" and launch["interval"] == pytest.approx((3.0, 3.0))
+    assert launch["sentence"].endswith("missed; no phase is later beyond its uncertainty.")
