@@ -21,7 +21,8 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
   $(call flag,TRAINER,trainer) $(call flag,ENTRY,entry) $(call switch,RESUME,resume) \
   $(call flag,RESUME_FROM,resume-from) $(call flag,MEMORY,memory) $(call flag,PIDS,pids)
 
-BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call switch,DRY_RUN,dry-run)
+BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call flag,BUDGET,budget) \
+  $(call switch,DRY_RUN,dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
   $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
@@ -59,7 +60,9 @@ help: ## list targets and variables
 	@echo "  TRAINER=fms     fms-hf-tuning 3.2.2 itself, in its own image (make image TRAINER=fms)"
 	@echo "  IMAGE=img ENTRY=module  a trainer of your own image (README: what it needs)"
 	@echo "Variables (bench, fault, kube):"
-	@echo "  REPEAT=r        bench: rounds over the layouts (default 3)"
+	@echo "  REPEAT=r        bench: rounds over the layouts (default 3); REPEAT=auto: until every"
+	@echo "                  goal is MET or MISSED, not UNRESOLVED (at least 3 rounds)"
+	@echo "  BUDGET=10m      bench REPEAT=auto: the time budget (s, m or h; default 10m)"
 	@echo "  FAULT=kind      fault: kill term preempt crash pause slow delay loss partition oom no-show | all"
 	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
 	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"

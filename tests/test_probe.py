@@ -41,10 +41,12 @@ def test_bandwidths_follow_nccl_tests():
     assert bus == alg  # 2(n-1)/n == 1 for n = 2
 
 
-def test_timed_iters_bounded_but_at_least_three():
+def test_timed_iters_bounded_but_at_least_twenty():
     assert probe.timed_iters(1e-4, 20, 2.0) == 20
-    assert probe.timed_iters(0.25, 20, 2.0) == 8
-    assert probe.timed_iters(5.0, 20, 2.0) == 3
+    assert probe.timed_iters(1e-4, 100, 2.0) == 100
+    assert probe.timed_iters(0.0625, 100, 2.0) == 32  # 2 s / 0.0625 s
+    assert probe.timed_iters(0.25, 20, 2.0) == 20  # over the budget, never below 20
+    assert probe.timed_iters(5.0, 100, 2.0) == 20
 
 
 def test_parse_proc_net_tcp_and_ip_addr():
@@ -115,7 +117,7 @@ def test_wrong_sum_is_recorded_and_exits_nonzero(tmp_path, monkeypatch):
 
     monkeypatch.setattr(probe.dist, "all_reduce", corrupting)
     rc = probe.main(
-        ["--out", str(tmp_path), "--max-bytes", "4096", "--warmup", "1", "--iters", "3"]
+        ["--out", str(tmp_path), "--max-bytes", "4096", "--warmup", "1", "--iters", "20"]
     )
     assert rc == 1
     doc = json.loads((tmp_path / "probe.json").read_text())
@@ -155,7 +157,7 @@ def test_two_rank_gloo_probe_under_accelerate(tmp_path):
     assert [s["bytes"] for s in doc["samples"]] == probe.sizes(1024, 1048576)
     for s in doc["samples"]:
         assert s["correct"] is True
-        assert s["iters"] >= 3 and s["time_s"] > 0
+        assert s["iters"] >= 20 and s["time_s"] > 0
         assert s["algbw_GBps"] == pytest.approx(s["bytes"] / s["time_s"] / 1e9, rel=1e-12)
         assert s["busbw_GBps"] == pytest.approx(s["algbw_GBps"], rel=1e-12)  # 2(n-1)/n = 1
 

@@ -1,5 +1,5 @@
-"""`make up`'s progress: redrawn in place on a terminal (a real pseudo-terminal here), one plain
-line per new step elsewhere (CI logs)."""
+"""`make up`'s progress: redrawn in place on a terminal (a real pseudo-terminal here); elsewhere
+(CI logs) every tenth step and each rank's last; nothing when quiet (bench off a terminal)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,32 @@ def test_a_terminal_gets_the_lines_redrawn_in_place():
     )
 
 
-def test_a_log_gets_one_plain_line_per_new_step():
+def test_a_log_gets_every_tenth_step_and_the_last():
     out = io.StringIO()
-    p = Progress(stream=out)
-    p.update({0: [step(0, 1, 5.0)]})
-    p.update({0: [step(0, 1, 5.0), step(0, 2, 4.5)]})
+    p = Progress(stream=out, total_steps=25)
+    lines = [step(0, n, 5.0 - n / 10) for n in range(1, 24)]
+    p.update({0: lines[:12]})  # steps 1..12: step 10 printed
+    p.update({0: lines})  # ..23: step 20
+    p.finish({0: lines})  # the run ended at 23 (of 25): its last step too
     assert out.getvalue() == (
-        "rank0 step 1 loss 5.0000 (0.50 s/step, world 2)\n"
-        "rank0 step 2 loss 4.5000 (0.50 s/step, world 2)\n"
+        "rank0 step 10/25 loss 4.0000 (0.50 s/step, world 2)\n"
+        "rank0 step 20/25 loss 3.0000 (0.50 s/step, world 2)\n"
+        "rank0 step 23/25 loss 2.7000 (0.50 s/step, world 2)\n"
     )
+
+
+def test_the_total_step_is_printed_once_and_quiet_prints_nothing():
+    out = io.StringIO()
+    p = Progress(stream=out, total_steps=12)
+    lines = [step(1, n, 1.0) for n in range(1, 13)]
+    p.update({1: lines})
+    p.finish({1: lines})
+    assert out.getvalue() == (
+        "rank1 step 10/12 loss 1.0000 (0.50 s/step, world 2)\n"
+        "rank1 step 12/12 loss 1.0000 (0.50 s/step, world 2)\n"
+    )
+    quiet = io.StringIO()
+    q = Progress(stream=quiet, total_steps=12, quiet=True)
+    q.update({1: lines})
+    q.finish({1: lines})
+    assert quiet.getvalue() == ""

@@ -1,16 +1,14 @@
-"""tuning.harness.commands.report: every figure in report.md recomputed here from report.json's raw
-samples with numpy (an independent implementation), the PNG checked, pairwise ratios proven.
-Fast; no docker, no torch."""
+"""tuning.harness.commands.report on a larger generated profile: the files it writes, the
+raw samples kept, the table's shape, and the PNG. Every figure's value is pinned on the
+hand-worked profile in test_report_hand.py. Fast; no docker, no torch."""
 
 from __future__ import annotations
 
 import json
 import random
-import re
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tuning.harness.commands import report as rp
@@ -98,73 +96,6 @@ def make_report(seed: int = 7, repeats: int = 2) -> dict:
     return {"schema_version": 1, "meta": {"bench": "test"}, "layouts": list(layouts.values())}
 
 
-# ---------------------------------------------------------------------------------------
-# Independent recomputation (numpy), from report.json's raw samples only
-# ---------------------------------------------------------------------------------------
-
-
-def _steps(rep):
-    n = min(len(r) for r in rep["step_s"])
-    return np.max(np.array([r[:n] for r in rep["step_s"]]), axis=0)
-
-
-def _launch(rep):
-    return sum(v for v in rep["phases"].values() if v is not None)
-
-
-def _tok(rep):
-    tot = sum(sum(t) for t in rep["tokens"])
-    return tot / max(sum(s) for s in rep["step_s"]), [
-        sum(t) / sum(s) for t, s in zip(rep["tokens"], rep["step_s"], strict=True)
-    ]
-
-
-def _bus(rep):
-    return max(rep["probe"]["samples"], key=lambda s: s["bytes"])["busbw_GBps"]
-
-
-def _transport(rep):
-    if rep.get("transport"):
-        return set(rep["transport"])
-    return {f"gloo/{t['interface']}" for t in rep["probe"]["transport"]}
-
-
-def recompute(raw: dict) -> dict:
-    lay = {lay_["name"]: lay_["repeats"] for lay_ in raw["layouts"]}
-
-    def pair(name, ref, f):
-        return float(np.median([f(a) / f(b) for a, b in zip(lay[name], lay[ref], strict=True)]))
-
-    rows = {}
-    for name, reps in lay.items():
-        pooled = np.concatenate([_steps(r) for r in reps])
-        toks = [_tok(r) for r in reps]
-        rows[name] = {
-            "first": float(np.median([_launch(r) for r in reps])),
-            "step": float(np.median(pooled)),
-            "p10": float(np.percentile(pooled, 10)),
-            "p90": float(np.percentile(pooled, 90)),
-            "tok": float(np.median([t[0] for t in toks])),
-            "tok_rank": [float(np.median([t[1][i] for t in toks])) for i in range(NRANKS)],
-            "bus": float(np.median([_bus(r) for r in reps])),
-            "mem": max(max(r["peak_memory_bytes"]) for r in reps) / 2**20,
-            "transport": ", ".join(sorted(set().union(*(_transport(r) for r in reps)))),
-            "step_host": pair(name, "host", lambda r: np.median(_steps(r))),
-            "step_single": pair(name, "single", lambda r: np.median(_steps(r))),
-            "bus_single": pair(name, "single", _bus),
-        }
-    goals = {
-        "step": pair("single", "host", lambda r: np.median(_steps(r))),
-        "bus": pair("per-rank-shared", "single", _bus),
-        "launch": float(
-            np.median(
-                [_launch(a) - _launch(b) for a, b in zip(lay["single"], lay["host"], strict=True)]
-            )
-        ),
-    }
-    return {"rows": rows, "goals": goals}
-
-
 def parse_table(md: str) -> dict[str, list[str]]:
     lines = [ln for ln in md.splitlines() if ln.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -174,38 +105,6 @@ def parse_table(md: str) -> dict[str, list[str]]:
         cells[0]: cells
         for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:])
     }
-
-
-def close(text: str, value: float, decimals: int):
-    assert float(text) == pytest.approx(value, abs=0.5 * 10**-decimals + 1e-12), (text, value)
-
-
-# ---------------------------------------------------------------------------------------
-
-
-def assert_table_matches(md: str, raw: dict, order: list[str]) -> dict[str, list[str]]:
-    """Every figure of report.md's table, recomputed independently from the raw samples."""
-    want = recompute(raw)
-    table = parse_table(md)
-    assert list(table) == order  # rows in run order
-    for name, cells in table.items():
-        w = want["rows"][name]
-        close(cells[1], w["first"], 3)
-        mm = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[2])
-        close(mm[1], w["step"], 4)
-        close(mm[2], w["p10"], 4)
-        close(mm[3], w["p90"], 4)
-        mt = re.fullmatch(r"(\S+) \(per rank (\S+), (\S+)\)", cells[3])
-        close(mt[1], w["tok"], 1)
-        close(mt[2], w["tok_rank"][0], 1)
-        close(mt[3], w["tok_rank"][1], 1)
-        close(cells[4], w["bus"], 3)
-        close(cells[5], w["mem"], 1)
-        assert cells[6] == w["transport"]
-        close(cells[7], w["step_host"], 3)
-        close(cells[8], w["step_single"], 3)
-        close(cells[9], w["bus_single"], 3)
-    return table
 
 
 @pytest.fixture
@@ -221,32 +120,19 @@ def test_write_makes_three_files(written):
     assert all(x.is_file() and x.stat().st_size > 0 for x in (j, m, p))
 
 
-def test_every_table_figure_recomputed_from_raw_samples(written):
+def test_report_json_keeps_the_raw_samples_and_the_table_has_a_row_per_layout(written):
     rep, (j, m, _) = written
     doc = json.loads(j.read_text())
     assert doc["layouts"] == json.loads(json.dumps(rep["layouts"]))  # raw samples kept verbatim
-    assert "derived" in doc
-    raw = {k: v for k, v in doc.items() if k != "derived"}  # recompute ignores derived
-    table = assert_table_matches(m.read_text(), raw, ORDER)
-    assert table["host"][7] == "1.000" and table["single"][8] == "1.000"
+    table = parse_table(m.read_text())
+    assert list(table) == ORDER  # rows in run order
+    assert table["host"][7] == "1.000 [1.000, 1.000]"  # host against itself, every round
+    assert table["single"][8] == "1.000 [1.000, 1.000]"
+    # the probe's interface, and an explicit transport kept as given
     assert table["per-rank-isolated"][6] == "gloo/eth0" and table["host"][6] == "gloo/lo"
-
-
-def test_goal_lines_recomputed(written):
-    rep, (j, m, _) = written
-    want = recompute(json.loads(j.read_text()))["goals"]
     goals = [ln for ln in m.read_text().splitlines() if ln.startswith("- ")]
-    assert len(goals) == 3
-    step = re.search(r"single/host steady step time ratio (\S+) ", goals[0])
-    close(step[1], want["step"], 3)
-    assert goals[0].startswith("- MET" if want["step"] <= 1.03 else "- MISSED")
-    bus = re.search(r"busbw at largest size ratio (\S+) ", goals[1])
-    close(bus[1], want["bus"], 3)
-    assert want["bus"] < 0.95 and goals[1].startswith("- MISSED")
-    assert "same transport (gloo/lo)" in goals[1]  # the cause is named
-    launch = re.search(r"launch-to-first-step (\S+) s ", goals[2])
-    close(launch[1], want["launch"], 3)
-    assert goals[2].startswith("- MET" if want["launch"] <= 2.0 else "- MISSED")
+    assert [g.split(":")[0] for g in goals] == ["- UNRESOLVED", "- MISSED", "- MET"], goals
+    assert all("90 % interval [" in g for g in goals), goals
 
 
 def test_png_is_valid_and_figure_has_both_panels(written):
@@ -256,7 +142,18 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     length, ctype = struct.unpack(">I4s", data[8:16])
     assert (length, ctype) == (13, b"IHDR")
     w, h = struct.unpack(">II", data[16:24])
-    assert w > h > 0  # a picture, wider than tall (two panels side by side)
+    assert (w, h) == (1200, 480)  # 12 x 4.8 inches at 100 dpi: two panels side by side
+    # The written file itself: the bars (tab:blue at alpha 0.6 on white) only in the left
+    # panel, the second layout's busbw curve (tab:orange) only in the right one.
+    from matplotlib.image import imread
+
+    rgb = imread(png)[:, :, :3]
+    bar = (rgb[:, :, 0] > 0.43) & (rgb[:, :, 0] < 0.51) & (rgb[:, :, 2] > 0.79)
+    orange = (rgb[:, :, 0] > 0.95) & (rgb[:, :, 1] > 0.4) & (rgb[:, :, 1] < 0.6)
+    orange &= rgb[:, :, 2] < 0.15
+    left, right = slice(0, w // 2), slice(w // 2, w)
+    assert bar[:, left].sum() > 1000 > 100 > bar[:, right].sum()  # a blue curve's antialiasing
+    assert orange[:, right].sum() > 50 and orange[:, left].sum() == 0
     fig = rp.figure(rep)
     assert len(fig.axes) == 2
     speed, bw = fig.axes

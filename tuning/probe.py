@@ -21,8 +21,10 @@ For every size from ``--min-bytes`` doubling up to ``--max-bytes`` (fp32 tensors
 3. timing: barrier, then ``iters`` back-to-back all_reduce ops (CUDA: synchronize after), the
    elapsed time divided by ``iters`` on each rank, then the MAX over ranks. ``iters`` is
    ``--iters`` unless the calibrated op time says that would exceed
-   ``--max-seconds-per-size``; then it is cut to fit, but never below 3. The count used is
-   recorded per sample. The time buffer holds zeros (no denormals, no overflow).
+   ``--max-seconds-per-size``; then it is cut to fit, but never below 20 (nccl-tests' default
+   count: at the largest sizes the timing must still average over enough ops; the budget
+   bounds the warm-up and any iterations asked beyond 20). The count used is recorded per
+   sample. The time buffer holds zeros (no denormals, no overflow).
 
 As nccl-tests defines them: ``algbw = bytes / time``, ``busbw = algbw * 2(n-1)/n``, in GB/s
 (1e9 bytes per second).
@@ -72,11 +74,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tuning import gpu_guard
+from tuning import affinity, gpu_guard
 from tuning.transport import transport_info
 
 GB = 1e9
-MIN_TIMED_ITERS = 3
+MIN_TIMED_ITERS = 20  # nccl-tests' default iterations; fewer left 256 MiB at 3-11 on CPU
 
 
 # ---------------------------------------------------------------------------------------
@@ -109,7 +111,8 @@ def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple[float, floa
 
 
 def timed_iters(op_time_s: float, iters: int, budget_s: float) -> int:
-    """Timed iterations: `iters`, cut so that they fit in budget_s, but at least 3."""
+    """Timed iterations: `iters`, cut so that they fit in budget_s, but never below
+    MIN_TIMED_ITERS (the budget bounds the warm-up and any iterations beyond 20)."""
     if op_time_s <= 0:
         return iters
     fit = int(budget_s // op_time_s)
@@ -213,7 +216,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--max-seconds-per-size",
         type=float,
         default=2.0,
-        help="time budget for the timed ops of one size; iters is cut to fit (at least 3)",
+        help="time budget for the timed ops of one size; iters is cut to fit (at least 20)",
     )
     p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
     a = p.parse_args(argv)
@@ -228,6 +231,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    affinity.pin_rank()  # bench: this rank's own cores, as in training (tuning/affinity.py)
     backend, device = _backend_and_device()
     kwargs = {"timeout": _dt.timedelta(seconds=args.timeout_s)}
     if backend == "nccl":

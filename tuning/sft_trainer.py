@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import fsdp_gloo, gpu_guard, torn
+from tuning import affinity, fsdp_gloo, gpu_guard, torn
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -59,6 +59,7 @@ PASSED_THROUGH = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    affinity.pin_rank()  # bench: this rank's own cores (HARNESS_RANK_CPUS), the same everywhere
     # 1. Config, output dirs (every rank, before anything races for them), data checked.
     try:
         cfg = parse_args(argv)

@@ -181,13 +181,17 @@ def parse_nccl_transport(text: str) -> list[str]:
 
 
 def probe_transport(probe: dict | None) -> list[str]:
-    """``backend/interface`` strings from a probe.json (e.g. ``gloo/lo``, ``gloo/eth0``)."""
+    """``backend/interface`` strings from a probe.json (e.g. ``gloo/lo``, ``gloo/eth0``); a
+    connection bound to another interface but staying inside its network namespace (the probe's
+    ``loopback``: gloo binds the hostname's address, and the kernel carries traffic between
+    local addresses over lo) reads ``gloo/eth0 via lo``."""
     if not probe:
         return []
     out = set()
     for t in probe.get("transport") or []:
         iface = t.get("interface")
-        if iface:
-            for i in iface.split(","):
-                out.add(f"{probe.get('backend', '?')}/{i}")
+        via = " via lo" if t.get("loopback") else ""
+        for i in (iface or "").split(","):
+            if i:
+                out.add(f"{probe.get('backend', '?')}/{i}" + (via if i != "lo" else ""))
     return sorted(out)

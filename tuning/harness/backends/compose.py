@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from tuning import affinity
 from tuning.harness.errors import ROOT
 from tuning.harness.spec.layout import (
     FSDP_GLOO,
@@ -103,6 +104,9 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         **({"mem_limit": layout.memory} if layout.memory else {}),
         **({"pids_limit": layout.pids} if layout.pids else {}),
     }
+    cpus = affinity.union(dict(layout.extra_env).get(affinity.VAR, ""), node.ranks)
+    if cpus:  # bench: the node's ranks' cores (each rank then pins itself to its own)
+        svc["cpuset"] = cpus
     if node.gpu_ids:
         # NCCL pins host memory; unlimited memlock is its advice. CPU ranks (gloo) need
         # none, and sandboxed engines refuse to raise it.

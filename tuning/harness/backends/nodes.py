@@ -18,6 +18,7 @@ from typing import Protocol
 import docker.errors
 import requests.exceptions
 
+from tuning import affinity
 from tuning.harness.backends import compose as compose_mod
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, NodeLost
@@ -137,7 +138,7 @@ class ComposeNodes:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with(parent: int):
+def _die_with(parent: int, cpus: str | None = None):
     """The launcher gets SIGTERM when the harness dies, even by SIGKILL (Linux's parent-death
     signal): torchrun passes it to the ranks, which checkpoint and stop, so host ranks never
     outlive their harness. Its own session keeps Ctrl-C ours alone."""
@@ -148,6 +149,8 @@ def _die_with(parent: int):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the harness died before the signal was armed
             os._exit(1)
+        if cpus:  # bench: every rank's cores, as a container's cpuset (tuning/affinity.py)
+            os.sched_setaffinity(0, affinity.parse_list(cpus))
 
     return arm
 
@@ -174,10 +177,11 @@ class HostNodes:
         bindir = str(Path(sys.executable).parent)
         env = {**os.environ, **{k: v for k, v in self.env.items() if v is not None}}
         env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
+        cpus = affinity.union(env.get(affinity.VAR, ""), range(self.layout.world_size))
         self.issued_at = time.time()
         self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with(os.getpid()))  # fmt: skip
+                                     preexec_fn=_die_with(os.getpid(), cpus))  # fmt: skip
 
     def poll(self) -> dict[str, int | None]:
         return {"host": self.proc.poll()}

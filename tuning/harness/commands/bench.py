@@ -28,11 +28,14 @@ import os
 import shlex
 import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
+from tuning import affinity
 from tuning.harness.backends import engine
 from tuning.harness.commands import report
+from tuning.harness.commands.bench_rounds import DEFAULT_REPEAT, Rounds
 from tuning.harness.commands.bench_samples import boot_correction, probe_sample, train_sample
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
@@ -47,6 +50,8 @@ MIB = 1024 * 1024
 PROBE_MIN_BYTES = 1024
 PROBE_MAX_BYTES = 256 * MIB
 PROBE_SECONDS = 2.0
+JOB_KEYS = ("max_steps", "seed", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "max_seq_length", "torch_dtype", "save_steps")  # fmt: skip
 FOREIGN_NO_PROBE = ("skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
                     "a foreign trainer's image (TRAINER=fms, ENTRY=...)")  # fmt: skip
 FOREIGN_NO_HOST = ("host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
@@ -58,7 +63,9 @@ def register(sub) -> None:
         "bench", help="the layouts side by side: host, single, per-rank isolated and shared"
     )
     options.add_run_flags(p)  # --layout and --network are ignored: bench runs every --layouts
-    p.add_argument("--repeat", help="rounds over the layouts (default 3)")
+    p.add_argument("--repeat", help="rounds over the layouts (default 3), or auto: rounds until "
+                   "every goal is resolved or --budget runs out")  # fmt: skip
+    p.add_argument("--budget", help="REPEAT=auto's time budget: 600s, 10m, 1h (default 10m)")
     p.add_argument("--layouts", default=",".join(LAYOUTS),
                    help=f"comma-separated, in run order (default {','.join(LAYOUTS)})")  # fmt: skip
     p.add_argument("--threads",
@@ -106,21 +113,24 @@ def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
     shape = LAYOUTS[name]
     f = replace(f, runs=str(bench_dir), layout=shape.kind, network=shape.network)
 
-    def env(_world: int, output_dir: str) -> dict[str, str]:
-        out = {"OMP_NUM_THREADS": str(threads)}
+    def env(world: int, output_dir: str) -> dict[str, str]:
+        # rank i on the same cores in every layout (tuning/affinity.py)
+        shares = affinity.split(os.sched_getaffinity(0), world)
+        out = {"OMP_NUM_THREADS": str(threads), affinity.VAR: affinity.encode(shares)}
         if probe:
             out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=_probe_args(a, output_dir))
         return out
 
-    return options.spec_from(f, run_id, env)
+    # Off a terminal (CI), a run is one line, its outcome (`main`), not every step of every rank.
+    return replace(options.spec_from(f, run_id, env), quiet=not sys.stdout.isatty())
 
 
-def _plan(bench_id: str, names: list[str], repeat: int,
+def _plan(bench_id: str, names: list[str], rnd: int,
           whats=("train", "probe")) -> list[tuple[int, str, str, str]]:  # fmt: skip
-    """[(round, layout name, "train"|"probe", run id)]: per round every train, then every probe."""
+    """Round `rnd`'s runs [(round, layout name, "train"|"probe", run id)]: every train, then
+    every probe."""
     return [
         (rnd, name, what, f"{bench_id}-r{rnd + 1}-{name}" + ("-probe" if what == "probe" else ""))
-        for rnd in range(repeat)
         for what in whats
         for name in names
     ]
@@ -145,7 +155,7 @@ def main(a: argparse.Namespace) -> int:
             raise HarnessError("a foreign trainer runs in containers: use --layouts single,...")
     if f.entry:
         print(f"bench: probe {FOREIGN_NO_PROBE}")
-    repeat = flags.int_arg("REPEAT", a.repeat, 1) or 3
+    rounds = Rounds(a.repeat, a.budget)
     if f.resume or f.resume_from:
         raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
     if f.layout != "single" or f.network != "isolated":
@@ -159,7 +169,7 @@ def main(a: argparse.Namespace) -> int:
     world = options.plan_from(f).count or f.nproc
     threads = flags.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
     whats = ("train",) if f.entry else ("train", "probe")
-    plan = _plan(bench_id, names, repeat, whats)
+    plan = _plan(bench_id, names, 0, whats)
 
     def spec(rnd_name_what_id) -> options.Spec:
         _, name, what, run_id = rnd_name_what_id
@@ -167,13 +177,14 @@ def main(a: argparse.Namespace) -> int:
 
     # Every distinct run checked now (flags, files, probe sizes); specs are made again just
     # before each run (LAYOUT=host takes a free port then).
-    checked = {(item[1], item[2]): spec(item) for item in plan[: len(whats) * len(names)]}
+    checked = {(item[1], item[2]): spec(item) for item in plan}
     first = checked[(names[0], "train")]
     meta = {
         "bench_id": bench_id,
         "command": shlex.join(["python", "-m", "tuning.harness", *sys.argv[1:]]),
         "layouts": names,
-        "repeat": repeat,
+        "repeat": a.repeat or DEFAULT_REPEAT,
+        "rounds": rounds.describe(),
         "order": "per round: every layout's training run, then every layout's probe run",
         "device": first.layout.device,
         "world_size": first.layout.world_size,
@@ -182,18 +193,7 @@ def main(a: argparse.Namespace) -> int:
         "omp_num_threads": threads,
         "model": f.model or "the tiny model (built in)",
         "data": f.data or "the demo data (built in)",
-        "job": {
-            k: first.job.get(k)
-            for k in (
-                "max_steps",
-                "seed",
-                "per_device_train_batch_size",
-                "gradient_accumulation_steps",
-                "max_seq_length",
-                "torch_dtype",
-                "save_steps",
-            )
-        },  # fmt: skip
+        "job": {k: first.job.get(k) for k in JOB_KEYS},
         "warmup_steps": runs.WARMUP_STEPS,
         "probe": {
             "min_bytes": a.probe_min_bytes,
@@ -223,7 +223,8 @@ def main(a: argparse.Namespace) -> int:
     if a.dry_run:
         if not existed:
             bench_dir.rmdir()  # made by spec_from's check that the runs directory is writable
-        return _dry_run(plan, checked, meta)
+        first = [it for rnd in range(rounds.planned) for it in _plan(bench_id, names, rnd, whats)]
+        return _dry_run(first, checked, meta)
     if any(LAYOUTS[n].in_containers for n in names):
         engine.client()  # fail now, not after the host layout ran (the message names LAYOUT=host)
     bench_dir.mkdir(parents=True, exist_ok=True)
@@ -232,41 +233,49 @@ def main(a: argparse.Namespace) -> int:
     repeats: dict[str, list[dict]] = {n: [] for n in names}  # repeat i = round i
     status = 0
     old_term = signal.signal(signal.SIGTERM, _sigterm)
+    raw = {"schema_version": 1, "meta": meta,
+           "layouts": [{"name": n, "repeats": repeats[n]} for n in names]}  # fmt: skip
     try:
-        for i, item in enumerate(plan, 1):
-            rnd, name, what, run_id = item
-            print(f"\nbench: run {i}/{len(plan)}: round {rnd + 1}/{repeat}, {name}, {what}",
-                  flush=True)  # fmt: skip
-            summary = lifecycle.start(spec(item))
-            meta["runs"].append({"run_id": run_id, "round": rnd + 1, "layout": name,
-                                 "what": what, "status": summary["status"]})  # fmt: skip
-            if summary["status"] == "interrupted":
-                meta["interrupted"] = True
-                break  # its partial figures would bias the report: leave them out
-            if summary["status"] != "succeeded":
-                status = 1
-            if what == "train":
-                repeats[name].append(train_sample(bench_dir / run_id, summary, fix))
-            elif rnd < len(repeats[name]):
-                repeats[name][rnd].update(probe_sample(bench_dir / run_id, summary))
+        while rounds.next_round(raw):
+            rnd = rounds.done - 1
+            for item in _plan(bench_id, names, rnd, whats):
+                _, name, what, run_id = item
+                where = (f"round {rnd + 1}/{rounds.planned}{'+' if rounds.auto else ''}, "
+                         f"{name} {what}")  # fmt: skip
+                if sys.stdout.isatty():
+                    print(f"\nbench: {where}", flush=True)
+                t_run = time.monotonic()
+                summary = lifecycle.start(spec(item))
+                if not sys.stdout.isatty():
+                    print(f"bench: {where}: {summary['status']} in "
+                          f"{time.monotonic() - t_run:.1f} s ({run_id})", flush=True)  # fmt: skip
+                meta["runs"].append({"run_id": run_id, "round": rnd + 1, "layout": name,
+                                     "what": what, "status": summary["status"]})  # fmt: skip
+                if summary["status"] == "interrupted":
+                    meta["interrupted"] = True
+                    raise KeyboardInterrupt  # its partial figures would bias the report
+                if summary["status"] != "succeeded":
+                    status = 1
+                if what == "train":
+                    repeats[name].append(train_sample(bench_dir / run_id, summary, fix))
+                elif rnd < len(repeats[name]):
+                    repeats[name][rnd].update(probe_sample(bench_dir / run_id, summary))
+        meta["stopped"] = rounds.stopped
     except KeyboardInterrupt:
+        if not meta["interrupted"]:
+            print("\nbench: interrupted between runs", file=sys.stderr)
         meta["interrupted"] = True
-        print("\nbench: interrupted between runs", file=sys.stderr)
+        meta["stopped"] = f"interrupted in round {rounds.done}; the report holds finished runs."
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        raw = {
-            "schema_version": 1,
-            "meta": meta,
-            "layouts": [{"name": n, "repeats": repeats[n]} for n in names],
-        }
         paths = report.write(raw, bench_dir)
         _print(raw, paths)
     return lifecycle.EXIT_CODES["interrupted"] if meta["interrupted"] else status
 
 
 def _dry_run(plan, checked, meta) -> int:
-    print(f"bench {meta['bench_id']}: {len(plan)} runs, {meta['repeat']} round(s) over "
-          f"{', '.join(meta['layouts'])}; OMP_NUM_THREADS={meta['omp_num_threads']}")  # fmt: skip
+    print(f"bench {meta['bench_id']}: {meta['rounds']} over {', '.join(meta['layouts'])}; "
+          f"OMP_NUM_THREADS={meta['omp_num_threads']}")  # fmt: skip
     for rnd, name, what, run_id in plan:
         print(f"  round {rnd + 1}: {name} {what} -> {run_id}")
     for (name, what), spec in checked.items():

@@ -69,6 +69,12 @@ def _f(v, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _ratio(p: dict) -> str:
+    """A paired ratio with its 90 % interval: ``1.020 [0.990, 1.050]`` (one pair: none)."""
+    iv = p.get("interval")
+    return _f(p["median"], ".3f") + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+
+
 def markdown(report: dict, derived: dict) -> str:
     lines = ["# Bench report", ""]
     order = derived["order"]
@@ -99,9 +105,9 @@ def markdown(report: dict, derived: dict) -> str:
             _f(d["busbw_largest_GBps"], ".3f"),
             _f(None if mem is None else mem / MIB, ".1f"),
             ", ".join(d["transport"]) or "n/a",
-            _f(r["step_s"]["host"]["median"], ".3f"),
-            _f(r["step_s"]["single"]["median"], ".3f"),
-            _f(r["busbw_largest_GBps"]["single"]["median"], ".3f"),
+            _ratio(r["step_s"]["host"]),
+            _ratio(r["step_s"]["single"]),
+            _ratio(r["busbw_largest_GBps"]["single"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -112,7 +118,8 @@ def markdown(report: dict, derived: dict) -> str:
         "ranks' tokens over the slowest rank's time, median over repeats. busbw: nccl-tests bus "
         "bandwidth of all_reduce at the largest probed size, median over repeats. peak memory: "
         "max over ranks and repeats. Ratios: repeat i against repeat i of the reference (same "
-        "round), then the median of the ratios.",
+        "round), then the median of the ratios, with its 90 % bootstrap interval over the "
+        "rounds in brackets (none under two rounds).",
         "",
         "## Launch to first step, by part",
         "",
@@ -125,9 +132,10 @@ def markdown(report: dict, derived: dict) -> str:
         parts = (f"{p.removesuffix('_s').replace('_', ' ')} {_f(ph[p], '.3f')}" for p in PHASES)
         lines += [f"{name}: {', '.join(parts)}", ""]
     lines += ["## Goals", ""]
+    if meta.get("stopped"):
+        lines += [f"Rounds: {meta['stopped']}", ""]
     for g in derived["goals"]:
-        tag = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[g["met"]]
-        lines.append(f"- {tag}: {g['sentence']}")
+        lines.append(f"- {g['verdict']}: {g['sentence']}")
     return "\n".join(lines) + "\n"
 
 

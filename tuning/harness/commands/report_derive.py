@@ -18,12 +18,11 @@ Derived figures (`derive`), per layout
 - ``transport``: sorted unique transport strings over repeats.
 - ``ratios``: for step_s, busbw_largest_GBps, tokens_per_s and launch_to_first_step_s, against
   ``host`` and ``single``: repeat i of the layout divided by repeat i of the reference, then
-  the median of those ratios (not the ratio of medians), with the number of pairs.
+  the median of those ratios (not the ratio of medians), the number of pairs, the per-round
+  ratios and the 90 % bootstrap interval of the median (`report_stats.paired`).
+- ``per_repeat``: the per-round figures the ratios and the goals pair.
 
-Goals (``derived["goals"]``): single/host steady step time <= 1.03; per-rank-shared/single
-busbw at the largest size >= 0.95; single launch-to-first-step within 2 s of host (median of
-the paired differences). A missed goal gets a sentence naming its cause: the phase whose paired
-difference is largest, or the transports of the two layouts.
+Goals (``derived["goals"]``, three-way verdicts with their intervals): `report_goals.py`.
 """
 
 from __future__ import annotations
@@ -31,15 +30,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tuning.harness.commands.report_goals import goals
+from tuning.harness.commands.report_stats import paired
 from tuning.transport import probe_transport
 
 PHASES = ("container_start_s", "launcher_s", "imports_s", "rendezvous_s", "model_load_s",
           "first_step_s")  # fmt: skip
 REFERENCES = ("host", "single")
-
-GOAL_STEP_RATIO = 1.03
-GOAL_BUSBW_RATIO = 0.95
-GOAL_LAUNCH_DELTA_S = 2.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -116,17 +113,6 @@ def _per_repeat(layout: dict) -> dict[str, list]:
     }
 
 
-def paired_ratio(xs: list, refs: list) -> tuple[float | None, int]:
-    """Median over i of xs[i] / refs[i] (pairs with a missing value skipped), and the pairs."""
-    rs = [x / r for x, r in zip(xs, refs, strict=False) if x is not None and r]
-    return (statistics.median(rs) if rs else None), len(rs)
-
-
-def paired_diff(xs: list, refs: list) -> tuple[float | None, int]:
-    ds = [x - r for x, r in zip(xs, refs, strict=False) if x is not None and r is not None]
-    return (statistics.median(ds) if ds else None), len(ds)
-
-
 # ---------------------------------------------------------------------------------------
 # derive
 # ---------------------------------------------------------------------------------------
@@ -176,101 +162,8 @@ def _derive_layout(layout: dict) -> dict[str, Any]:
         "peak_memory_bytes": peak,
         "peak_memory_max_bytes": max((p for p in peak if p is not None), default=None),
         "transport": sorted({t for r in reps for t in _transport(r)}),
+        "per_repeat": per,
     }
-
-
-def _by_name(report: dict) -> dict[str, dict]:
-    return {lay["name"]: lay for lay in report.get("layouts") or []}
-
-
-def _phase_cause(report: dict, name: str, ref: str) -> str:
-    """Sentence naming the phase whose paired median difference (name - ref) is largest."""
-    lays = _by_name(report)
-    a, b = lays[name].get("repeats") or [], lays[ref].get("repeats") or []
-    best = None
-    for p in PHASES:
-        xs = [(r.get("phases") or {}).get(p) or 0.0 for r in a]
-        ys = [(r.get("phases") or {}).get(p) or 0.0 for r in b]
-        d, n = paired_diff(xs, ys)
-        if n and (best is None or d > best[1]):
-            best = (p, d, _median(xs), _median(ys))
-    if best is None:
-        return "no phase timings to compare."
-    p, d, x, y = best
-    return (
-        f"the largest difference is {p} (+{d:.3f} s: {name} {x:.3f} s vs {ref} {y:.3f} s,"
-        " median of paired differences)."
-    )
-
-
-def _transport_cause(derived: dict, name: str, ref: str, what: str) -> str:
-    ta = derived["layouts"][name]["transport"]
-    tb = derived["layouts"][ref]["transport"]
-    if ta != tb:
-        return (
-            f"the transport differs: {name} uses {', '.join(ta) or 'unknown'} where {ref} uses "
-            f"{', '.join(tb) or 'unknown'}."
-        )
-    return (
-        f"both use the same transport ({', '.join(ta) or 'unknown'}), so the {what} is not in"
-        " the path the collective takes."
-    )
-
-
-def _step_cause(report: dict, derived: dict, per: dict) -> str:
-    """Why single steps slower than host: the transport, the collective, else the compute."""
-    lays = derived["layouts"]
-    bw, _ = paired_ratio(per["single"]["busbw_largest_GBps"], per["host"]["busbw_largest_GBps"])
-    ta, tb = lays["single"]["transport"], lays["host"]["transport"]
-    if ta != tb or bw is None:
-        return _transport_cause(derived, "single", "host", "slowdown")
-    if bw < GOAL_BUSBW_RATIO:
-        return (
-            f"same transport ({', '.join(ta) or 'unknown'}) but the collective is "
-            f"slower on it (busbw ratio single/host {bw:.3f})."
-        )
-    return (
-        f"same transport ({', '.join(ta) or 'unknown'}) and busbw ratio "
-        f"single/host {bw:.3f}, so the extra time is in the step's compute, "
-        "not in the collective."
-    )
-
-
-# (name, layout, reference, per-repeat figure, paired by, target, met, cause of a miss)
-GOALS = (
-    ("single/host steady step time", "single", "host", "step_s", "ratio",
-     f"<= {GOAL_STEP_RATIO}", lambda v: v <= GOAL_STEP_RATIO, _step_cause),
-    ("per-rank-shared/single busbw at largest size", "per-rank-shared", "single",
-     "busbw_largest_GBps", "ratio", f">= {GOAL_BUSBW_RATIO}", lambda v: v >= GOAL_BUSBW_RATIO,
-     lambda report, derived, per: _transport_cause(derived, "per-rank-shared", "single",
-                                                   "bandwidth loss")),
-    ("single - host launch-to-first-step", "single", "host", "launch_to_first_step_s",
-     "difference", f"<= {GOAL_LAUNCH_DELTA_S} s", lambda v: v <= GOAL_LAUNCH_DELTA_S,
-     lambda report, derived, per: _phase_cause(report, "single", "host")),
-)  # fmt: skip
-
-
-def _goals(report: dict, derived: dict) -> list[dict]:
-    lays, goals = derived["layouts"], []
-    per = {lay["name"]: _per_repeat(lay) for lay in report.get("layouts") or []}
-    for name, layout, ref, figure, by, target, meets, cause in GOALS:
-        absent = [n for n in (layout, ref) if n not in lays]
-        v, n = None, 0
-        if not absent:
-            pair = paired_ratio if by == "ratio" else paired_diff
-            v, n = pair(per[layout][figure], per[ref][figure])
-        if v is None:
-            goals.append({"name": name, "target": target, "value": None, "pairs": 0,
-                          "met": None, "sentence": f"{name}: not measured (no "
-                          f"{' or '.join(absent) or 'paired data'})."})  # fmt: skip
-            continue
-        met = meets(v)
-        shown = f"ratio {v:.3f}" if by == "ratio" else f"{v:+.3f} s"
-        s = f"{name} {shown} (target {target}, median of {n} paired {by}s): "
-        s += "met." if met else "missed; " + cause(report, derived, per)
-        goals.append({"name": name, "target": target, "value": v, "pairs": n, "met": met,
-                      "sentence": s})  # fmt: skip
-    return goals
 
 
 def derive(report: dict) -> dict:
@@ -281,15 +174,13 @@ def derive(report: dict) -> dict:
         "layouts": {lay["name"]: _derive_layout(lay) for lay in layouts},
     }
     per = {lay["name"]: _per_repeat(lay) for lay in layouts}
+    empty = {"median": None, "pairs": 0, "interval": None, "per_round": []}
     for name, d in derived["layouts"].items():
-        d["ratios"] = {}
-        for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s", "launch_to_first_step_s"):
-            d["ratios"][metric] = {}
-            for ref in REFERENCES:
-                if ref in per:
-                    v, n = paired_ratio(per[name][metric], per[ref][metric])
-                    d["ratios"][metric][ref] = {"median": v, "pairs": n}
-                else:
-                    d["ratios"][metric][ref] = {"median": None, "pairs": 0}
-    derived["goals"] = _goals(report, derived)
+        d["ratios"] = {
+            metric: {ref: paired(per[name][metric], per[ref][metric]) if ref in per else empty
+                     for ref in REFERENCES}
+            for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s",
+                           "launch_to_first_step_s")
+        }  # fmt: skip
+    derived["goals"] = goals(report, derived, per)
     return derived

@@ -121,10 +121,12 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     _give_to_container_user(run_dir / "output", layout)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
-    print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
-          f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); {run_dir}")  # fmt: skip
+    if not spec.quiet:
+        print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
+              f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
+              f"{run_dir}")  # fmt: skip
     status, details, reason = execute(
-        layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick
+        layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
     )
     # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
     restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
@@ -134,13 +136,14 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     if status == "failed" and spec.explain:
         explain_failure(run_dir, summary)
     why = f" ({reason})" if reason else ""
-    print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final loss "
-          f"{summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+    if not spec.quiet:
+        print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final "
+              f"loss {summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
     return summary
 
 
 def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,
-            t0: float, on_tick=None) -> tuple[str, dict, str | None]:  # fmt: skip
+            t0: float, on_tick=None, quiet=False) -> tuple[str, dict, str | None]:  # fmt: skip
     """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
     `succeeded`); the status comes from what the ranks did (runs.status_of), not only from
     their exit codes.
@@ -149,7 +152,7 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
     waits for a step there); it may return "stop" to end the follow early."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     status, reason = "failed", None
-    progress = Progress(total_steps=total_steps)
+    progress = Progress(total_steps=total_steps, quiet=quiet)
     output = run_dir / "output"
     try:
         nodes.start()
@@ -182,7 +185,7 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
                 print(f"harness: {reason}", file=sys.stderr)
                 break
             time.sleep(0.5)
-        progress.update(runs.read_metrics(output))
+        progress.finish(runs.read_metrics(output))
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)
         status, reason = "interrupted", f"the harness received {e}"

@@ -1,5 +1,6 @@
-"""Each rank's step and loss while a run trains: redrawn in place on a terminal, plain
-lines (one per new step) elsewhere, such as CI logs."""
+"""Each rank's step and loss while a run trains: redrawn in place on a terminal; elsewhere
+(CI logs) a plain line every `EVERY` steps per rank, plus each rank's last step when the run
+ends (`finish`); nothing at all when quiet (bench off a terminal prints one line per run)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import sys
 
 from tuning.harness.rundirs.runs import steps
 
+EVERY = 10
+
 
 class Progress:
-    def __init__(self, stream=sys.stdout, total_steps: int | None = None):
+    def __init__(self, stream=sys.stdout, total_steps: int | None = None, every: int = EVERY,
+                 quiet: bool = False):  # fmt: skip
         self.stream = stream
         self.tty = stream.isatty()
         self.total = total_steps
-        self.seen: dict[int, int] = {}
+        self.every = every
+        self.quiet = quiet
+        self.seen: dict[int, int] = {}  # rank -> the last step printed
+        self.last: dict[int, dict] = {}  # rank -> its last step line seen
         self.drawn = 0
 
     def update(self, metrics: dict[int, list[dict]]) -> None:
@@ -24,8 +31,21 @@ class Progress:
         for rank, rank_steps in done.items():
             for s in rank_steps:
                 if s["step"] > self.seen.get(rank, 0):
-                    self.seen[rank] = s["step"]
-                    print(self._line(rank, s), file=self.stream, flush=True)
+                    self.last[rank] = s
+                    if s["step"] % self.every == 0 or s["step"] == self.total:
+                        self._print(rank, s)
+
+    def finish(self, metrics: dict[int, list[dict]]) -> None:
+        """The run ended: off a terminal, each rank's last step if it was not printed yet."""
+        self.update(metrics)
+        for rank, s in sorted(self.last.items()):
+            if not self.tty and s["step"] > self.seen.get(rank, 0):
+                self._print(rank, s)
+
+    def _print(self, rank: int, s: dict) -> None:
+        self.seen[rank] = s["step"]
+        if not self.quiet:
+            print(self._line(rank, s), file=self.stream, flush=True)
 
     def _line(self, rank: int, s: dict) -> str:
         of = f"/{self.total}" if self.total else ""

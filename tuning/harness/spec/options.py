@@ -161,6 +161,7 @@ class Spec:
     title: str = ""  # before the status in the closing line ("rehearsal ")
     summary_extra: dict = field(default_factory=dict)  # more keys for summary.json
     explain: bool = True  # say why ranks failed, from their logs
+    quiet: bool = False  # no start, step or closing lines (bench off a terminal: one per run)
     plan: GpuPlan | None = None  # the host GPUs it runs on (devices.for_host)
 
 

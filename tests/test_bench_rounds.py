@@ -1,0 +1,78 @@
+"""REPEAT and BUDGET: how many rounds a bench runs (bench_rounds.Rounds), on the hand-worked
+profile of test_report_hand.py. The clock is a stand-in the test steps by hand (the real one is
+time.monotonic), so the budget's arithmetic is checked without waiting."""
+
+from __future__ import annotations
+
+import pytest
+from test_report_hand import SINGLE_STEP, profile
+
+from tuning.harness.commands.bench_rounds import Rounds, budget_s
+from tuning.harness.errors import HarnessError
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _rounds(r: Rounds, raw_for, clock: Clock, round_s: float) -> int:
+    """Drive r as bench.main does: each round takes round_s; returns the rounds run."""
+    while r.next_round(raw_for(r.done)):
+        clock.now += round_s
+    return r.done
+
+
+def test_budget_units_and_bad_values():
+    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 600]
+    for bad in ("ten", "0m", "-5s", "10d"):
+        with pytest.raises(HarnessError, match=r"BUDGET=.*: use a positive time such as"):
+            budget_s(bad)
+
+
+def test_a_fixed_repeat_runs_that_many_rounds():
+    clock = Clock()
+    for repeat in (2, 5):  # fewer and more than auto's least rounds
+        r = Rounds(str(repeat), None, clock)
+        assert _rounds(r, lambda n: profile(rounds=min(n, 3)), clock, 60) == repeat
+        assert r.stopped == f"{repeat} round(s), as REPEAT asked."
+    with pytest.raises(HarnessError, match="BUDGET applies to REPEAT=auto only"):
+        Rounds("3", "10m")
+    with pytest.raises(HarnessError, match="REPEAT='some': a whole number of rounds"):
+        Rounds("some", None)
+
+
+def test_auto_stops_once_every_goal_is_resolved():
+    """Rounds 1-3 resolve every goal once single's step ratio is clear of 1.03."""
+    clock = Clock()
+    r = Rounds("auto", "10m", clock)
+    clear = profile()
+    for rep, s in zip(clear["layouts"][1]["repeats"], (0.55, 0.44, 0.66), strict=True):
+        rep["step_s"] = [[s] * 3, [s] * 3]  # 1.10, 1.10, 1.10: MISSED
+    assert _rounds(r, lambda n: clear, clock, 60) == 3  # never before 3 rounds
+    assert r.stopped == "REPEAT=auto: every goal resolved after 3 rounds."
+
+
+def test_auto_stops_when_the_next_round_would_pass_the_budget():
+    """The hand profile's step goal stays UNRESOLVED: rounds go on until the next one, at the
+    rounds' mean duration so far, would end after the budget."""
+    clock = Clock()
+    r = Rounds("auto", "5m", clock)
+    unresolved = profile()
+    assert SINGLE_STEP == (0.51, 0.42, 0.60)  # ratios 1.02, 1.05, 1.00 around 1.03
+    # 70 s a round: after 4 rounds 280 s + 70 > 300, so a 5th would pass the budget
+    assert _rounds(r, lambda n: unresolved, clock, 70) == 4
+    assert r.stopped == (
+        "REPEAT=auto: the budget of 300 s ran out after 4 rounds (280 s); still unresolved: "
+        "single/host steady step time."
+    )
+
+
+def test_auto_stops_at_the_most_rounds():
+    clock = Clock()
+    r = Rounds("auto", "100h", clock)
+    assert _rounds(r, lambda n: profile(), clock, 1) == 30
+    assert r.stopped.startswith("REPEAT=auto: stopped at the most rounds (30); still unresolved")

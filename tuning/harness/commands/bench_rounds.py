@@ -1,0 +1,92 @@
+"""How many rounds a bench runs: REPEAT=r rounds, or REPEAT=auto: rounds until every goal is
+resolved (MET or MISSED, `report_goals`) or the time budget (BUDGET=10m) runs out.
+
+Auto never decides before `MIN_ROUNDS` (fewer pairs give intervals too wide to trust), never
+starts a round that the rounds so far say would not end within the budget, and stops at
+`MAX_ROUNDS` whatever the budget. The reason it stopped goes into report.json's meta
+(``stopped``) and report.md.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from tuning.harness.commands.report_derive import derive
+from tuning.harness.errors import HarnessError
+
+DEFAULT_REPEAT = 3
+MIN_ROUNDS = 3
+MAX_ROUNDS = 30
+DEFAULT_BUDGET_S = 600.0
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def budget_s(raw: str | None) -> float:
+    """BUDGET: seconds, or a number with s, m or h (``10m``, ``90s``, ``1.5h``)."""
+    if not raw:
+        return DEFAULT_BUDGET_S
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(raw))
+    if not m or float(m[1]) <= 0:
+        raise HarnessError(f"BUDGET={raw!r}: use a positive time such as BUDGET=10m, 600s or 1h")
+    return float(m[1]) * UNITS[m[2]]
+
+
+class Rounds:
+    """`next_round(raw)` before each round: whether to run it; `stopped` says why not."""
+
+    def __init__(self, repeat: str | int | None, budget: str | None, clock=time.monotonic):
+        self.auto = str(repeat).strip().lower() == "auto"
+        if not self.auto and budget:
+            raise HarnessError("BUDGET applies to REPEAT=auto only; drop it or set REPEAT=auto")
+        if self.auto:
+            self.planned, self.budget = MIN_ROUNDS, budget_s(budget)
+        else:
+            self.planned, self.budget = _whole(repeat), None
+        self.clock = clock  # time.monotonic; a test's stand-in steps it by hand
+        self.t0 = clock()
+        self.done = 0
+        self.stopped = ""
+
+    def describe(self) -> str:
+        if not self.auto:
+            return f"{self.planned} round(s)"
+        return (f"REPEAT=auto: at least {MIN_ROUNDS} rounds, then rounds until every goal is "
+                f"resolved or the budget of {self.budget:.0f} s runs out (at most "
+                f"{MAX_ROUNDS})")  # fmt: skip
+
+    def next_round(self, raw: dict) -> bool:
+        elapsed = self.clock() - self.t0
+        if not self.auto and self.done >= self.planned:
+            self.stopped = f"{self.done} round(s), as REPEAT asked."
+            return False
+        per_round = elapsed / self.done if self.done else 0.0
+        if self.auto and self.done >= MIN_ROUNDS:
+            open_goals = [g["name"] for g in derive(raw)["goals"] if g["verdict"] == "UNRESOLVED"]
+            if not open_goals:
+                self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
+            elif self.done >= MAX_ROUNDS:
+                self.stopped = (f"REPEAT=auto: stopped at the most rounds ({MAX_ROUNDS}); still "
+                                f"unresolved: {', '.join(open_goals)}.")  # fmt: skip
+            elif elapsed + per_round > self.budget:
+                self.stopped = (f"REPEAT=auto: the budget of {self.budget:.0f} s ran out after "
+                                f"{self.done} rounds ({elapsed:.0f} s); still unresolved: "
+                                f"{', '.join(open_goals)}.")  # fmt: skip
+        if self.stopped:
+            return False
+        self.done += 1
+        self.planned = max(self.planned, self.done)
+        return True
+
+
+def _whole(raw) -> int:
+    if raw is None or raw == "":
+        return DEFAULT_REPEAT
+    try:
+        n = int(raw)
+    except ValueError:
+        raise HarnessError(f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=3) or "
+                           "REPEAT=auto") from None  # fmt: skip
+    if n < 1:
+        raise HarnessError(f"REPEAT={n} must be at least 1, or REPEAT=auto")
+    return n
