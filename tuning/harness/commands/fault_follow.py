@@ -10,6 +10,7 @@ import docker.errors
 from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault_inject import Injector
 from tuning.harness.commands.fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
+from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
@@ -37,6 +38,7 @@ class Follow:
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
+        self.nodes, self.stacks = None, None  # every live rank's stacks when it hung (stacks.py)
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -45,6 +47,7 @@ class Follow:
 
     def __call__(self, metrics, state, nodes):
         now = time.time()
+        self.nodes = nodes  # stop() dumps the ranks' stacks through it
         for name, code in state.items():
             if code is not None and (name not in self.ended or self.running.get(name)):
                 self.ended[name] = now  # its latest exit (MAX_RESTARTS may start it again)
@@ -152,6 +155,8 @@ class Follow:
                    for x in lines)  # fmt: skip
 
     def stop(self) -> str:
+        if self.stopped_by in ("hang detected", "deadline") and self.nodes is not None:
+            self.stacks = stacks.take(self.nodes, f"fault run {self.stopped_by}")  # before a heal
         self.inject.release()
         self.finished_at = time.time()
         return "stop"

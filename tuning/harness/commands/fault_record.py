@@ -104,6 +104,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "leftovers": left,
         "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
         "on_a_cluster": _cluster_cost(ranks, base),
+        **({"stacks": follow.stacks} if follow.stacks else {}),  # a hang's (run/stacks.py)
     }
     if base["kind"] == fault_save.KIND:
         record["save"] = fault_save.facts(follow.inject.at_kill, run_dir / "output",
