@@ -56,9 +56,10 @@ def _where(frame: dict) -> str:
 
 
 def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
-    """ "rank 0: waiting in all_reduce (gloo, seq 7, pending) at train.py:12 (torch/distributed/
-    distributed_c10d.py:2950)": the innermost torch.distributed frame of the main thread and
-    the user's innermost frame; else the main thread's innermost frame."""
+    """One line: "rank 0: waiting in all_reduce (gloo, seq 7, pending) at train.py:12
+    (torch/distributed/distributed_c10d.py:2950)": the main thread's innermost torch.distributed
+    frame, the flight recorder's newest pending collective, the user's innermost frame; outside
+    torch.distributed, the user's innermost frame (else the main thread's innermost)."""
     thread = main_thread(parsed, ident)
     if thread is None or not thread["frames"]:
         return f"rank {rank}: dumped no Python frame"
@@ -68,8 +69,10 @@ def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
     if dist is None:
         top = user or frames[0]
         return f"rank {rank}: in {top['func']} at {_where(top)}"
+    # The newest collective not done: gloo's flight recorder has no point-to-point entries,
+    # so a rank in recv shows none rather than an older, finished all_reduce.
     pending = [c for c in parsed["collectives"] if c.get("state") != "done"]
-    last = (pending or parsed["collectives"] or [None])[-1]
+    last = pending[-1] if pending else None
     fr = f" ({last['backend']}, seq {last['seq']}, {last['state']})" if last else ""
     at = f" at {_where(user)}" if user else ""
     inner = dist["file"][dist["file"].find(_DIST) :]
