@@ -10,7 +10,7 @@ import docker.errors
 from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault_inject import Injector
 from tuning.harness.commands.fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
-from tuning.harness.run import stacks
+from tuning.harness.commands.fault_stacks import HangStacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
@@ -38,7 +38,8 @@ class Follow:
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
-        self.nodes, self.stacks = None, None  # every live rank's stacks when it hung (stacks.py)
+        self.nodes = None  # stacks of a hang go through it (fault_stacks.py)
+        self.hang_stacks = HangStacks(self.timeout)
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -89,6 +90,7 @@ class Follow:
         )
         if newest > self.last_step_seen[0]:
             self.last_step_seen = (newest, now)
+        self.hang_stacks.tick(self, nodes, now)
         if self.kind == "no-show" and self.inject.heals and self.peer_ended(metrics):
             # The peers gave up; thaw the frozen rank so its launcher can stop it (a frozen
             # process ignores SIGTERM, and torchrun would wait 30 s before SIGKILL).
@@ -155,8 +157,7 @@ class Follow:
                    for x in lines)  # fmt: skip
 
     def stop(self) -> str:
-        if self.stopped_by in ("hang detected", "deadline") and self.nodes is not None:
-            self.stacks = stacks.take(self.nodes, f"fault run {self.stopped_by}")  # before a heal
+        self.hang_stacks.at_stop(self, self.nodes)  # before a heal (unpause, thaw)
         self.inject.release()
         self.finished_at = time.time()
         return "stop"

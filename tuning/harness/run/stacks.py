@@ -84,7 +84,7 @@ def registered(output: Path) -> dict[int, dict]:
     return out
 
 
-def dump(output: Path, places: list[Node], why: str) -> dict:
+def dump(output: Path, places: list[Node], why: str, world: int | None = None) -> dict:
     """Signal every live registered rank, wait, parse. Returns {"time", "why", "dump_s",
     "summaries": [one line per rank], "ranks": {rank: {"state", "summary", "threads",
     "collectives", "text"}}}; the raw dumps stay in <output>/stacks/."""
@@ -112,6 +112,8 @@ def dump(output: Path, places: list[Node], why: str) -> dict:
             if r.isdigit() and int(r) in states:
                 states[int(r)] = {"stopped": "stopped (SIGSTOP: it cannot dump)",
                                   "exited": "exited"}.get(what, what)  # fmt: skip
+    for r in range(world or 0):
+        states.setdefault(r, "not started (no container or process holds it)")
     signalled = [r for r, s in states.items() if s == "signalled"]
     texts = _settle(output, {r: offsets[r] for r in signalled})
     ranks, lines = {}, []
@@ -176,7 +178,8 @@ def take(nodes, why: str) -> dict | None:
     """dump() for a run the harness is driving (lifecycle's backend); never raises: a run's
     end must not fail over a diagnostic (None, and why on stderr, where it could not)."""
     try:
-        taken = dump(nodes.run_dir / "output", nodes_of(nodes), why)
+        world = nodes.layout.world_size  # ranks with no node yet (no-show) are said too
+        taken = dump(nodes.run_dir / "output", nodes_of(nodes), why, world)
     except Exception as e:
         print(f"harness: could not dump the ranks' stacks: {e}", file=sys.stderr)
         return None
