@@ -8,14 +8,12 @@ import json
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 from test_fault import run_fault
 
 HANG_IMAGE = "tuning-harness-hang:test"  # the harness image + tests/hang_entry.py, a user's image
-DOCKER = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("layout", ["single", "per-rank"])
