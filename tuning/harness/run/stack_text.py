@@ -14,9 +14,13 @@ _THREAD = re.compile(
 )
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*)$')
 _DIST = "torch/distributed/"
-# Not the user's code: the Python installation (stdlib, site-packages), frozen modules, and
-# the harness's own wrapper in a user's image.
-_NOT_USER = re.compile(r"/lib/python3\.\d+/|^<frozen |/opt/harness-launch/|/tuning/stack_dump\.py$")
+# Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
+# package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper.
+_LIBS = "torch|transformers|accelerate|peft|trl|datasets|safetensors|huggingface_hub"
+_NOT_USER = re.compile(
+    rf"/lib/python3\.\d+/(?!site-packages/|dist-packages/)|-packages/({_LIBS})/|^<frozen "
+    r"|/opt/harness-launch/|/tuning/stack_dump\.py$"
+)
 
 
 def parse(text: str) -> dict:
