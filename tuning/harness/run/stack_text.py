@@ -77,7 +77,9 @@ def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
     # so a rank in recv shows none rather than an older, finished all_reduce.
     pending = [c for c in parsed["collectives"] if c.get("state") != "done"]
     last = pending[-1] if pending else None
-    fr = f" ({last['backend']}, seq {last['seq']}, {last['state']})" if last else ""
+    # c10d records the op it ran, which may differ from the call (FSDP's reduce_scatter on gloo)
+    op = f" {last['op']}" if last and last["op"] != dist["func"] else ""
+    fr = f" ({last['backend']}{op}, seq {last['seq']}, {last['state']})" if last else ""
     at = f" at {_where(user)}" if user else ""
     inner = dist["file"][dist["file"].find(_DIST) :]
     return f"rank {rank}: waiting in {dist['func']}{fr}{at} ({inner}:{dist['line']})"
