@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from tuning.harness.commands import fault_stacks
 from tuning.harness.run import stack_text, stacks, stall
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,3 +170,19 @@ def test_stacks_of_a_run_that_is_not_running_is_a_clear_error(tmp_path):
         "harness: error: run r1 is not running (it ended: see its summary.json); "
         "`make stacks RUN_ID=<id>` takes a running one (`make ps` lists them)\n"
     )
+
+
+def test_a_fault_record_keeps_stacks_only_for_a_hang_a_timeout_or_the_deadline():
+    class Follow:  # what fault_stacks.record reads of fault_follow.Follow
+        stopped_by = None
+        hang_stacks = fault_stacks.HangStacks(15)
+
+    follow = Follow()
+    follow.hang_stacks.taken = {"summaries": ["rank 0: in f at x.py:1"]}
+    assert fault_stacks.record(follow, timed_out=False) == {}  # ended normally: none
+    assert fault_stacks.record(follow, timed_out=True) == {"stacks": follow.hang_stacks.taken}
+    follow.stopped_by = "launcher lingered"
+    assert fault_stacks.record(follow, timed_out=False) == {}
+    for hung in ("hang detected", "deadline"):
+        follow.stopped_by = hung
+        assert fault_stacks.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}
