@@ -33,7 +33,7 @@ KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,i
   $(call flag,RUN_ID,run-id) $(call flag,KILL,kill-rank) $(call flag,AT_STEP,kill-at-step) \
   $(call flag,RDZV_TIMEOUT,rdzv-timeout)
 
-.PHONY: help up down ps logs image lock bench fault kube test test-gpu-image lint fmt clean fms-lock gpu-check
+.PHONY: help up down ps logs stacks image lock bench fault kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -55,6 +55,7 @@ help: ## list targets and variables
 	@echo "  RESUME_FROM=id  resume from that run's newest checkpoint"
 	@echo "  MEMORY=8g PIDS=4096  per-container memory and process limits (default: none)"
 	@echo "  MAX_RESTARTS=n  restart the group up to n times"
+	@echo "  STALL=s         up: dump every rank's stack after s s without progress (default max(60, 10 x step); 0: off)"
 	@echo "  DRY_RUN=1       print the Compose file and launch commands, run nothing"
 	@echo "  RUNS=dir        where runs are recorded (default runs/)"
 	@echo "  TRAINER=fms     fms-hf-tuning 3.2.2 itself, in its own image (make image TRAINER=fms)"
@@ -87,7 +88,10 @@ $(VENV)/.train: pyproject.toml $(LOCK)
 HARNESS_DEPS = $(if $(filter host,$(LAYOUT))$(and $(call switch,DRY_RUN,x),$(CONFIG)),$(VENV)/.train,$(VENV)/.harness)
 
 up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, clean up
-	$(PY) -m tuning.harness up $(UP_FLAGS) $(call switch,DRY_RUN,dry-run)
+	$(PY) -m tuning.harness up $(UP_FLAGS) $(call flag,STALL,stall) $(call switch,DRY_RUN,dry-run)
+
+stacks: $(VENV)/.harness ## every rank's Python stack of a running run (RUN_ID=id; default the latest)
+	$(PY) -m tuning.harness stacks --runs $(RUNS) $(call flag,RUN_ID,run-id)
 
 down: $(VENV)/.harness ## remove what the harness labelled, saying what (RUN_ID=x: that run only)
 	$(PY) -m tuning.harness down --runs $(RUNS) $(call flag,RUN_ID,run-id)

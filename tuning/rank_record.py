@@ -6,7 +6,7 @@ asked for FSDP and got anything else fails before its first step. And before the
 module is even imported, gpu_guard.py (mounted beside it too): a rank told it has GPUs
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
-to resume from.
+to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`).
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -131,6 +131,8 @@ def main() -> int:
         print(f"harness_rank: {message}", file=sys.stderr, flush=True)
         record.write("end", status="failed", exit_code=1, error=message, distributed_type=None)
         return 1
+    # SIGUSR1: every thread's stack to <output>/stacks (stack_dump.py, mounted beside this)
+    _beside("stack_dump").install(os.path.dirname(os.path.dirname(record.path)), record.rank)
     watch_process_group(record)
     fsdp_on_gloo()
     sweep_torn(record)

@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import affinity, fsdp_gloo, gpu_guard, torn
+from tuning import affinity, fsdp_gloo, gpu_guard, stack_dump, torn
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     # Every start (torchrun's restarts too): a checkpoint torn by a kill is moved aside, so
     # get_last_checkpoint below finds the newest complete one (tuning/torn.py).
     torn.before_start(cfg.output_dir, int(os.environ.get("RANK") or 0))
+    # SIGUSR1: every thread's stack to <output_dir>/stacks (the host's `stacks`, stall, fault)
+    stack_dump.install(cfg.output_dir, int(os.environ.get("RANK") or 0))
     writer = MetricsWriter(cfg.output_dir)
     writer.phase("imports")  # the module's imports (torch, transformers) are done by now
     status, error = "failed", None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuning.harness.commands import bench, examples, fault, housekeeping, image, kube, up
+from tuning.harness.commands import bench, examples, fault, housekeeping, image, kube, stacks, up
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import devices, options
 
@@ -16,7 +16,7 @@ from tuning.harness.spec import devices, options
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
-    for command in (up, bench, fault, kube, examples, devices, housekeeping, image):
+    for command in (up, bench, fault, kube, examples, devices, housekeeping, image, stacks):
         command.register(sub)  # each adds its subcommand, with add_run_flags where it runs jobs
     for s in sub.choices.values():
         options.add_common_flags(s)

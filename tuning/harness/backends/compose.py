@@ -19,6 +19,7 @@ from tuning.harness.spec.layout import (
     NETWORK,
     OUTPUT_DIR,
     RANK_RECORD,
+    STACK_DUMP,
     TMP_DIR,
     TORN,
     Layout,
@@ -72,6 +73,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
         volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
         volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
+        volumes.append(_bind(TUNING / "stack_dump.py", STACK_DUMP, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

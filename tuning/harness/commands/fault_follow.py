@@ -10,6 +10,7 @@ import docker.errors
 from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault_inject import Injector
 from tuning.harness.commands.fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
+from tuning.harness.commands.fault_stacks import HangStacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
@@ -37,6 +38,8 @@ class Follow:
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
+        self.nodes = None  # stacks of a hang go through it (fault_stacks.py)
+        self.hang_stacks = HangStacks(self.timeout)
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -45,6 +48,7 @@ class Follow:
 
     def __call__(self, metrics, state, nodes):
         now = time.time()
+        self.nodes = nodes  # stop() dumps the ranks' stacks through it
         for name, code in state.items():
             if code is not None and (name not in self.ended or self.running.get(name)):
                 self.ended[name] = now  # its latest exit (MAX_RESTARTS may start it again)
@@ -86,6 +90,7 @@ class Follow:
         )
         if newest > self.last_step_seen[0]:
             self.last_step_seen = (newest, now)
+        self.hang_stacks.tick(self, nodes, now)
         if self.kind == "no-show" and self.inject.heals and self.peer_ended(metrics):
             # The peers gave up; thaw the frozen rank so its launcher can stop it (a frozen
             # process ignores SIGTERM, and torchrun would wait 30 s before SIGKILL).
@@ -152,6 +157,7 @@ class Follow:
                    for x in lines)  # fmt: skip
 
     def stop(self) -> str:
+        self.hang_stacks.at_stop(self, self.nodes)  # before a heal (unpause, thaw)
         self.inject.release()
         self.finished_at = time.time()
         return "stop"

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.commands import fault_save
+from tuning.harness.commands import fault_save, fault_stacks
 from tuning.harness.rundirs import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
@@ -105,6 +105,8 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
         "on_a_cluster": _cluster_cost(ranks, base),
     }
+    timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
+    record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
     if base["kind"] == fault_save.KIND:
         record["save"] = fault_save.facts(follow.inject.at_kill, run_dir / "output",
                                           follow.inject_step)  # fmt: skip

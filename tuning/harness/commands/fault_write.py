@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuning.harness.commands import fault_save
+from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
 
@@ -65,6 +66,7 @@ def markdown(rec: dict) -> str:
         ]
         for r, s in rec["slowdown"].items():
             lines.append(f"| {r} | {s['step_s_before']} | {s['step_s_after']} | {s['ratio']} |")
+    lines += stacks.markdown(rec["stacks"]) if rec.get("stacks") else []
     lines += ["", "## Timeline (s since start)", ""]
     lines += [f"- {e['t']:7.2f}  {e['event']}" for e in rec["timeline"]]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,188 @@
+"""Stack dumps without Docker: real processes dump through tuning/stack_dump.py (faulthandler),
+the host's run/stacks.py signals and reads them (LAYOUT=host's way: a shell on this machine),
+and run/stack_text.py parses real faulthandler text. The container path differs only in
+where that shell runs (docker exec); tests/test_stacks_docker.py covers it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+
+from tuning.harness.commands import fault_stacks
+from tuning.harness.run import stack_text, stacks, stall
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+CHILD = """
+import sys, threading, time
+sys.path.insert(0, {root!r})
+from tuning import stack_dump
+stack_dump.install({out!r}, {rank})
+threading.Thread(target=lambda: time.sleep(1000), name="helper", daemon=True).start()
+def deep():
+    time.sleep(1000)  # DEEP
+print("ready", flush=True)
+deep()
+"""
+
+
+def _line(path: Path, marker: str) -> int:
+    return next(i for i, x in enumerate(path.read_text().splitlines(), 1) if marker in x)
+
+
+@pytest.fixture
+def child(tmp_path):
+    """A real Python process that registered its dump as rank 0, waiting in deep()."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(root=str(ROOT), out=str(tmp_path / "out"), rank=0))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    yield proc, script, tmp_path / "out"
+    proc.kill()
+    proc.wait()
+
+
+def test_a_dump_names_where_each_rank_is_and_what_cannot_dump(child):
+    proc, script, out = child
+    taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+    deep = _line(script, "# DEEP")
+    assert taken["summaries"] == [f"rank 0: in deep at {script}:{deep}", "rank 1: not registered"]
+    rank0 = taken["ranks"][0]
+    assert rank0["complete"] is True and rank0["collectives"] == []
+    assert len(rank0["threads"]) == 3  # main, helper, the dump's own watcher
+    main = stack_text.main_thread(rank0, stacks.registered(out)[0]["main_thread"])
+    assert [f["func"] for f in main["frames"]] == ["deep", "<module>"]
+    text = (out / "stacks/rank0.txt").read_text()
+    assert text.startswith("=== stacks of rank 0 at ") and "(test) ===\n" in text
+    assert proc.poll() is None  # SIGUSR1 with the handler in place: the process lives on
+
+
+def test_a_stopped_rank_is_not_signalled_and_an_exited_one_is_said(child):
+    proc, _, out = child
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
+        assert taken["summaries"] == ["rank 0: stopped (SIGSTOP: it cannot dump)"]
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    proc.kill()
+    proc.wait()
+    taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
+    assert taken["summaries"] == ["rank 0: exited"]
+    assert not (out / "stacks/rank0.txt").read_text()  # nothing was ever dumped
+
+
+def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
+    """tests/hang_entry.py under the rank recorder and torchrun, as a foreign ENTRY runs: the
+    summaries name the collective, the flight recorder's seq on gloo, and the user's line;
+    torchrun's agent is never signalled and lives on."""
+    out = tmp_path / "out"
+    env = {**os.environ, "HARNESS_WRAPPED_ENTRY": "hang_entry", "HARNESS_OUTPUT_DIR": str(out),
+           "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    torchrun = Path(sys.executable).with_name("torchrun")
+    argv = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
+            str(ROOT / "tuning/rank_record.py")]  # fmt: skip
+    log = tmp_path / "torchrun.log"
+    agent = subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while log.read_text().count("hang_entry: rank") < 2:
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        time.sleep(1)  # into the collectives
+        taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+        entry = TESTS / "hang_entry.py"
+        s0, s1 = taken["summaries"]
+        assert s0.startswith(
+            f"rank 0: waiting in all_reduce (gloo, seq 2, pending) at {entry}:"
+            f"{_line(entry, '# HANG_RANK0')} (torch/distributed/distributed_c10d.py:"
+        )
+        # gloo's flight recorder has no point-to-point entries: no seq for recv
+        assert s1.startswith(
+            f"rank 1: waiting in recv at {entry}:{_line(entry, '# HANG_RANK1')} "
+            "(torch/distributed/distributed_c10d.py:"
+        )
+        assert [(c["op"], c["seq"], c["state"]) for c in taken["ranks"][0]["collectives"]] == [
+            ("all_reduce", 1, "done"), ("all_reduce", 2, "pending")]  # fmt: skip
+        assert agent.poll() is None
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_parse_reads_faulthandler_text_from_a_real_dump(tmp_path):
+    """faulthandler's own output (dump_traceback of a real process), not a hand-written copy."""
+    code = ("import faulthandler, sys\ndef f():\n    faulthandler.dump_traceback(sys.stdout, "
+            "all_threads=True)\nf()\n")  # fmt: skip
+    text = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    parsed = stack_text.parse("noise before\n" + text)
+    assert parsed["complete"] is False and parsed["collectives"] == []
+    (thread,) = parsed["threads"]
+    assert thread["current"] is True
+    assert thread["frames"] == [{"file": "<string>", "line": 3, "func": "f"},
+                                {"file": "<string>", "line": 4, "func": "<module>"}]  # fmt: skip
+    assert stack_text.summary(3, parsed) == "rank 3: in f at <string>:3"
+    assert stack_text.summary(4, {"threads": [], "collectives": []}) == (
+        "rank 4: dumped no Python frame"
+    )
+
+
+def test_default_stall_time_is_a_multiple_of_the_step_time_with_a_floor():
+    assert stall.default_limit([]) == 60.0
+    assert stall.default_limit([0.5, 0.4, 9.0]) == 60.0
+    assert stall.default_limit([8.0, 7.0, 30.0]) == 80.0
+
+
+def test_fault_md_carries_the_summaries_and_each_rank_threads():
+    taken = {"why": "fault run deadline", "time": "2026-01-01T00:00:00+00:00", "dump_s": 0.6,
+             "summaries": ["rank 0: in deep at x.py:3", "rank 1: paused (its container is "
+                           "frozen: it cannot dump)"],
+             "ranks": {0: {"text": "=== h ===\nThread 0x1 (most recent call first):\n"},
+                       1: {"state": "paused"}}}  # fmt: skip
+    assert stacks.markdown(taken) == [
+        "", "## Stacks (fault run deadline, 2026-01-01T00:00:00+00:00, dumped in 0.6 s)", "",
+        "- rank 0: in deep at x.py:3",
+        "- rank 1: paused (its container is frozen: it cannot dump)",
+        "", "### rank 0", "", "```", "=== h ===\nThread 0x1 (most recent call first):", "```",
+    ]  # fmt: skip
+
+
+def test_stacks_of_a_run_that_is_not_running_is_a_clear_error(tmp_path):
+    run = tmp_path / "runs/r1"
+    (run / "output/stacks").mkdir(parents=True)
+    (run / "output/stacks/rank0.pid.json").write_text(
+        json.dumps({"pid": 999999999, "rank": 0, "file": "x", "start_ticks": 1})
+    )
+    (run / "summary.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-m", "tuning.harness", "stacks", "--runs",
+                          str(tmp_path / "runs"), "--run-id", "r1"], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr == (
+        "harness: error: run r1 is not running (it ended: see its summary.json); "
+        "`make stacks RUN_ID=<id>` takes a running one (`make ps` lists them)\n"
+    )
+
+
+def test_a_fault_record_keeps_stacks_only_for_a_hang_a_timeout_or_the_deadline():
+    class Follow:  # what fault_stacks.record reads of fault_follow.Follow
+        stopped_by = None
+        hang_stacks = fault_stacks.HangStacks(15)
+
+    follow = Follow()
+    follow.hang_stacks.taken = {"summaries": ["rank 0: in f at x.py:1"]}
+    assert fault_stacks.record(follow, timed_out=False) == {}  # ended normally: none
+    assert fault_stacks.record(follow, timed_out=True) == {"stacks": follow.hang_stacks.taken}
+    follow.stopped_by = "launcher lingered"
+    assert fault_stacks.record(follow, timed_out=False) == {}
+    for hung in ("hang detected", "deadline"):
+        follow.stopped_by = hung
+        assert fault_stacks.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}

@@ -1,0 +1,101 @@
+"""Stacks on the engine: a paused rank's fault run records every live rank's stack; a foreign
+ENTRY whose ranks wait on each other stalls `up`, which prints the stacks by itself and keeps
+them; `stacks` dumps a running run on demand; a normal run carries none of it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import PYTHON, ROOT, harness, leftovers
+from test_fault import run_fault
+
+HANG_IMAGE = "tuning-harness-hang:test"  # the harness image + tests/hang_entry.py, a user's image
+
+
+@pytest.mark.parametrize("layout", ["single", "per-rank"])
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_paused_rank_fault_run_shows_every_live_rank_stack(layout, harness_image, tmp_path):
+    rec = run_fault("pause", layout, tmp_path)
+    assert rec["outcome"] == "hung (detected)", rec["_out"]
+    s0, s1 = rec["stacks"]["summaries"]
+    assert s0.startswith("rank 0: waiting in "), rec["stacks"]["summaries"]
+    assert s1 == (
+        "rank 1: stopped (SIGSTOP: it cannot dump)"
+        if layout == "single"
+        else "rank 1: paused (its container is frozen: it cannot dump)"
+    )
+    assert " at /opt/harness/tuning/" in s0  # the user's innermost frame: in our trainer
+    assert f"- {s0}" in rec["_md"] and "### rank 0" in rec["_md"]
+    assert "most recent call first" in rec["stacks"]["ranks"]["0"]["text"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_normal_run_carries_no_stacks(harness_image, tmp_path):
+    out = harness("up", "--layout", "single", "--steps", "4", "--run-id", "stacks-normal",
+                  runs=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / "stacks-normal/summary.json").read_text())
+    assert "stall" not in summary and "stacks (" not in out.stdout
+    dumps = sorted((tmp_path / "stacks-normal/output/stacks").glob("rank*.txt"))
+    assert [p.name for p in dumps] == ["rank0.txt", "rank1.txt"]  # registered, never dumped
+    assert all(p.read_text() == "" for p in dumps)
+
+
+@pytest.fixture(scope="module")
+def hang_image(harness_image, tmp_path_factory) -> str:
+    ctx = tmp_path_factory.mktemp("hang-image")
+    (ctx / "hang_entry.py").write_text((ROOT / "tests/hang_entry.py").read_text())
+    (ctx / "Dockerfile").write_text(
+        f"FROM {harness_image}\nCOPY hang_entry.py /opt/venv/lib/python3.11/site-packages/\n"
+    )
+    subprocess.run(["docker", "build", "-q", "-t", HANG_IMAGE, str(ctx)], check=True,
+                   capture_output=True)  # fmt: skip
+    return HANG_IMAGE
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_image, tmp_path):
+    run_id = "stacks-stall"
+    up = subprocess.Popen(
+        [PYTHON, "-m", "tuning.harness", "up", "--layout", "per-rank", "--image", hang_image,
+         "--entry", "hang_entry", "--stall", "10", "--run-id", run_id, "--runs", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen, deadline = [], time.monotonic() + 240
+    try:
+        while not any(x.startswith("  rank 1: ") for x in seen):
+            line = up.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(seen)
+            seen.append(line)
+        printed = [x.strip() for x in seen if x.startswith("  rank ")]
+        assert printed[0].startswith("rank 0: waiting in all_reduce (gloo, seq 2, pending) at ")
+        assert printed[1].startswith("rank 1: waiting in recv at ")
+        assert any("no rank has made progress for" in x for x in seen), "".join(seen)
+        assert up.poll() is None  # the run goes on after the dump
+        demand = harness("stacks", "--run-id", run_id, runs=tmp_path)
+        assert demand.returncode == 0, demand.stdout + demand.stderr
+        lines = [x.strip() for x in demand.stdout.splitlines() if x.startswith("  rank ")]
+        assert [x.split(" at ")[0] for x in lines] == [
+            "rank 0: waiting in all_reduce (gloo, seq 2, pending)",
+            "rank 1: waiting in recv",
+        ]
+    finally:
+        up.send_signal(signal.SIGINT)
+        rest = up.communicate(timeout=120)[0]
+    run = tmp_path / run_id
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted", rest
+    stall = summary["stall"]
+    assert stall["summaries"] == printed and stall["stall_s"] == 10.0 and stall["spells"] == 1
+    assert (run / "output/stacks/rank0.txt").read_text().count("=== stacks of rank 0") == 2
+    assert leftovers(run_id) == []
+    gone = harness("stacks", "--run-id", run_id, runs=tmp_path)
+    assert gone.returncode == 2 and "is not running (it ended" in gone.stderr

@@ -1,0 +1,85 @@
+"""Reading one dump of a rank's stacks (faulthandler's text, as tuning/stack_dump.py has a rank
+write it) into threads and frames, and saying in one line where the rank is."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tuning.stack_dump import END, FR_PREFIX
+
+# CPython's faulthandler (Python/traceback.c): a thread header, then its frames, newest first.
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[.*\])? \(most recent call first\):"
+)
+_FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*)$')
+_DIST = "torch/distributed/"
+# Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
+# package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper.
+_LIBS = "torch|transformers|accelerate|peft|trl|datasets|safetensors|huggingface_hub"
+_NOT_USER = re.compile(
+    rf"/lib/python3\.\d+/(?!site-packages/|dist-packages/)|-packages/({_LIBS})/|^<frozen "
+    r"|/opt/harness-launch/|/tuning/stack_dump\.py$"
+)
+
+
+def parse(text: str) -> dict:
+    """{"threads": [{"id": int, "current": bool, "frames": [{file, line, func}]}],
+    "collectives": [flight recorder entries], "complete": bool} from one dump's text."""
+    threads, collectives = [], []
+    for raw in text.splitlines():
+        head = _THREAD.match(raw)
+        frame = _FRAME.match(raw)
+        if head:
+            threads.append({"id": int(head.group(2), 16), "current": head.group(1) != "Thread",
+                            "frames": []})  # fmt: skip
+        elif frame and threads:
+            line = frame.group("line")
+            threads[-1]["frames"].append({"file": frame.group("file"),
+                                          "line": int(line) if line.isdigit() else None,
+                                          "func": frame.group("func")})  # fmt: skip
+        elif raw.startswith(FR_PREFIX):
+            try:
+                collectives.append(json.loads(raw[len(FR_PREFIX) :]))
+            except ValueError:
+                pass
+    return {"threads": threads, "collectives": collectives, "complete": END in text}
+
+
+def main_thread(parsed: dict, ident: int | None = None) -> dict | None:
+    """The main thread: the one whose id the rank wrote down, else the one that ran the
+    signal (Linux gives a process's signal to its main thread first), else the first."""
+    threads = parsed["threads"]
+    by_id = [t for t in threads if ident is not None and t["id"] == ident]
+    current = [t for t in threads if t["current"]]
+    return (by_id or current or threads or [None])[0]
+
+
+def _where(frame: dict) -> str:
+    return f"{frame['file']}:{frame['line']}"
+
+
+def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
+    """One line: "rank 0: waiting in all_reduce (gloo, seq 7, pending) at train.py:12
+    (torch/distributed/distributed_c10d.py:2950)": the main thread's innermost torch.distributed
+    frame, the flight recorder's newest pending collective, the user's innermost frame; outside
+    torch.distributed, the user's innermost frame (else the main thread's innermost)."""
+    thread = main_thread(parsed, ident)
+    if thread is None or not thread["frames"]:
+        return f"rank {rank}: dumped no Python frame"
+    frames = thread["frames"]
+    dist = next((f for f in frames if _DIST in f["file"]), None)
+    user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
+    if dist is None:
+        top = user or frames[0]
+        return f"rank {rank}: in {top['func']} at {_where(top)}"
+    # The newest collective not done: gloo's flight recorder has no point-to-point entries,
+    # so a rank in recv shows none rather than an older, finished all_reduce.
+    pending = [c for c in parsed["collectives"] if c.get("state") != "done"]
+    last = pending[-1] if pending else None
+    # c10d records the op it ran, which may differ from the call (FSDP's reduce_scatter on gloo)
+    op = f" {last['op']}" if last and last["op"] != dist["func"] else ""
+    fr = f" ({last['backend']}{op}, seq {last['seq']}, {last['state']})" if last else ""
+    at = f" at {_where(user)}" if user else ""
+    inner = dist["file"][dist["file"].find(_DIST) :]
+    return f"rank {rank}: waiting in {dist['func']}{fr}{at} ({inner}:{dist['line']})"
