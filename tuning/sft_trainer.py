@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import fsdp_gloo, gpu_guard, torn
+from tuning import batch_dump, fsdp_gloo, gpu_guard, torn
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -188,6 +188,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
     fsdp_gloo.install()  # FSDP on CPU ranks too; an FSDP config never silently runs DDP
+    batch_dump.install()  # HARNESS_DUMP_BATCHES (debug, parity tests): every batch, as fms's
     metrics = StepMetricsCallback(writer)
     params_total = sum(p.numel() for p in model.parameters())
     trainer = SFTTrainer(
