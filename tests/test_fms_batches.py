@@ -23,7 +23,9 @@ from tuning.demo_data import write as write_demo
 
 pytestmark = pytest.mark.docker
 STEPS = 3
-JOB = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
+# data_seed: fms 3.2.2 seeds each rank with seed + rank (accelerate's set_seed(device_specific=
+# True) in its train()), so without it fms's ranks shuffle apart; ours share one shuffle.
+JOB = {"data_seed": 42, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
        "learning_rate": 0.003, "lr_scheduler_type": "constant", "max_seq_length": 64,
        "torch_dtype": "float32", "use_flash_attn": False, "logging_steps": 1,
        "logging_strategy": "steps", "save_strategy": "no", "trackers": ["file_logger"]}  # fmt: skip
@@ -54,6 +56,8 @@ def model_dir(tiny_model, tmp_path_factory) -> Path:
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg))
+    for f in out.iterdir():  # the ranks run as another user; save_pretrained writes 0600
+        f.chmod(0o644)
     return out
 
 

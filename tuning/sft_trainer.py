@@ -53,8 +53,8 @@ PASSED_THROUGH = (
     "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
     "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
     "lr_scheduler_type", "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "logging_strategy",
-    "weight_decay", "max_grad_norm", "seed", "logging_steps", "eval_steps", "save_strategy",
-    "save_steps", "save_total_limit", "ddp_timeout",
+    "weight_decay", "max_grad_norm", "seed", "data_seed", "logging_steps", "eval_steps",
+    "save_strategy", "save_steps", "save_total_limit", "ddp_timeout",
 )  # fmt: skip
 
 
