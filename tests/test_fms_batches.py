@@ -112,8 +112,8 @@ def pretokenized(tmp_path, tokenizer):
 CASES = [jsonl_bom_crlf, json_twitter, parquet_directory, arrow_stream, pretokenized]
 
 
-def train(trainer: str, case: str, data: Path, model: Path, job: dict, tmp_path: Path) -> Path:
-    """One harness run with the batch dump on; returns its output directory."""
+def start(trainer: str, case: str, data: Path, model: Path, job: dict, tmp_path: Path):
+    """One harness run with the batch dump on: (the harness process, the run's directory)."""
     job_file = tmp_path / f"{trainer}-job.json"
     job_file.write_text(json.dumps({**JOB, **job}))
     runs = tmp_path / f"runs-{trainer}"
@@ -122,10 +122,16 @@ def train(trainer: str, case: str, data: Path, model: Path, job: dict, tmp_path:
                   "2", "--steps", str(STEPS), "--seed", "42", "--model", str(model), "--data",
                   str(data), "--job", str(job_file), "--run-id", run_id, runs=runs,
                   env={"HARNESS_DUMP_BATCHES": "1"})  # fmt: skip
+    return out, runs / run_id
+
+
+def train(trainer: str, case: str, data: Path, model: Path, job: dict, tmp_path: Path) -> Path:
+    """A run that must succeed; returns its output directory."""
+    out, run = start(trainer, case, data, model, job, tmp_path)
     assert out.returncode == 0, (
         f"{trainer} on {case}: exit {out.returncode}\n{out.stdout}{out.stderr}"
     )
-    return runs / run_id / "output"
+    return run / "output"
 
 
 def batches(output: Path, rank: int) -> list[dict]:
@@ -172,3 +178,14 @@ def test_fms_and_ours_feed_the_model_the_same_batches(
     logged_ours, logged_fms = first_loss(ours_out), first_loss(theirs_out)
     print(f"{case}: {tokens} tokens identical; step-1 loss ours {logged_ours} fms {logged_fms}")
     assert round(logged_ours, 4) == logged_fms, f"{case}: logged step-1 losses differ"
+
+
+def test_fms_refuses_the_older_placeholder_form(fms_image, model_dir, tokenizer, tmp_path):
+    """fms 3.2.2 renders templates with Jinja, where {{Tweet text}} is a syntax error: it
+    refuses the job before any step; ours fills it to fms's tokens (json_twitter above)."""
+    data, _, our_job = json_twitter(tmp_path, tokenizer)
+    out, run = start("fms", "legacy-template", data, model_dir, our_job, tmp_path)
+    assert out.returncode == 1, f"exit {out.returncode}\n{out.stdout}{out.stderr}"
+    log = (run / "logs/trainer.log").read_text()
+    assert "jinja template syntax is invalid" in log, log[-4000:]
+    assert not (run / "output/batches").exists()  # refused before its first batch
