@@ -38,7 +38,6 @@ def install(environ=os.environ) -> str | None:
     from transformers import Trainer
 
     path = os.path.join(folder, f"rank{environ.get('RANK', '0')}.jsonl")
-    os.makedirs(folder, exist_ok=True)
     original = Trainer.training_step
     if getattr(original, "harness_dump", None):  # installed already (a second call)
         return path
@@ -54,6 +53,7 @@ def install(environ=os.environ) -> str | None:
         line["num_items_in_batch"] = _plain(num_items_in_batch)
         loss = original(self, model, inputs, num_items_in_batch, *args, **kwargs)
         line["loss"] = float(loss)
+        os.makedirs(folder, exist_ok=True)  # here, not at install: no batch, no folder
         with open(path, "a") as fh:
             fh.write(json.dumps(line) + "\n")
         return loss
