@@ -179,7 +179,7 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     launch_dir.mkdir()
     user.mkdir()
     shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
-    for name in ("fsdp_gloo.py", "gpu_guard.py", "torn.py"):  # what Compose mounts beside it
+    for name in ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "batch_dump.py"):  # as Compose mounts
         shutil.copy(ROOT / "tuning" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")

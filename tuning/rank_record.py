@@ -135,7 +135,8 @@ def main() -> int:
     watch_process_group(record)
     fsdp_on_gloo()
     sweep_torn(record)
-    _beside("batch_dump").install()  # off (nothing imported) unless HARNESS_DUMP_BATCHES is set
+    if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
+        _beside("batch_dump").install()
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:
