@@ -130,6 +130,15 @@ def harness_image() -> str:
     return "tuning-harness:latest"
 
 
+@pytest.fixture(scope="session")
+def fms_image() -> str:
+    """fms's image, built through the same path `make up TRAINER=fms` takes if missing."""
+    out = subprocess.run([PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
+                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
+    return "tuning-harness-fms:latest"
+
+
 def harness(*args: str, runs: Path, timeout: float = 600, env: dict | None = None):
     """Run `python -m tuning.harness ARGS --runs RUNS` as a user would; returns the process."""
     return subprocess.run(

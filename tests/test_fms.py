@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, leftovers
+from conftest import ROOT, leftovers
 
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
@@ -137,15 +137,6 @@ def test_hf_log_lines():
 
 
 # --- containers -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def fms_image() -> str:
-    """fms's image, built through the same path `make up TRAINER=fms` takes if missing."""
-    out = subprocess.run([PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
-                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
-    assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
-    return trainers.FMS_IMAGE
 
 
 def make(target: str, runs_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:

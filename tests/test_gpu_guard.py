@@ -179,8 +179,8 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     launch_dir.mkdir()
     user.mkdir()
     shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
-    beside = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py")  # Compose mounts these
-    for name in beside:
+    beside = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py")
+    for name in beside:  # as Compose mounts them
         shutil.copy(ROOT / "tuning" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")

@@ -66,6 +66,10 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = False
     seed: int = 42
+    # The loader's shuffle seed for every rank. fms 3.2.2 seeds each rank with seed + rank
+    # (accelerate set_seed(device_specific=True) in its train()), so without data_seed its ranks
+    # shuffle apart; this trainer's ranks share one shuffle of seed, as fms's do with data_seed.
+    data_seed: int | None = None
     # logging, evaluation, checkpoints
     logging_strategy: str = "epoch"  # fms's default: no | steps | epoch
     logging_steps: float = 1

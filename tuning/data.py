@@ -1,5 +1,6 @@
 """Training data: four shapes, validated before training, tokenized and masked as fms-hf-tuning
-3.2.2 does it (tests/test_fms_parity.py compares the two token for token).
+3.2.2 does it (tests/test_fms_batches.py compares the batches fms's own Trainer feeds the model
+with ours, token for token).
 
 Files and directories are read as fms reads them (tuning/records.py): JSON Lines or a JSON array,
 Parquet, Arrow, text, or a directory of them.

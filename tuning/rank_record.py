@@ -7,6 +7,8 @@ module is even imported, gpu_guard.py (mounted beside it too): a rank told it ha
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
 to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`).
+With HARNESS_DUMP_BATCHES set (a debug switch the parity tests use), batch_dump.py (beside it
+too) dumps every batch the trainer's HF Trainer feeds the model.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -88,8 +90,8 @@ def watch_process_group(record: Record) -> None:
 
 
 def _beside(name: str):
-    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py), loaded by path:
-    the user's image may have a `tuning` package of its own (fms does)."""
+    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py, batch_dump.py),
+    loaded by path: the user's image may have a `tuning` package of its own (fms does)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -136,6 +138,8 @@ def main() -> int:
     watch_process_group(record)
     fsdp_on_gloo()
     sweep_torn(record)
+    if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
+        _beside("batch_dump").install()
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:

@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import affinity, fsdp_gloo, gpu_guard, stack_dump, torn
+from tuning import affinity, batch_dump, fsdp_gloo, gpu_guard, stack_dump, torn
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -53,8 +53,8 @@ PASSED_THROUGH = (
     "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
     "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
     "lr_scheduler_type", "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "logging_strategy",
-    "weight_decay", "max_grad_norm", "seed", "logging_steps", "eval_steps", "save_strategy",
-    "save_steps", "save_total_limit", "ddp_timeout",
+    "weight_decay", "max_grad_norm", "seed", "data_seed", "logging_steps", "eval_steps",
+    "save_strategy", "save_steps", "save_total_limit", "ddp_timeout",
 )  # fmt: skip
 
 
@@ -191,6 +191,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
     fsdp_gloo.install()  # FSDP on CPU ranks too; an FSDP config never silently runs DDP
+    batch_dump.install()  # HARNESS_DUMP_BATCHES (debug, parity tests): every batch, as fms's
     metrics = StepMetricsCallback(writer)
     params_total = sum(p.numel() for p in model.parameters())
     trainer = SFTTrainer(

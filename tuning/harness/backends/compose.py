@@ -10,6 +10,7 @@ import yaml
 from tuning import affinity
 from tuning.harness.errors import ROOT
 from tuning.harness.spec.layout import (
+    BATCH_DUMP,
     FSDP_GLOO,
     GPU_GUARD,
     JOB_DIR,
@@ -74,6 +75,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
         volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
         volumes.append(_bind(TUNING / "stack_dump.py", STACK_DUMP, rel, read_only=True))
+        volumes.append(_bind(TUNING / "batch_dump.py", BATCH_DUMP, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

@@ -66,6 +66,7 @@ FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank
 GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 STACK_DUMP = f"{LAUNCH_DIR}/stack_dump.py"  # tuning/stack_dump.py, beside the rank recorder
+BATCH_DUMP = f"{LAUNCH_DIR}/batch_dump.py"  # tuning/batch_dump.py, beside the rank recorder
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
 

@@ -26,6 +26,7 @@ from tuning.harness.spec.layout import IMAGE, KINDS, PORT, Layout, LayoutError, 
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
+DUMP_BATCHES = "HARNESS_DUMP_BATCHES"  # =1: each rank dumps its batches to output/batches/
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
 RUNS = ROOT / "runs"
@@ -83,11 +84,10 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     model = existing("MODEL", f.model, "directory")
     preflight.check_model(model)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
-    extra = (
-        tuple(env(plan.count or nproc, output_dir_of(f.layout, str(run_dir))).items())
-        if env
-        else ()
-    )
+    output = output_dir_of(f.layout, str(run_dir))
+    extra = tuple(env(plan.count or nproc, output).items()) if env else ()
+    if os.environ.get(DUMP_BATCHES, "0") not in ("", "0"):  # a debug switch: tuning/batch_dump.py
+        extra += ((DUMP_BATCHES, f"{output}/batches"),)
     try:
         return Layout(
             secrets=secrets, extra_env=extra,
