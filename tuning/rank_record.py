@@ -6,7 +6,7 @@ asked for FSDP and got anything else fails before its first step. And before the
 module is even imported, gpu_guard.py (mounted beside it too): a rank told it has GPUs
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
-to resume from.
+to resume from; and fs_errors.py: a full volume or the read-only root, said plainly.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -88,8 +88,8 @@ def watch_process_group(record: Record) -> None:
 
 
 def _beside(name: str):
-    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py), loaded by path:
-    the user's image may have a `tuning` package of its own (fms does)."""
+    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py, fs_errors.py),
+    loaded by path: the user's image may have a `tuning` package of its own (fms does)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -144,6 +144,11 @@ def main() -> int:
     except BaseException as e:
         code, error = 1, "".join(traceback.format_exception_only(e)).strip()
         traceback.print_exc()
+        # a full volume or the read-only root, said plainly (fs_errors.py, mounted beside)
+        why = _beside("fs_errors").explain(e, os.path.dirname(os.path.dirname(record.path)))
+        if why:
+            print(f"harness_rank: {why}", file=sys.stderr, flush=True)
+            error = f"{why} ({error})"
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
                  error=error, distributed_type=accelerate_distributed_type())  # fmt: skip
     return code

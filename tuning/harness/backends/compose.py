@@ -9,6 +9,7 @@ import yaml
 
 from tuning.harness.errors import ROOT
 from tuning.harness.spec.layout import (
+    FS_ERRORS,
     FSDP_GLOO,
     GPU_GUARD,
     JOB_DIR,
@@ -49,18 +50,25 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
             svc["network_mode"] = "service:rank0"
             svc["ipc"] = "service:rank0"
             svc["depends_on"] = ["rank0"]
-    return {
+    out = {
         "name": layout.project,
         "services": services,
         "networks": {NETWORK: {"internal": True, "labels": labels}},
     }
+    if layout.output_volume:  # made and removed by its owner (fault disk-full), not by Compose
+        out["volumes"] = {"output": {"external": True, "name": layout.output_volume}}
+    return out
 
 
 def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
+    output = Path(layout.run_dir, "output")
     volumes = [
         _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
-        _bind(Path(layout.run_dir, "output"), OUTPUT_DIR, rel),
+        _bind(output, OUTPUT_DIR, rel),
     ]
+    if layout.output_volume:  # the harness follows the ranks by their metrics: keep them here
+        volumes[1:] = [{"type": "volume", "source": "output", "target": OUTPUT_DIR},
+                       _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel)]  # fmt: skip
     if layout.model:
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:
@@ -71,6 +79,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
         volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
         volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
+        volumes.append(_bind(TUNING / "fs_errors.py", FS_ERRORS, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

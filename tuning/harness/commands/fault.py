@@ -17,7 +17,7 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.backends import engine, images
-from tuning.harness.commands import fault_record, fault_save, fault_write
+from tuning.harness.commands import fault_disk, fault_record, fault_save, fault_write
 from tuning.harness.commands.fault_follow import Follow
 from tuning.harness.commands.fault_inject import NETEM
 from tuning.harness.errors import HarnessError
@@ -27,8 +27,8 @@ from tuning.harness.spec import options
 from tuning.harness.spec.flags import RunFlags, int_arg
 from tuning.harness.spec.layout import CONTAINER_KINDS, LABEL
 
-KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
-         "slow", "delay", "loss")  # fmt: skip
+KINDS = ("kill", "save-kill", "disk-full", "term", "preempt", "crash", "pause", "no-show",
+         "partition", "oom", "slow", "delay", "loss")  # fmt: skip
 LAYOUTS = CONTAINER_KINDS
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so a fault lands near its step
@@ -140,7 +140,15 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
     knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
              "group_steps": bool(layout.entry)}  # fmt: skip
     follow = Follow(kind, layout_kind, target, knobs, run_id)
-    summary = lifecycle.start(spec, on_tick=follow)
+    volume = fault_disk.Volume(engine.client(), layout) if kind == fault_disk.KIND else None
+    if volume:
+        spec.layout = replace(layout, output_volume=volume.name)
+    try:
+        summary = lifecycle.start(spec, on_tick=follow)
+    finally:
+        if volume:  # the ranks are gone: what they wrote into the run's dir, then the volume
+            volume.copy_out(spec.runs_root / run_id / "output")
+            volume.remove()
     follow.finished_at = follow.finished_at or time.time()
     run_dir = spec.runs_root / run_id
     leftovers = engine.labelled(engine.client(), run_id)

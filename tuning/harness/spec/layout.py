@@ -65,6 +65,7 @@ RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
 GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
+FS_ERRORS = f"{LAUNCH_DIR}/fs_errors.py"  # tuning/fs_errors.py, beside the rank recorder
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
 
@@ -125,6 +126,9 @@ class Layout:
     entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
     memory: str | None = None  # per container (Compose mem_limit, e.g. "8g"); None: no limit
     pids: int | None = None  # processes per container (Compose pids_limit); None: no limit
+    # A Docker volume mounted at /output instead of the run's output dir, metrics still on the
+    # host (fault disk-full: a size-limited tmpfs the fault makes and copies out); None: none
+    output_volume: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
