@@ -119,6 +119,16 @@ def accelerate_distributed_type() -> str | None:
     return getattr(value, "value", None) or (str(value) if value is not None else None)
 
 
+def explained(e: BaseException, error: str, record: Record) -> str:
+    """`error`, with a full volume or the read-only root said plainly (fs_errors.py, mounted
+    beside) where `e` or what it was raised from (fms exits 203 from its except) shows one."""
+    why = _beside("fs_errors").explain(e, os.path.dirname(os.path.dirname(record.path)))
+    if not why:
+        return error
+    print(f"harness_rank: {why}", file=sys.stderr, flush=True)
+    return f"{why} ({error})"
+
+
 def main() -> int:
     entry = os.environ.get("HARNESS_WRAPPED_ENTRY")
     if not entry:
@@ -140,15 +150,11 @@ def main() -> int:
         runpy.run_module(entry, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        error = None if code == 0 else f"SystemExit({e.code!r})"
+        error = None if code == 0 else explained(e, f"SystemExit({e.code!r})", record)
     except BaseException as e:
-        code, error = 1, "".join(traceback.format_exception_only(e)).strip()
+        code = 1
+        error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
         traceback.print_exc()
-        # a full volume or the read-only root, said plainly (fs_errors.py, mounted beside)
-        why = _beside("fs_errors").explain(e, os.path.dirname(os.path.dirname(record.path)))
-        if why:
-            print(f"harness_rank: {why}", file=sys.stderr, flush=True)
-            error = f"{why} ({error})"
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
                  error=error, distributed_type=accelerate_distributed_type())  # fmt: skip
     return code

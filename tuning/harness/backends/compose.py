@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from tuning.harness.errors import ROOT
+from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import (
     FS_ERRORS,
     FSDP_GLOO,
@@ -69,6 +70,8 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
     if layout.output_volume:  # the harness follows the ranks by their metrics: keep them here
         volumes[1:] = [{"type": "volume", "source": "output", "target": OUTPUT_DIR},
                        _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel)]  # fmt: skip
+        if layout.entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
+            volumes.append(_bind(output / FMS_LOGS, f"{OUTPUT_DIR}/{FMS_LOGS}", rel))
     if layout.model:
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 from tuning import torn
 from tuning.harness.backends import images
+from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import LABEL, OUTPUT_DIR, TORN
 
 KIND = "disk-full"
 VOLUME_MB = 512  # the tmpfs's limit: room for the demo's checkpoints; what is written uses RAM
 FILLER = ".harness-disk-full"  # the file that takes the room (not copied out)
+SKIP = (FILLER, "metrics", FMS_LOGS)  # the filler; what is on the host already
 KEEP = "/keep"  # the keeper's mount of the volume
 ENOSPC = re.compile(r"No space left on device|\[Errno 28\]|os error 28|StorageFull")
 CLUSTER = (
@@ -93,8 +95,8 @@ class Volume:
         )  # fmt: skip
 
     def copy_out(self, output: Path) -> None:
-        """What the ranks wrote into `output` (the run's dir), less the filler and the metrics
-        (already there)."""
+        """What the ranks wrote into `output` (the run's dir), less the filler and what was
+        bound from there already (metrics, fms's log)."""
         stream, _ = self.keeper.get_archive(KEEP)  # a tar of keep/...
         with tempfile.TemporaryFile() as f:
             for chunk in stream:
@@ -103,10 +105,10 @@ class Volume:
             with tarfile.open(fileobj=f) as tar:
                 for m in tar.getmembers():
                     parts = Path(m.name).parts[1:]
-                    if not parts or parts[0] in (FILLER, "metrics") or m.issym() or m.islnk():
+                    if not parts or parts[0] in SKIP or m.issym() or m.islnk():
                         continue
                     m.name = str(Path(*parts))
-                    tar.extract(m, output, set_attrs=False)
+                    tar.extract(m, output)  # owner and mode as the ranks left them
 
     def remove(self) -> None:
         self.keeper.remove(force=True)

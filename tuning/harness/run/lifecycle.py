@@ -118,9 +118,11 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
     for path, text in render(layout, commands).items():
         (run_dir / path).write_text(text)
-    if layout.output_volume:  # /output is a volume; the metrics stay here (compose.py)
+    if layout.output_volume:  # /output is a volume; what the harness follows stays here
         (run_dir / "output" / "metrics").mkdir(exist_ok=True)
-        _give_to_container_user(run_dir / "output" / "metrics", layout)
+        (run_dir / "output" / runs.FMS_LOGS).touch()  # bound as a file: it must exist
+        for path in ("metrics", runs.FMS_LOGS):
+            _give_to_container_user(run_dir / "output" / path, layout)
     _give_to_container_user(run_dir / "output", layout)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
