@@ -60,7 +60,7 @@ help: ## list targets and variables
 	@echo "  IMAGE=img ENTRY=module  a trainer of your own image (README: what it needs)"
 	@echo "Variables (bench, fault, kube):"
 	@echo "  REPEAT=r        bench: rounds over the layouts (default 3)"
-	@echo "  FAULT=kind      fault: kill term preempt crash pause slow delay loss partition oom no-show | all"
+	@echo "  FAULT=kind      fault: kill save-kill disk-full term preempt crash pause slow delay loss partition oom no-show | all"
 	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
 	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"
 	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"

@@ -1,0 +1,113 @@
+"""The disk-full fault and what a rank's file-system failure says (tuning/fs_errors.py).
+
+Quick tests need no engine: the sentences for ENOSPC and EROFS, and the Compose file with
+/output on a volume. The engine matrix runs disk-full for our trainer and fms in both layouts.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+from conftest import harness, leftovers
+from safetensors import safe_open
+
+from tuning import fs_errors, torn
+from tuning.harness.backends import compose
+from tuning.harness.commands import fault_disk
+from tuning.harness.spec.layout import Layout
+
+TIMEOUT = 15
+
+
+def _raised_from(inner: BaseException, outer: BaseException) -> BaseException:
+    """`outer` raised while handling `inner`, as fms's sys.exit(203) in its except is."""
+    try:
+        try:
+            raise inner
+        except BaseException:
+            raise outer  # noqa: B904 (implicit chaining, as fms raises it)
+    except BaseException as e:
+        return e
+
+
+def test_enospc_is_named_with_its_path(tmp_path):
+    e = OSError(errno.ENOSPC, "No space left on device", "/output/checkpoint-20/x.bin")
+    why = fs_errors.explain(_raised_from(e, SystemExit(203)), str(tmp_path))
+    assert why.startswith("ENOSPC (errno 28, No space left on device) writing "
+                          "/output/checkpoint-20/x.bin: ")  # fmt: skip
+
+
+def test_torch_write_failure_blames_the_disk_only_when_it_is_full(tmp_path):
+    # torch.save's own words when a write fails under it; here the disk has room: not ENOSPC
+    err = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 391552 vs 1")
+    assert fs_errors.explain(err, str(tmp_path)) is None
+    assert fs_errors.explain(ValueError("bad value"), str(tmp_path)) is None
+
+
+def test_read_only_root_says_where_to_write(monkeypatch):
+    monkeypatch.setenv("HARNESS_OUTPUT_DIR", "/output")
+    e = OSError(errno.EROFS, "Read-only file system", "results.txt")
+    why = fs_errors.explain(e, "/output")
+    assert why.startswith("EROFS (errno 30): the container's root file system is read-only, as "
+                          "a PyTorchJob pod's is (readOnlyRootFilesystem), and the trainer wrote "
+                          "results.txt (working directory ")  # fmt: skip
+    assert why.endswith("A trainer can write only under the output dir /output (checkpoints, "
+                        "results), or /tmp and /dev/shm (scratch, lost at the end; HOME is "
+                        "/tmp): write there, not in the working directory")  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", [None, "tuning.sft_trainer"])
+def test_output_volume_keeps_what_the_harness_follows_on_the_host(entry, tmp_path):
+    layout = Layout(kind="per-rank", run_id="r", run_dir=str(tmp_path), entry=entry,
+                    output_volume="harness-r-output")  # fmt: skip
+    out = compose.render(layout)
+    assert out["volumes"] == {"output": {"external": True, "name": "harness-r-output"}}
+    mounts = {v["target"]: v for v in out["services"]["rank1"]["volumes"]}
+    assert mounts["/output"] == {"type": "volume", "source": "output", "target": "/output"}
+    assert mounts["/output/metrics"]["source"] == str(tmp_path / "output" / "metrics")
+    assert ("/output/training_logs.jsonl" in mounts) == bool(entry)  # fms's steps
+
+
+# --- on the engine ------------------------------------------------------------------------
+CASES = [(t, lay) for t in ("harness", "fms") for lay in ("single", "per-rank")]
+
+
+@pytest.mark.parametrize("trainer,layout", CASES)
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_disk_full(trainer, layout, harness_image, tmp_path):
+    if trainer == "fms":
+        built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
+        assert built.returncode == 0, built.stdout + built.stderr
+    runs = tmp_path / "fault"
+    out = harness("fault", "--fault", "disk-full", "--layout", layout, "--trainer", trainer,
+                  "--timeout", str(TIMEOUT), runs=runs, timeout=400)  # fmt: skip
+    run_dir = (runs / "latest").resolve()
+    rec = json.loads((run_dir / "fault.json").read_text())
+    assert "Traceback" not in out.stderr, out.stderr
+    assert rec["outcome"] == "failed fast" and rec["goal_met"] is True, out.stdout + out.stderr
+    assert rec["leftovers"] == [] and leftovers(rec["run_id"]) == []
+    assert leftovers(f"{rec['run_id']}-keep") == []  # the volume and its keeper too
+    disk = rec["disk"]
+    assert disk["free_after"] < disk["checkpoint_bytes"]  # less room than a checkpoint
+    hit = disk["enospc"][0]
+    assert hit["errno"] == 28 and hit["path"].startswith("/output/")
+    assert "checkpoint-" in hit["path"]
+    # Earlier checkpoints are whole and in the run dir (copied out of the volume): loadable
+    output = run_dir / "output"
+    assert disk["complete"] and not (output / fault_disk.FILLER).exists()
+    for name in disk["complete"]:
+        assert torn.missing(output / name) is None
+        with safe_open(output / name / "model.safetensors", "pt") as f:
+            assert list(f.keys())
+    # The failed save is torn: a start never resumes from it (torn.py moves it aside)
+    assert len(disk["torn"]) == 1 and disk["torn"][0] not in disk["complete"]
+    assert [p.name for p, _ in torn.incomplete(output)] == disk["torn"]
+    md = (run_dir / "fault.md").read_text().splitlines()
+    assert f"- on a cluster: {fault_disk.CLUSTER}" in md
+    assert any(x.startswith(f"- disk: rank {hit['rank']}: ENOSPC (errno 28) writing ") for x in md)
+    assert Path(run_dir / "output" / "metrics").is_dir()
