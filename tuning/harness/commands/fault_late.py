@@ -88,14 +88,15 @@ class Late:
         """Start the held node once LATE s have passed (the follow stops first when every other
         node has ended: the job failed before its master came); until the master's port
         accepts, ask a waiting node what it sees."""
+        started = None
+        if self.started_at is None and time.time() - (nodes.issued_at or now) >= self.late_s:
+            nodes.start_late(self.target)  # before a probe: an exec takes seconds under load
+            self.started_at = time.time()
+            started = f"{self.target} started, {self.started_at - nodes.issued_at:.1f} s late"
         if now - self.probed_at >= PROBE_S and not (self.seen and self.seen[-1][1] == ACCEPTS):
             self.probed_at = now
             self.probe(nodes)
-        if self.started_at is not None or now - (nodes.issued_at or now) < self.late_s:
-            return None
-        nodes.start_late(self.target)
-        self.started_at = time.time()
-        return f"{self.target} started, {self.started_at - nodes.issued_at:.1f} s late"
+        return started
 
     def probe(self, nodes) -> None:
         peer = next(c for name, c in nodes.containers.items() if name != self.target)
