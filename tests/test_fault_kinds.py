@@ -1,22 +1,27 @@
 """The disk-full fault and what a rank's file-system failure says (tuning/fs_errors.py).
 
 Quick tests need no engine: the sentences for ENOSPC and EROFS, and the Compose file with
-/output on a volume. The engine matrix runs disk-full for our trainer and fms in both layouts.
+/output on a volume. The engine matrix runs disk-full for our trainer and fms in both layouts;
+a foreign ENTRY that writes to its working directory (tests/entry_writes_cwd.py) meets the
+read-only root and is told where it can write.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import harness, leftovers
+from conftest import ROOT, harness, leftovers
 from safetensors import safe_open
 
 from tuning import fs_errors, torn
 from tuning.harness.backends import compose
 from tuning.harness.commands import fault_disk
+from tuning.harness.rundirs import runs as run_files
 from tuning.harness.spec.layout import Layout
 
 TIMEOUT = 15
@@ -111,3 +116,39 @@ def test_disk_full(trainer, layout, harness_image, tmp_path):
     assert f"- on a cluster: {fault_disk.CLUSTER}" in md
     assert any(x.startswith(f"- disk: rank {hit['rank']}: ENOSPC (errno 28) writing ") for x in md)
     assert Path(run_dir / "output" / "metrics").is_dir()
+
+
+WRITES_CWD_IMAGE = "harness-test-writes-cwd:latest"  # the harness's image + tests/entry_writes_cwd
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harness_image,
+                                                                           tmp_path):  # fmt: skip
+    ctx = tmp_path / "image"
+    ctx.mkdir()
+    shutil.copy(ROOT / "tests" / "entry_writes_cwd.py", ctx)
+    (ctx / "Dockerfile").write_text(f"FROM {harness_image}\nCOPY entry_writes_cwd.py "
+                                    "/opt/harness/entry_writes_cwd.py\n")  # fmt: skip
+    built = subprocess.run(["docker", "build", "-q", "-t", WRITES_CWD_IMAGE, str(ctx)],
+                           capture_output=True, text=True)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    out = harness("up", "--image", WRITES_CWD_IMAGE, "--entry", "entry_writes_cwd", "--layout",
+                  "single", "--gpus", "0", runs=tmp_path / "runs", timeout=300)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert leftovers(run_dir.name) == []
+    ends = {r: next(x for x in lines if x.get("event") == "end")
+            for r, lines in run_files.read_metrics(run_dir / "output").items()}  # fmt: skip
+    assert sorted(ends) == [0, 1]
+    for end in ends.values():  # each rank's end says why, and where it may write
+        assert end["status"] == "failed" and end["error"].startswith(
+            "EROFS (errno 30): the container's root file system is read-only, as a PyTorchJob "
+            "pod's is (readOnlyRootFilesystem), and the trainer wrote results.txt (working "
+            "directory /opt/harness). A trainer can write only under the output dir /output "
+            "(checkpoints, results), or /tmp and /dev/shm (scratch, lost at the end; HOME is "
+            "/tmp): write there, not in the working directory (OSError: [Errno 30] Read-only "
+            "file system: 'results.txt')"
+        ), end["error"]  # fmt: skip
+    log = (run_dir / "logs" / "trainer.log").read_text()
+    assert "harness_rank: EROFS (errno 30): the container's root file system is read-only" in log
