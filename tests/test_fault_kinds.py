@@ -152,3 +152,36 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harn
         ), end["error"]  # fmt: skip
     log = (run_dir / "logs" / "trainer.log").read_text()
     assert "harness_rank: EROFS (errno 30): the container's root file system is read-only" in log
+
+
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_fms_save_kill_per_rank_resumes_from_the_newest_complete_checkpoint(harness_image,
+                                                                           tmp_path):  # fmt: skip
+    """save-kill for TRAINER=fms: the rank recorder holds every HF Trainer save after the
+    weights (HARNESS_SAVE_SLEEP), the kill lands inside checkpoint-20, the harness's restart
+    (MAX_RESTARTS=1) moves it aside and fms resumes from checkpoint-10; the losses after it are
+    an unfaulted fms run's."""
+    built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
+    assert built.returncode == 0, built.stdout + built.stderr
+    common = ("--trainer", "fms", "--layout", "per-rank", "--steps", "30")
+    out = harness("fault", "--fault", "save-kill", *common, "--max-restarts", "1", "--timeout",
+                  str(TIMEOUT), runs=tmp_path / "fault", timeout=500)  # fmt: skip
+    run_dir = (tmp_path / "fault" / "latest").resolve()
+    rec = json.loads((run_dir / "fault.json").read_text())
+    assert rec["outcome"] == "recovered" and rec["goal_met"] is True, out.stdout + out.stderr
+    save = rec["save"]
+    assert (save["checkpoint"], save["step"]) == ("checkpoint-20", 20), save
+    names = {Path(f).name for f in save["files"]}
+    assert "model.safetensors" in names and not names & {"trainer_state.json", "optimizer.pt"}
+    (moved,) = save["moved_aside"]
+    assert moved.startswith("torn-checkpoint-20-") and save["resumed_from_step"] == 10
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["torn_checkpoints"] == [moved] and leftovers(rec["run_id"]) == []
+    plain = harness("up", *common, runs=tmp_path / "plain", timeout=500)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    want = dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+    after = {s: loss for s, loss in summary["losses"] if s > 10}
+    assert sorted(after) == list(range(11, 31))
+    assert all(abs(loss - want[s]) < 1e-5 for s, loss in after.items()), (after, want)

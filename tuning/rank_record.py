@@ -103,6 +103,27 @@ def fsdp_on_gloo() -> None:
     _beside("fsdp_gloo").install()
 
 
+def hold_saves() -> None:
+    """save-kill (HARNESS_SAVE_SLEEP=s, set by that fault only): hold every HF Trainer save s
+    seconds after the weights, before the optimizer and trainer_state.json (transformers'
+    Trainer._save_checkpoint writes them in that order), so the harness's kill lands inside it,
+    as our trainer's atomic_save.py does. A trainer without transformers is left as it is."""
+    pause = float(os.environ.get("HARNESS_SAVE_SLEEP") or 0)
+    if not pause:
+        return
+    try:
+        from transformers import Trainer
+    except ImportError:
+        return
+    inner = Trainer._save_optimizer_and_scheduler
+
+    def held(self, output_dir, *args, **kwargs):
+        time.sleep(pause)
+        return inner(self, output_dir, *args, **kwargs)
+
+    Trainer._save_optimizer_and_scheduler = held
+
+
 def sweep_torn(record: Record) -> None:
     """Every start of the trainer (torchrun's restarts too): rank 0 moves torn checkpoints
     aside (torn.py), the others wait for it, so the trainer resumes from a complete one."""
@@ -143,6 +164,7 @@ def main() -> int:
         return 1
     watch_process_group(record)
     fsdp_on_gloo()
+    hold_saves()
     sweep_torn(record)
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
