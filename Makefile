@@ -24,7 +24,7 @@ UP_FLAGS = $(call flag,LAYOUT,layout) $(call flag,GPUS,gpus) $(call flag,NPROC,n
 BENCH_FLAGS = $(UP_FLAGS) $(call flag,REPEAT,repeat) $(call flag,BUDGET,budget) \
   $(call switch,DRY_RUN,dry-run)
 FAULT_FLAGS = $(UP_FLAGS) $(call flag,FAULT,fault) $(call flag,RANK,rank) \
-  $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout)
+  $(call flag,AT_STEP,at-step) $(call flag,RDZV_TIMEOUT,rdzv-timeout) $(call flag,LATE,late)
 KUBE_FLAGS = $(call flag,GPUS,gpus) $(call flag,NODES,nodes) $(call flag,IMAGE,image) \
   $(call flag,CUDA,cuda) \
   $(call flag,NAME,name) $(call flag,STEPS,steps) $(call flag,NPROC,nproc) --runs $(RUNS) \
@@ -64,9 +64,10 @@ help: ## list targets and variables
 	@echo "  REPEAT=r        bench: rounds over the layouts (default 3); REPEAT=auto: until every"
 	@echo "                  goal is MET or MISSED, not UNRESOLVED (at least 3 rounds)"
 	@echo "  BUDGET=10m      bench REPEAT=auto: the time budget (s, m or h; default 10m)"
-	@echo "  FAULT=kind      fault: kill term preempt crash pause slow delay loss partition oom no-show | all"
+	@echo "  FAULT=kind      fault: kill save-kill disk-full late-master term preempt crash pause slow delay loss partition oom no-show | all"
 	@echo "  RANK=i AT_STEP=k  fault: the rank to hit and the step to hit it at"
 	@echo "  RDZV_TIMEOUT=s  fault: how long ranks wait for a missing peer at start"
+	@echo "  LATE=s          fault late-master: rank 0's node starts s after the others (default 10)"
 	@echo "  NODES=m NAME=job  kube: nodes (pods) and the PyTorchJob's name"
 	@echo "  REHEARSE=1      kube: also run the job's pods here, as Compose services"
 	@echo "  KIND=trainjob   kube: a Trainer v2 TrainJob + TrainingRuntime (default pytorchjob)"

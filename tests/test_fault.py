@@ -20,7 +20,7 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness.commands import fault_record, fault_save
+from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_save
 from tuning.harness.commands.fault import KINDS, LAYOUTS
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
@@ -109,8 +109,10 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
     assert summary["losses"][0][1] < 0.8 * fault_losses[1]  # continues, not from scratch
 
 
-# save-kill is proven with a restart, once per layout (test_save_kill_loses_only_...).
-CASES = [(k, lay) for k in KINDS if k != fault_save.KIND for lay in LAYOUTS]
+# save-kill is proven with a restart, once per layout (test_save_kill_loses_only_...);
+# disk-full and late-master in test_fault_kinds.py.
+OWN_TESTS = (fault_save.KIND, fault_disk.KIND, fault_late.KIND)
+CASES = [(k, lay) for k in KINDS if k not in OWN_TESTS for lay in LAYOUTS]
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
 _COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "

@@ -22,7 +22,7 @@ from tuning.harness.run.lifecycle import node_commands
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import trainers
 from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.layout import GPU_GUARD, LAUNCHER, RANK_RECORD, Layout, LayoutError
+from tuning.harness.spec.layout import LAUNCH_DIR, LAUNCHER, RANK_RECORD, Layout, LayoutError
 from tuning.harness.spec.options import job_for
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
@@ -42,7 +42,9 @@ def test_foreign_service_gets_launcher_recorder_and_json_job():
     binds = {v["target"]: v for v in svc["volumes"]}
     assert binds[LAUNCHER]["read_only"] and binds[LAUNCHER]["source"].endswith("tuning/launch.py")
     assert binds[RANK_RECORD]["source"].endswith("tuning/rank_record.py")
-    assert binds[GPU_GUARD]["source"].endswith("tuning/gpu_guard.py")  # beside the recorder
+    assert binds[f"{LAUNCH_DIR}/gpu_guard.py"]["source"].endswith(
+        "tuning/gpu_guard.py"
+    )  # beside the recorder
     env = svc["environment"]
     assert env["HARNESS_ENTRY"] == "harness_rank"
     assert env["HARNESS_WRAPPED_ENTRY"] == "tuning.sft_trainer"

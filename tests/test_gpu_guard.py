@@ -17,6 +17,7 @@ from conftest import ROOT, free_port, launch_env, read_metrics
 
 from tuning import gpu_guard, launch
 from tuning.harness.rundirs import runs
+from tuning.harness.spec.layout import BESIDE_RECORDER
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"
@@ -179,8 +180,7 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     launch_dir.mkdir()
     user.mkdir()
     shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
-    beside = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py")
-    for name in beside:  # as Compose mounts them
+    for name in BESIDE_RECORDER:  # as Compose mounts them
         shutil.copy(ROOT / "tuning" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")

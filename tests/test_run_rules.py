@@ -261,6 +261,7 @@ def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
     ("--at-step", "0", "AT_STEP=0 must be at least 1"),
     ("--at-step", "x", "AT_STEP='x' is not a whole number"),
     ("--rdzv-timeout", "0", "RDZV_TIMEOUT=0 must be at least 1"),
+    ("--late", "0", "LATE=0 must be at least 1"),
 ])  # fmt: skip
 def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
     """fault's own flags, typed like the run's (the knobs are read before any run starts)."""
@@ -274,4 +275,5 @@ def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
     ok = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", "--rank", "0"])
     assert fault._knobs(ok, RunFlags.of(ok)) == {
         "timeout_s": 20, "rdzv_timeout_s": 20, "rank": 0, "at_step": 12, "steps": 60,
+        "late_s": 10,
     }  # fmt: skip

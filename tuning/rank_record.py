@@ -6,9 +6,10 @@ asked for FSDP and got anything else fails before its first step. And before the
 module is even imported, gpu_guard.py (mounted beside it too): a rank told it has GPUs
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
-to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`).
-With HARNESS_DUMP_BATCHES set (a debug switch the parity tests use), batch_dump.py (beside it
-too) dumps every batch the trainer's HF Trainer feeds the model.
+to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`);
+fs_errors.py: a full volume or the read-only root, said plainly. With HARNESS_DUMP_BATCHES
+set (a debug switch the parity tests use), batch_dump.py dumps every batch the trainer's HF
+Trainer feeds the model.
 
 Standalone on purpose (standard library only, no `tuning` import): it is mounted into a
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
@@ -90,7 +91,7 @@ def watch_process_group(record: Record) -> None:
 
 
 def _beside(name: str):
-    """A module mounted beside this file (fsdp_gloo.py, gpu_guard.py, torn.py, batch_dump.py),
+    """A module mounted beside this file (spec/layout.py BESIDE_RECORDER),
     loaded by path: the user's image may have a `tuning` package of its own (fms does)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"harness_{name}", path)
@@ -103,6 +104,27 @@ def fsdp_on_gloo() -> None:
     """The trainer's own FSDP-on-CPU shim and no-fallback check (fsdp_gloo.py), for a trainer
     that cannot import it: fms on CPU ranks shards too."""
     _beside("fsdp_gloo").install()
+
+
+def hold_saves() -> None:
+    """save-kill (HARNESS_SAVE_SLEEP=s, set by that fault only): hold every HF Trainer save s
+    seconds after the weights, before the optimizer and trainer_state.json (transformers'
+    Trainer._save_checkpoint writes them in that order), so the harness's kill lands inside it,
+    as our trainer's atomic_save.py does. A trainer without transformers is left as it is."""
+    pause = float(os.environ.get("HARNESS_SAVE_SLEEP") or 0)
+    if not pause:
+        return
+    try:
+        from transformers import Trainer
+    except ImportError:
+        return
+    inner = Trainer._save_optimizer_and_scheduler
+
+    def held(self, output_dir, *args, **kwargs):
+        time.sleep(pause)
+        return inner(self, output_dir, *args, **kwargs)
+
+    Trainer._save_optimizer_and_scheduler = held
 
 
 def sweep_torn(record: Record) -> None:
@@ -121,6 +143,16 @@ def accelerate_distributed_type() -> str | None:
     return getattr(value, "value", None) or (str(value) if value is not None else None)
 
 
+def explained(e: BaseException, error: str, record: Record) -> str:
+    """`error`, with a full volume or the read-only root said plainly (fs_errors.py, mounted
+    beside) where `e` or what it was raised from (fms exits 203 from its except) shows one."""
+    why = _beside("fs_errors").explain(e, os.path.dirname(os.path.dirname(record.path)))
+    if not why:
+        return error
+    print(f"harness_rank: {why}", file=sys.stderr, flush=True)
+    return f"{why} ({error})"
+
+
 def main() -> int:
     entry = os.environ.get("HARNESS_WRAPPED_ENTRY")
     if not entry:
@@ -137,6 +169,7 @@ def main() -> int:
     _beside("stack_dump").install(os.path.dirname(os.path.dirname(record.path)), record.rank)
     watch_process_group(record)
     fsdp_on_gloo()
+    hold_saves()
     sweep_torn(record)
     if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
         _beside("batch_dump").install()
@@ -146,9 +179,10 @@ def main() -> int:
         runpy.run_module(entry, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        error = None if code == 0 else f"SystemExit({e.code!r})"
+        error = None if code == 0 else explained(e, f"SystemExit({e.code!r})", record)
     except BaseException as e:
-        code, error = 1, "".join(traceback.format_exception_only(e)).strip()
+        code = 1
+        error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
         traceback.print_exc()
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
                  error=error, distributed_type=accelerate_distributed_type())  # fmt: skip

@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import affinity, batch_dump, fsdp_gloo, gpu_guard, stack_dump, torn
+from tuning import affinity, batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -90,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
+        why = fs_errors.explain(exc, cfg.output_dir)  # torch.save hides ENOSPC: say it
+        if why:
+            print(f"sft_trainer: error: {why}", file=sys.stderr)
+            error = f"{why} ({error})"
         raise
     finally:
         writer.bind_from_env()

@@ -9,20 +9,18 @@ import yaml
 
 from tuning import affinity
 from tuning.harness.errors import ROOT
+from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import (
-    BATCH_DUMP,
-    FSDP_GLOO,
-    GPU_GUARD,
+    BESIDE_RECORDER,
     JOB_DIR,
     LABEL,
+    LAUNCH_DIR,
     LAUNCHER,
     MODEL_DIR,
     NETWORK,
     OUTPUT_DIR,
     RANK_RECORD,
-    STACK_DUMP,
     TMP_DIR,
-    TORN,
     Layout,
     LayoutError,
     Node,
@@ -52,18 +50,27 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
             svc["network_mode"] = "service:rank0"
             svc["ipc"] = "service:rank0"
             svc["depends_on"] = ["rank0"]
-    return {
+    out = {
         "name": layout.project,
         "services": services,
         "networks": {NETWORK: {"internal": True, "labels": labels}},
     }
+    if layout.output_volume:  # made and removed by its owner (fault disk-full), not by Compose
+        out["volumes"] = {"output": {"external": True, "name": layout.output_volume}}
+    return out
 
 
 def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
+    output = Path(layout.run_dir, "output")
     volumes = [
         _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
-        _bind(Path(layout.run_dir, "output"), OUTPUT_DIR, rel),
+        _bind(output, OUTPUT_DIR, rel),
     ]
+    if layout.output_volume:  # the harness follows the ranks by their metrics: keep them here
+        volumes[1:] = [{"type": "volume", "source": "output", "target": OUTPUT_DIR},
+                       _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel)]  # fmt: skip
+        if layout.entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
+            volumes.append(_bind(output / FMS_LOGS, f"{OUTPUT_DIR}/{FMS_LOGS}", rel))
     if layout.model:
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:
@@ -71,11 +78,8 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
     if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
         volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
-        volumes.append(_bind(TUNING / "fsdp_gloo.py", FSDP_GLOO, rel, read_only=True))
-        volumes.append(_bind(TUNING / "gpu_guard.py", GPU_GUARD, rel, read_only=True))
-        volumes.append(_bind(TUNING / "torn.py", TORN, rel, read_only=True))
-        volumes.append(_bind(TUNING / "stack_dump.py", STACK_DUMP, rel, read_only=True))
-        volumes.append(_bind(TUNING / "batch_dump.py", BATCH_DUMP, rel, read_only=True))
+        for name in BESIDE_RECORDER:
+            volumes.append(_bind(TUNING / name, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),

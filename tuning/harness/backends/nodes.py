@@ -75,6 +75,16 @@ class ComposeNodes:
         self.issued_at = time.time()  # the moment `compose up` is issued (bench: container start)
         engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
                        "--quiet-pull", *self.services, capture=True)  # fmt: skip
+        self._find()
+
+    def start_late(self, name: str) -> None:
+        """Start a service `start` left out (fault late-master: rank 0's node, N s late)."""
+        self.services.append(name)
+        engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
+                       "--quiet-pull", name, capture=True)  # fmt: skip
+        self._find()
+
+    def _find(self) -> None:
         for ctr in self.client.containers.list(
             all=True, filters={"label": f"{LABEL}={self.layout.run_id}"}
         ):

@@ -17,7 +17,7 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.backends import engine, images
-from tuning.harness.commands import fault_record, fault_save, fault_write
+from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_save, fault_write
 from tuning.harness.commands.fault_follow import Follow
 from tuning.harness.commands.fault_inject import NETEM
 from tuning.harness.errors import HarnessError
@@ -27,8 +27,8 @@ from tuning.harness.spec import options
 from tuning.harness.spec.flags import RunFlags, int_arg
 from tuning.harness.spec.layout import CONTAINER_KINDS, LABEL
 
-KINDS = ("kill", "save-kill", "term", "preempt", "crash", "pause", "no-show", "partition", "oom",
-         "slow", "delay", "loss")  # fmt: skip
+KINDS = ("kill", "save-kill", "disk-full", "term", "preempt", "crash", "pause", "no-show",
+         "late-master", "partition", "oom", "slow", "delay", "loss")  # fmt: skip
 LAYOUTS = CONTAINER_KINDS
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so a fault lands near its step
@@ -38,6 +38,7 @@ NOT_APPLICABLE = {
     ("partition", "single"): "every rank of a single container talks to the others over "
     "loopback inside one network namespace; there is no link between ranks to cut (cutting "
     "loopback cuts them all). Use LAYOUT=per-rank.",
+    (fault_late.KIND, "single"): fault_late.SINGLE,
 }
 FOREIGN_CRASH = ("crash raises inside this repo's trainer (HARNESS_CRASH_AT_STEP); a foreign "
                  "trainer (ENTRY, TRAINER=fms) has no such hook. Use kill or term.")  # fmt: skip
@@ -54,6 +55,8 @@ def register(sub) -> None:
     p.add_argument("--rank", help=f"the rank to hit (default {DEFAULTS['rank']})")
     p.add_argument("--at-step", help=f"hit it at this step (default {DEFAULTS['at_step']})")
     p.add_argument("--rdzv-timeout", help="rendezvous timeout in seconds (default: TIMEOUT)")
+    p.add_argument("--late", help=f"late-master: seconds rank 0's node starts after the others "
+                   f"(default {fault_late.LATE_S})")  # fmt: skip
     p.set_defaults(fn=main)
 
 
@@ -88,11 +91,14 @@ def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
         "rank": DEFAULTS["rank"] if rank is None else rank,
         "at_step": int_arg("AT_STEP", a.at_step, 1) or DEFAULTS["at_step"],
         "steps": f.steps or DEFAULTS["steps"],
+        "late_s": int_arg("LATE", a.late, 1) or fault_late.LATE_S,
     }
 
 
 def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
     layout_kind = f.layout
+    if kind == fault_late.KIND:
+        k = {**k, "rank": 0}  # the master's node starts late (the follow starts it)
     env = {
         "HARNESS_STEP_SLEEP": str(SLOW_STEP_SLEEP_S if kind == "slow" else STEP_SLEEP_S),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
@@ -122,6 +128,8 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
             reason = FOREIGN_CRASH
     if kind == "partition" and layout_kind == "per-rank" and layout.network == "shared":
         reason = SHARED_NET + "there is no link between ranks to cut. Use NETWORK=isolated."
+    if kind == fault_late.KIND and layout_kind == "per-rank" and layout.network == "shared":
+        reason = fault_late.SHARED
     if reason is None and kind in NETEM:
         reason = _netem_unsupported(layout, kind)
         status = "unsupported"
@@ -135,12 +143,20 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
         print(f"harness: fault {kind} ({layout_kind}): {status}: {reason}")
         return record
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
-    if kind == "no-show" and layout_kind == "per-rank":
+    if kind in ("no-show", fault_late.KIND) and layout_kind == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
     knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
              "group_steps": bool(layout.entry)}  # fmt: skip
     follow = Follow(kind, layout_kind, target, knobs, run_id)
-    summary = lifecycle.start(spec, on_tick=follow)
+    volume = fault_disk.Volume(engine.client(), layout) if kind == fault_disk.KIND else None
+    if volume:
+        spec.layout = replace(layout, output_volume=volume.name)
+    try:
+        summary = lifecycle.start(spec, on_tick=follow)
+    finally:
+        if volume:  # the ranks are gone: what they wrote into the run's dir, then the volume
+            volume.copy_out(spec.runs_root / run_id / "output")
+            volume.remove()
     follow.finished_at = follow.finished_at or time.time()
     run_dir = spec.runs_root / run_id
     leftovers = engine.labelled(engine.client(), run_id)

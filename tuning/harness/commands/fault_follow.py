@@ -85,6 +85,8 @@ class Follow:
     def watch(self, metrics, state, nodes, now: float):
         if self.finished_at:
             return None
+        if self.inject.late and (started := self.inject.late.tick(nodes, now)):
+            self.event(started)
         newest = max(
             (x["step"] for lines in metrics.values() for x in runs.steps(lines)), default=0
         )
@@ -114,7 +116,7 @@ class Follow:
             self.event(f"every rank ended {LINGER_S} s ago but a launcher still runs; stopping it")
             self.stopped_by = "launcher lingered"
             return self.stop()
-        long = self.kind in ("slow", *SIGNAL_KINDS) or self.max_restarts > 0
+        long = self.kind in ("slow", "late-master", *SIGNAL_KINDS) or self.max_restarts > 0
         # slow: the run is expected to go on, only slower; its deadline runs from its newest
         # step, so a throttled rank's pace (1-4 s a step here, by load) never cuts it short.
         since = (

@@ -12,6 +12,7 @@ import time
 
 import docker.errors
 
+from tuning.harness.commands import fault_disk, fault_late
 from tuning.harness.commands.fault_save import KIND as SAVE_KILL
 from tuning.harness.commands.fault_save import files_in, under_way
 from tuning.harness.rundirs import runs
@@ -58,6 +59,8 @@ class Injector:
         self.heals: list = []  # what undoes the fault (thaw, unpause, remove the helper)
         self.saving = None  # save-kill: the checkpoint being written when it struck
         self.at_kill: dict | None = None  # save-kill: that checkpoint's files at the kill
+        self.filled: dict | None = None  # disk-full: the fill (fault_disk.fill)
+        self.late = fault_late.Late(target, knobs["late_s"]) if kind == fault_late.KIND else None
 
     def target_step(self, metrics) -> int:
         rank = 0 if self.group_steps else self.rank  # fms: the group's step, from rank 0
@@ -66,6 +69,8 @@ class Injector:
     def due(self, metrics, nodes, now: float) -> list[tuple[str, int, float]]:
         """Inject if it is time: [(how, step, when)] once injected, else []."""
         kind = self.kind
+        if self.late:
+            return self.late.due(nodes, now)
         if kind == "no-show":
             if self.per_rank:
                 issued = nodes.issued_at or now
@@ -84,6 +89,9 @@ class Injector:
         step = self.target_step(metrics)
         if step < self.at_step:
             return []
+        if kind == fault_disk.KIND:  # once a checkpoint is complete; the volume is every rank's
+            self.filled = fault_disk.fill(nodes.container(self.target))
+            return [(fault_disk.how(self.filled), step, time.time())] if self.filled else []
         if kind == SAVE_KILL:
             self.saving = under_way(nodes.run_dir / "output")
             if self.saving is None:

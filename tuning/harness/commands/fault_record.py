@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.commands import fault_save, fault_stacks
+from tuning.harness.commands import fault_disk, fault_late, fault_save, fault_stacks
 from tuning.harness.rundirs import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
@@ -25,6 +25,7 @@ FAIL_KINDS = (
     "partition",
     "oom",
     "no-show",
+    "disk-full",
 )  # must end within the bound
 HANG_KINDS = ("pause", "delay", "loss")  # must be detected as a hang within the bound
 SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint after the fault
@@ -32,8 +33,12 @@ SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint aft
 # (label, pattern) in the order they are looked for; the first match is a rank's signature.
 SIGNATURES = [
     ("injected crash", r"injected crash"),
+    ("ENOSPC", fault_disk.ENOSPC.pattern),
     ("process-group timeout", r"wait timeout after \d+ms, keys"),
-    ("rendezvous timeout", r"RendezvousTimeoutError|waiting for clients|DistStoreError"),
+    (
+        "rendezvous timeout",
+        r"RendezvousTimeoutError|waiting for clients|DistStoreError|client socket has timed out",
+    ),
     ("collective timeout", r"Timed out waiting|Application timeout|timed out|Timeout"),
     ("Connection reset by peer", r"Connection reset by peer"),
     ("Connection closed by peer", r"Connection closed by peer"),
@@ -110,6 +115,10 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
     if base["kind"] == fault_save.KIND:
         record["save"] = fault_save.facts(follow.inject.at_kill, run_dir / "output",
                                           follow.inject_step)  # fmt: skip
+    if base["kind"] == fault_disk.KIND:
+        record["disk"] = fault_disk.facts(follow.inject.filled, ranks, run_dir / "output")
+    if follow.inject.late:
+        record["late"] = fault_late.facts(follow.inject.late, t0, logs, metrics, job_end)
     if base["kind"] == "slow":
         record["slowdown"] = _slowdown(metrics, fault_at)
     record["goal_met"] = _goal(record)
@@ -182,6 +191,10 @@ def _goal(rec: dict) -> bool | None:
     bound = rec["bound_s"]
     if rec.get("max_restarts") and kind in ("kill", "save-kill", "crash"):
         return left and outcome == "recovered" and rec["steps_reached"] == rec["steps"]
+    if kind == fault_late.KIND:
+        return fault_late.goal(rec)
+    if kind == fault_disk.KIND and not (rec.get("disk") or {}).get("enospc"):
+        return False  # it must fail by the full volume, not by anything else
     if kind in FAIL_KINDS:
         return left and outcome == "failed fast" and rec["fault_to_end_s"] <= bound
     if kind in HANG_KINDS:
@@ -232,6 +245,10 @@ def _cluster_cost(ranks, base) -> str:
         )
     if base["kind"] == fault_save.KIND:
         return fault_save.CLUSTER
+    if base["kind"] == fault_disk.KIND:
+        return fault_disk.CLUSTER
+    if base["kind"] == fault_late.KIND:
+        return fault_late.CLUSTER
     if base["kind"] == "slow":
         return "no timeout is involved: every rank runs at the pace of the slowest"
     if "rendezvous timeout" in sigs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.harness.commands import fault_save
+from tuning.harness.commands import fault_disk, fault_late, fault_save
 from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
@@ -32,6 +32,8 @@ def markdown(rec: dict) -> str:
         f"- **outcome: {rec['outcome']}**; fault to end {rec['fault_to_end_s']} s, hang detected "
         f"after {rec['hang_detected_s']} s, bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
         *fault_save.lines(rec),
+        *fault_disk.lines(rec),
+        *fault_late.lines(rec),
         f"- on a cluster: {rec['on_a_cluster']}",
         *(
             [

@@ -49,8 +49,11 @@ def reap(client, runs_root: Path, only: str | None = None, log=print) -> dict[st
     Returns what it removed (run id -> ["container <name>", ...]), as engine.remove_labelled."""
     dirs: dict[Path, list] = {}
     for ctr in client.containers.list(all=True, filters={"label": LABEL}) if client else ():
-        out = next((m["Source"] for m in ctr.attrs.get("Mounts", [])
-                    if m.get("Destination") == OUTPUT_DIR), None)  # fmt: skip
+        # /output names the run dir; a volume there (fault disk-full): its metrics bind does
+        binds = {m.get("Destination"): Path(m["Source"]) for m in ctr.attrs.get("Mounts", [])
+                 if m.get("Type") == "bind"}  # fmt: skip
+        metrics = binds.get(f"{OUTPUT_DIR}/metrics")
+        out = binds.get(OUTPUT_DIR) or (metrics and metrics.parent)
         if out:  # helpers (fault's netem check) mount nothing and remove themselves
             dirs.setdefault(Path(out).parent.resolve(), []).append(ctr)
     for owned in runs_root.glob(f"*/{OWNER}") if runs_root.is_dir() else ():

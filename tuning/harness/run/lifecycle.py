@@ -21,7 +21,7 @@ from tuning import launch, torn
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
 from tuning.harness.errors import ROOT, HarnessError, NodeLost
-from tuning.harness.run import foreign, leftovers
+from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import gpu_locks, preflight
@@ -118,7 +118,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
     for path, text in render(layout, commands).items():
         (run_dir / path).write_text(text)
-    _give_to_container_user(run_dir / "output", layout)
+    output_dir.prepare(run_dir / "output", layout)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
     if not spec.quiet:
@@ -246,7 +246,7 @@ def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
     resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
     owns it already, else copied and the copy given to them: the earlier run's own files never
     change owner or mode (a link shares both)."""
-    uid, gid = _owner(layout)
+    uid, gid = output_dir.owner(layout)
     for ckpt in torn.checkpoints(previous / "output"):
         shutil.copytree(
             ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
@@ -267,14 +267,6 @@ def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
         os.chown(dst, uid, gid)
 
 
-def _owner(layout: Layout) -> tuple[int | None, int | None]:
-    """The ranks' uid and gid when the harness must give them files (root, containers)."""
-    if layout.kind == "host" or os.geteuid() != 0:
-        return None, None
-    uid, gid = (int(x) for x in layout.user.split(":"))
-    return uid, gid
-
-
 def explain_failure(run_dir: Path, summary: dict) -> None:
     """Say why ranks failed: their own error lines, else the end of their logs."""
     for node in dict.fromkeys(r["node"] for r in summary["ranks"] if r.get("exit_code")):
@@ -285,13 +277,6 @@ def explain_failure(run_dir: Path, summary: dict) -> None:
         print(f"harness: {node} failed; from {log}:", file=sys.stderr)
         for line in shown:
             print(f"  {line}", file=sys.stderr)
-
-
-def _give_to_container_user(path: Path, layout: Layout) -> None:
-    # The ranks run as the image's non-root user and must write their output here.
-    uid, gid = _owner(layout)
-    if uid is not None:
-        os.chown(path, uid, gid)
 
 
 def _host_assets() -> None:

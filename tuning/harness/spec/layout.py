@@ -62,11 +62,11 @@ IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
 LAUNCH_DIR = "/opt/harness-launch"
 LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
-FSDP_GLOO = f"{LAUNCH_DIR}/fsdp_gloo.py"  # tuning/fsdp_gloo.py, beside the rank recorder
-GPU_GUARD = f"{LAUNCH_DIR}/gpu_guard.py"  # tuning/gpu_guard.py, beside the rank recorder
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
-STACK_DUMP = f"{LAUNCH_DIR}/stack_dump.py"  # tuning/stack_dump.py, beside the rank recorder
-BATCH_DUMP = f"{LAUNCH_DIR}/batch_dump.py"  # tuning/batch_dump.py, beside the rank recorder
+# tuning/<name>, mounted beside the rank recorder, which loads each by file (standard library
+# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC
+BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
+                   "fs_errors.py")  # fmt: skip
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
 
@@ -127,6 +127,9 @@ class Layout:
     entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
     memory: str | None = None  # per container (Compose mem_limit, e.g. "8g"); None: no limit
     pids: int | None = None  # processes per container (Compose pids_limit); None: no limit
+    # A Docker volume mounted at /output instead of the run's output dir, metrics still on the
+    # host (fault disk-full: a size-limited tmpfs the fault makes and copies out); None: none
+    output_volume: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

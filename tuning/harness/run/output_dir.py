@@ -1,0 +1,38 @@
+"""A run's output dir, readied for its ranks: theirs to write, as the image's user.
+
+The ranks run as the image's non-root user and must write their output there. When /output is
+a Docker volume instead (fault disk-full: Layout.output_volume), what the harness follows the
+ranks by (their metrics, fms's step log) is still bound from here, so it is made here first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tuning.harness.rundirs.runs import FMS_LOGS
+from tuning.harness.spec.layout import Layout
+
+
+def prepare(output: Path, layout: Layout) -> None:
+    """`output` (runs/<id>/output) and what is bound from it, given to the ranks' user."""
+    if layout.output_volume:
+        (output / "metrics").mkdir(exist_ok=True)
+        (output / FMS_LOGS).touch()  # bound as a file: it must exist
+        give(output / "metrics", layout)
+        give(output / FMS_LOGS, layout)
+    give(output, layout)
+
+
+def owner(layout: Layout) -> tuple[int | None, int | None]:
+    """The ranks' uid and gid when the harness must give them files (root, containers)."""
+    if layout.kind == "host" or os.geteuid() != 0:
+        return None, None
+    uid, gid = (int(x) for x in layout.user.split(":"))
+    return uid, gid
+
+
+def give(path: Path, layout: Layout) -> None:
+    uid, gid = owner(layout)
+    if uid is not None:
+        os.chown(path, uid, gid)
