@@ -3,9 +3,8 @@
 Each fault run asserts what happened and in what order: its outcome, that every rank ended
 after the fault, exit codes, error signatures, the resume where it applies, and that nothing
 labelled by the run is left. How long it took is recorded (fault.json, fault.md), never
-asserted: times belong to benchmarks, and a loaded CI machine stretches them.
-The quick tests at the top need no engine.
-"""
+asserted: times belong to benchmarks, and a loaded CI machine stretches them. The quick
+tests at the top need no engine."""
 
 from __future__ import annotations
 
@@ -109,10 +108,9 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
     assert summary["losses"][0][1] < 0.8 * fault_losses[1]  # continues, not from scratch
 
 
-# save-kill is proven with a restart, once per layout (test_save_kill_loses_only_...);
-# disk-full and late-master in test_fault_kinds.py.
-OWN_TESTS = (fault_save.KIND, fault_disk.KIND, fault_late.KIND)
-CASES = [(k, lay) for k in KINDS if k not in OWN_TESTS for lay in LAYOUTS]
+# save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
+CASES = [(k, lay) for k in KINDS if k not in (fault_save.KIND, fault_disk.KIND, fault_late.KIND)
+         for lay in LAYOUTS]  # fmt: skip
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
 _COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "

@@ -44,8 +44,7 @@ class SFTConfig:
     validation_data_path: str | None = None
     dataset_text_field: str | None = None
     response_template: str | None = None
-    # e.g. "### Input: {{input}} \n\n## Label: {{output}}"
-    data_formatter_template: str | None = None
+    data_formatter_template: str | None = None  # "### Input: {{input}} \n\n## Label: {{output}}"
     max_seq_length: int = 4096  # fms's default; the tokenizer's model_max_length caps it
     # optimisation
     output_dir: str | None = None
@@ -66,9 +65,8 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = False
     seed: int = 42
-    # The loader's shuffle seed for every rank. fms 3.2.2 seeds each rank with seed + rank
-    # (accelerate set_seed(device_specific=True) in its train()), so without data_seed its ranks
-    # shuffle apart; this trainer's ranks share one shuffle of seed, as fms's do with data_seed.
+    # one shuffle for every rank. fms 3.2.2 seeds rank r with seed + r (set_seed(device_specific)
+    # in its train()): only with data_seed do its ranks share one shuffle, as these always do.
     data_seed: int | None = None
     # logging, evaluation, checkpoints
     logging_strategy: str = "epoch"  # fms's default: no | steps | epoch
@@ -248,9 +246,7 @@ def load_file(path: str | os.PathLike) -> dict:
             import yaml
 
             data = yaml.safe_load(text) or {}
-    except (ValueError, ImportError) as exc:  # json.JSONDecodeError and yaml.YAMLError
-        raise ConfigError(f"cannot parse job file {path}: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError is not a ValueError
+    except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError (not a ValueError)
         raise ConfigError(f"cannot parse job file {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(
