@@ -27,7 +27,7 @@ def _rounds(r: Rounds, raw_for, clock: Clock, round_s: float) -> int:
 
 
 def test_budget_units_and_bad_values():
-    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 600]
+    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 900]
     for bad in ("ten", "0m", "-5s", "10d"):
         with pytest.raises(HarnessError, match=r"BUDGET=.*: use a positive time such as"):
             budget_s(bad)
@@ -46,27 +46,27 @@ def test_a_fixed_repeat_runs_that_many_rounds():
 
 
 def test_auto_stops_once_every_goal_is_resolved():
-    """Rounds 1-3 resolve every goal once single's step ratio is clear of 1.03."""
+    """Rounds 1-5 resolve every goal once single's step ratio is clear of 1.03."""
     clock = Clock()
     r = Rounds("auto", "10m", clock)
-    clear = profile()
-    for rep, s in zip(clear["layouts"][1]["repeats"], (0.55, 0.44, 0.66), strict=True):
-        rep["step_s"] = [[s] * 3, [s] * 3]  # 1.10, 1.10, 1.10: MISSED
-    assert _rounds(r, lambda n: clear, clock, 60) == 3  # never before 3 rounds
-    assert r.stopped == "REPEAT=auto: every goal resolved after 3 rounds."
+    clear = profile(5)
+    for rep, s in zip(clear["layouts"][1]["repeats"], (0.55, 0.44, 0.66, 0.55, 0.55), strict=True):
+        rep["step_s"] = [[s] * 3, [s] * 3]  # 1.10 every round: MISSED
+    assert _rounds(r, lambda n: clear, clock, 60) == 5  # never before 5 rounds (a 90 % interval)
+    assert r.stopped == "REPEAT=auto: every goal resolved after 5 rounds."
 
 
 def test_auto_stops_when_the_next_round_would_pass_the_budget():
     """The hand profile's step goal stays UNRESOLVED: rounds go on until the next one, at the
     rounds' mean duration so far, would end after the budget."""
     clock = Clock()
-    r = Rounds("auto", "5m", clock)
-    unresolved = profile()
-    assert SINGLE_STEP == (0.51, 0.42, 0.60)  # ratios 1.02, 1.05, 1.00 around 1.03
-    # 70 s a round: after 4 rounds 280 s + 70 > 300, so a 5th would pass the budget
-    assert _rounds(r, lambda n: unresolved, clock, 70) == 4
+    r = Rounds("auto", "7m", clock)
+    unresolved = profile(5)
+    assert SINGLE_STEP == (0.51, 0.42, 0.60, 0.505, 0.52)  # ratios 1.00 to 1.05 around 1.03
+    # 70 s a round: after 5 rounds 350 + 70 = 420 s fits; after 6, 420 + 70 > 420 would not
+    assert _rounds(r, lambda n: unresolved, clock, 70) == 6
     assert r.stopped == (
-        "REPEAT=auto: the budget of 300 s ran out after 4 rounds (280 s); still unresolved: "
+        "REPEAT=auto: the budget of 420 s ran out after 6 rounds (420 s); still unresolved: "
         "single/host steady step time."
     )
 

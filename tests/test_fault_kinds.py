@@ -157,15 +157,16 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harn
 @pytest.mark.docker
 @pytest.mark.fault
 @pytest.mark.slow
-def test_fms_save_kill_per_rank_resumes_from_the_newest_complete_checkpoint(harness_image,
-                                                                           tmp_path):  # fmt: skip
+@pytest.mark.parametrize("layout", ["single", "per-rank"])
+def test_fms_save_kill_resumes_from_the_newest_complete_checkpoint(layout, harness_image,
+                                                                   tmp_path):  # fmt: skip
     """save-kill for TRAINER=fms: the rank recorder holds every HF Trainer save after the
-    weights (HARNESS_SAVE_SLEEP), the kill lands inside checkpoint-20, the harness's restart
-    (MAX_RESTARTS=1) moves it aside and fms resumes from checkpoint-10; the losses after it are
-    an unfaulted fms run's."""
+    weights (HARNESS_SAVE_SLEEP), the kill lands inside checkpoint-20, the restart
+    (MAX_RESTARTS=1: torchrun's in single, the harness's in per-rank) moves it aside and fms
+    resumes from checkpoint-10; the losses after it are an unfaulted fms run's."""
     built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
     assert built.returncode == 0, built.stdout + built.stderr
-    common = ("--trainer", "fms", "--layout", "per-rank", "--steps", "30")
+    common = ("--trainer", "fms", "--layout", layout, "--steps", "30")
     out = harness("fault", "--fault", "save-kill", *common, "--max-restarts", "1", "--timeout",
                   str(TIMEOUT), runs=tmp_path / "fault", timeout=500)  # fmt: skip
     run_dir = (tmp_path / "fault" / "latest").resolve()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
-from tuning.harness.backends import images
+from tuning.harness.backends import engine, images
 from tuning.harness.spec import image_recipes
 from tuning.harness.spec.layout import IMAGE
 
@@ -77,3 +78,18 @@ def test_two_builds_never_stage_at_once():
     lines = second.stdout.splitlines()
     assert lines[0] == "image: another image build is running here; waiting for it"
     assert float(lines[1].split()[1]) >= out_first  # it entered only once the first had left
+
+
+@pytest.mark.docker
+def test_one_harness_process_checks_its_image_once(harness_image, monkeypatch):
+    """A bench's later layouts run the image its first one had: sources edited in between (the
+    digest changes) rebuild nothing until the next harness command."""
+    c = engine.client()
+    before = c.images.get(harness_image).id
+    logs: list[str] = []
+    monkeypatch.setattr(images, "_CHECKED", {})
+    images.ensure(c, harness_image, "cpu", log=logs.append)
+    assert logs == [f"image: {harness_image} present (base {images.BASE_OFFLINE})"], logs
+    monkeypatch.setattr(images, "digest", lambda recipe: "edited-meanwhile")
+    images.ensure(c, harness_image, "cpu", log=logs.append)
+    assert len(logs) == 1 and c.images.get(harness_image).id == before, logs

@@ -127,6 +127,26 @@ def hold_saves() -> None:
     Trainer._save_optimizer_and_scheduler = held
 
 
+def store_per_attempt() -> None:
+    """torchrun's restarts under a static rendezvous (single: every rank in one container) hand
+    the restarted workers the agent's same TCPStore, and torch 2.8's env:// rendezvous adds no
+    per-attempt prefix: a restarted gloo group can read its peers' previous addresses and fail
+    ("Gloo connectFullMesh failed ... Connection refused", measured with fms's torch 2.8). Give
+    each attempt its own keys, as torch's env:// rendezvous once did ("/worker/attempt_N")."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    try:
+        from torch.distributed import PrefixStore, rendezvous
+    except ImportError:
+        return
+    create, attempt = rendezvous._create_c10d_store, os.environ.get("TORCHELASTIC_RESTART_COUNT")
+
+    def per_attempt(*args, **kwargs):
+        return PrefixStore(f"/worker/attempt_{attempt}", create(*args, **kwargs))
+
+    rendezvous._create_c10d_store = per_attempt
+
+
 def sweep_torn(record: Record) -> None:
     """Every start of the trainer (torchrun's restarts too): rank 0 moves torn checkpoints
     aside (torn.py), the others wait for it, so the trainer resumes from a complete one."""
@@ -170,6 +190,7 @@ def main() -> int:
     watch_process_group(record)
     fsdp_on_gloo()
     hold_saves()
+    store_per_attempt()
     sweep_torn(record)
     if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
         _beside("batch_dump").install()

@@ -131,7 +131,19 @@ def _stage(source: Path | None) -> None:
 def ensure(c: docker.DockerClient, tag: str, device: str = "cpu", rebuild=False,
            log=print) -> str:  # fmt: skip
     """Build `tag` (recipe_for) if it is missing or older than its sources, or when asked.
-    Returns the base it was built from."""
+    Returns the base it was built from. Checked once per harness process: a bench's or fault
+    matrix's later runs use the image its first run had, even if the sources change meanwhile
+    (an edit during a bench once rebuilt the image between two of its layouts)."""
+    if not rebuild and (tag, device) in _CHECKED:
+        return _CHECKED[tag, device]
+    _CHECKED[tag, device] = base = _ensure(c, tag, device, rebuild, log)
+    return base
+
+
+_CHECKED: dict[tuple[str, str], str] = {}  # (tag, device) -> base, this process's checks
+
+
+def _ensure(c: docker.DockerClient, tag: str, device: str, rebuild: bool, log) -> str:
     recipe = recipe_for(tag, device)
     want = digest(recipe)
     old = c.images.get(tag) if engine.image_present(c, tag) else None

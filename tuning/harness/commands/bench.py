@@ -63,9 +63,9 @@ def register(sub) -> None:
         "bench", help="the layouts side by side: host, single, per-rank isolated and shared"
     )
     options.add_run_flags(p)  # --layout and --network are ignored: bench runs every --layouts
-    p.add_argument("--repeat", help="rounds over the layouts (default 3), or auto: rounds until "
+    p.add_argument("--repeat", help="rounds over the layouts (default 5), or auto: rounds until "
                    "every goal is resolved or --budget runs out")  # fmt: skip
-    p.add_argument("--budget", help="REPEAT=auto's time budget: 600s, 10m, 1h (default 10m)")
+    p.add_argument("--budget", help="REPEAT=auto's time budget: 900s, 15m, 1h (default 15m)")
     p.add_argument("--layouts", default=",".join(LAYOUTS),
                    help=f"comma-separated, in run order (default {','.join(LAYOUTS)})")  # fmt: skip
     p.add_argument("--threads",

@@ -1,7 +1,8 @@
 """How many rounds a bench runs: REPEAT=r rounds, or REPEAT=auto: rounds until every goal is
 resolved (MET or MISSED, `report_goals`) or the time budget (BUDGET=10m) runs out.
 
-Auto never decides before `MIN_ROUNDS` (fewer pairs give intervals too wide to trust), never
+Auto never decides before `MIN_ROUNDS` (the 5 rounds a 90 % interval of a median takes, see
+`report_stats`), never
 starts a round that the rounds so far say would not end within the budget, and stops at
 `MAX_ROUNDS` whatever the budget. The reason it stopped goes into report.json's meta
 (``stopped``) and report.md.
@@ -13,12 +14,12 @@ import re
 import time
 
 from tuning.harness.commands.report_derive import derive
+from tuning.harness.commands.report_stats import MIN_PAIRS
 from tuning.harness.errors import HarnessError
 
-DEFAULT_REPEAT = 3
-MIN_ROUNDS = 3
+DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
 MAX_ROUNDS = 30
-DEFAULT_BUDGET_S = 600.0
+DEFAULT_BUDGET_S = 900.0  # 5 rounds take about 11 min on 2 cores
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
@@ -85,7 +86,7 @@ def _whole(raw) -> int:
     try:
         n = int(raw)
     except ValueError:
-        raise HarnessError(f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=3) or "
+        raise HarnessError(f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=5) or "
                            "REPEAT=auto") from None  # fmt: skip
     if n < 1:
         raise HarnessError(f"REPEAT={n} must be at least 1, or REPEAT=auto")

@@ -70,7 +70,7 @@ def _f(v, fmt: str) -> str:
 
 
 def _ratio(p: dict) -> str:
-    """A paired ratio with its 90 % interval: ``1.020 [0.990, 1.050]`` (one pair: none)."""
+    """A paired ratio with its interval: ``1.020 [0.990, 1.050]`` (one pair: none)."""
     iv = p.get("interval")
     return _f(p["median"], ".3f") + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
 
@@ -118,8 +118,9 @@ def markdown(report: dict, derived: dict) -> str:
         "ranks' tokens over the slowest rank's time, median over repeats. busbw: nccl-tests bus "
         "bandwidth of all_reduce at the largest probed size, median over repeats. peak memory: "
         "max over ranks and repeats. Ratios: repeat i against repeat i of the reference (same "
-        "round), then the median of the ratios, with its 90 % bootstrap interval over the "
-        "rounds in brackets (none under two rounds).",
+        "round), then the median of the ratios, with the order-statistic interval of that "
+        "median in brackets: 90 % from 5 rounds on, the whole range under 5 (3 rounds: 75 %), "
+        "none under two.",
         "",
         "## Launch to first step, by part",
         "",

@@ -19,7 +19,7 @@ Derived figures (`derive`), per layout
 - ``ratios``: for step_s, busbw_largest_GBps, tokens_per_s and launch_to_first_step_s, against
   ``host`` and ``single``: repeat i of the layout divided by repeat i of the reference, then
   the median of those ratios (not the ratio of medians), the number of pairs, the per-round
-  ratios and the 90 % bootstrap interval of the median (`report_stats.paired`).
+  ratios and the order-statistic interval of the median (`report_stats.paired`).
 - ``per_repeat``: the per-round figures the ratios and the goals pair.
 
 Goals (``derived["goals"]``, three-way verdicts with their intervals): `report_goals.py`.

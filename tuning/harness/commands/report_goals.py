@@ -1,13 +1,15 @@
-"""The bench's goals: each a paired figure, its 90 % interval and a three-way verdict.
+"""The bench's goals: each a paired figure, its interval and a three-way verdict.
 
 - single/host steady step time (ratio) <= 1.03;
 - per-rank-shared/single busbw at the largest size (ratio) >= 0.95;
 - single - host launch to first step (difference) <= 2 s.
 
 Each is the median over rounds of round i of the layout against round i of the reference, with
-its bootstrap interval (`report_stats`). MET: the whole interval meets the target; MISSED: none
-of it does; UNRESOLVED: it spans the target, and the sentence says about how many more rounds
-would resolve it. NOT MEASURED: a layout or its pairs are missing.
+the order-statistic interval of that median (`report_stats`: 90 % from 5 rounds on; fewer
+rounds show their whole range with its true coverage, 75 % for 3). MET: a 90 % interval wholly
+meets the target; MISSED: none of it does; UNRESOLVED: it spans the target or is not yet 90 %,
+and the sentence says about how many more rounds would resolve it. NOT MEASURED: a layout or
+its pairs are missing.
 
 A MISSED goal names a cause only when a measured part explains the gap beyond its own
 uncertainty: a phase whose paired difference's interval lies wholly above zero, the collective
@@ -19,7 +21,7 @@ connection ``gloo/eth0 via lo``). Otherwise it says that no measured part explai
 
 from __future__ import annotations
 
-from tuning.harness.commands.report_stats import paired, shown_rounds, verdict
+from tuning.harness.commands.report_stats import MIN_PAIRS, paired, shown_rounds, verdict
 
 GOAL_STEP_RATIO = 1.03
 GOAL_BUSBW_RATIO = 0.95
@@ -105,14 +107,18 @@ def goals(report: dict, derived: dict, per: dict) -> list[dict]:
         v, iv = p["median"], p["interval"]
         tag, more = verdict(v, iv, target, op, p["pairs"])
         fmt = ".3f" if by == "ratio" else "+.3f"
-        s = (f"{name} {by} {format(v, fmt)}{unit}, 90 % interval {_iv(p, fmt)}{unit} "
+        sure = (f"{p['coverage']:.0%}".replace("%", " %") + f" interval {_iv(p, fmt)}{unit}"
+                if p["coverage"] else "no interval: one pair")  # fmt: skip
+        s = (f"{name} {by} {format(v, fmt)}{unit}, {sure} "
              f"(target {shown_target}, median of {p['pairs']} paired {by}s): ")  # fmt: skip
         if tag == "MET":
             s += "met."
         elif tag == "MISSED":
             s += "missed; " + cause(report, derived, per)
         else:
-            why = "the interval spans the target" if iv else "one pair gives no interval"
+            why = ("one pair gives no interval" if not iv else "the interval spans the target"
+                   if p["pairs"] >= MIN_PAIRS else f"{p['pairs']} rounds give no 90 % interval"
+                   f" (it takes {MIN_PAIRS})")  # fmt: skip
             s += f"unresolved: {why}; {shown_rounds(more)} would likely resolve it."
         out.append({"name": name, "target": shown_target, "value": v, "interval": iv,
                     "pairs": p["pairs"], "per_round": p["per_round"], "verdict": tag,

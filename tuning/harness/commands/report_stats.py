@@ -1,41 +1,54 @@
-"""The bench's uncertainty: a bootstrap interval over paired rounds, and the three-way verdict.
+"""The bench's uncertainty: a distribution-free interval for the median of paired rounds, and
+the three-way verdict.
 
-Standard library only. The resampling is seeded (`SEED`), so the same samples always give the
-same interval, and the same report.
-
-- `interval(values)`: the 90 % percentile-bootstrap interval of the median of `values` (the
-  paired ratios or differences, one per round): `RESAMPLES` resamples with replacement, the
-  median of each, then their 5th and 95th percentiles. Fewer than `MIN_PAIRS` values give no
-  interval: one round says nothing about how the next one lands. `paired` applies it to
-  round i of a layout against round i of its reference.
-- `verdict(value, interval, target, op, pairs)`: MET when the whole interval meets the target,
-  MISSED when none of it does, else UNRESOLVED, with the rounds that would likely resolve it:
-  the interval's half-width shrinks as 1/sqrt(n), so it clears the target once
-  n' = n * (half-width / |value - target|)^2.
+- `interval(values)`: the order-statistic interval of the median of `values` (the paired
+  ratios or differences, one per round): sorted, it is [x_k, x_(n+1-k)], which holds the true
+  median with probability `coverage(n, k)` = 1 - 2 P(Binomial(n, 1/2) < k), whatever the
+  distribution (each round lands above or below the median as a fair coin). k is the largest
+  that keeps the coverage at `LEVEL` (90 %); under `MIN_PAIRS` (5) rounds no k reaches it, and
+  the interval is the whole range [min, max] with its true, lower coverage (3 rounds: 75 %).
+  A percentile bootstrap of three rounds also gives [min, max], but calls it 90 %: that is how
+  one bench said MET after three rounds and the next UNRESOLVED after four.
+- `verdict(value, interval, target, op, pairs)`: with a 90 % interval (at least MIN_PAIRS
+  rounds), MET when the whole interval meets the target, MISSED when none of it does; else
+  UNRESOLVED, with the rounds that would likely resolve it: at least up to MIN_PAIRS, and as
+  the interval's half-width shrinks as 1/sqrt(n), n' = n * (half-width / |value - target|)^2.
+Exact and deterministic: the same samples always give the same interval and report.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 
-SEED = 20260101
-RESAMPLES = 2000
 LEVEL = 0.90
-MIN_PAIRS = 2
 MAX_ROUNDS_SHOWN = 100  # beyond this, "more than 100 rounds": a value at its target never resolves
 
 
-def interval(values: list[float], seed: int = SEED) -> tuple[float, float] | None:
-    """90 % bootstrap interval of the median of `values`; None with fewer than MIN_PAIRS."""
-    if len(values) < MIN_PAIRS:
+def coverage(n: int, k: int) -> float:
+    """P(x_k <= true median <= x_(n+1-k)) for n independent rounds."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+
+def _k(n: int) -> int:
+    """The largest k whose interval keeps LEVEL; 1 (the whole range) when none does."""
+    return max([k for k in range(1, (n + 1) // 2 + 1) if coverage(n, k) >= LEVEL], default=1)
+
+
+MIN_PAIRS = next(n for n in range(2, 50) if coverage(n, 1) >= LEVEL)  # 5: 93.75 %
+
+
+def interval(values: list[float]) -> tuple[float, float] | None:
+    """The median's order-statistic interval (`coverage_of` says how sure); None under 2."""
+    if len(values) < 2:
         return None
-    rng = random.Random(seed)
-    n = len(values)
-    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(RESAMPLES))
-    tail = (1 - LEVEL) / 2
-    return meds[int(tail * (RESAMPLES - 1))], meds[math.ceil((1 - tail) * (RESAMPLES - 1))]
+    xs, k = sorted(values), _k(len(values))
+    return xs[k - 1], xs[len(xs) - k]
+
+
+def coverage_of(pairs: int) -> float | None:
+    """The coverage of `interval` over `pairs` rounds (None under 2)."""
+    return coverage(pairs, _k(pairs)) if pairs >= 2 else None
 
 
 def per_round(xs: list, refs: list, by: str) -> list[float]:
@@ -47,12 +60,13 @@ def per_round(xs: list, refs: list, by: str) -> list[float]:
 
 
 def paired(xs: list, refs: list, by: str = "ratio") -> dict:
-    """The median of the per-round ratios (or differences), their number and the 90 %
-    bootstrap interval of that median (`report_stats.interval`; null under two pairs)."""
+    """The median of the per-round ratios (or differences), their number, the median's
+    interval (`interval`; null under two pairs) and that interval's coverage."""
     vals = per_round(xs, refs, by)
     iv = interval(vals)
     return {"median": statistics.median(vals) if vals else None, "pairs": len(vals),
-            "interval": list(iv) if iv else None, "per_round": vals}  # fmt: skip
+            "interval": list(iv) if iv else None, "coverage": coverage_of(len(vals)),
+            "per_round": vals}  # fmt: skip
 
 
 def _meets(x: float, target: float, op: str) -> bool:
@@ -60,22 +74,24 @@ def _meets(x: float, target: float, op: str) -> bool:
 
 
 def more_rounds(value: float, iv: tuple[float, float] | None, target: float, pairs: int) -> int:
-    """Rounds to add before the interval likely clears the target (at least 1)."""
+    """Rounds to add before a 90 % interval likely clears the target (at least 1)."""
+    floor = max(1, MIN_PAIRS - pairs)
     if iv is None:
-        return MIN_PAIRS - pairs
+        return floor
     half, gap = (iv[1] - iv[0]) / 2, abs(value - target)
     if gap == 0:
         return MAX_ROUNDS_SHOWN + 1
     need = math.ceil(pairs * (half / gap) ** 2)
-    return max(1, min(need - pairs, MAX_ROUNDS_SHOWN + 1))
+    return max(floor, min(need - pairs, MAX_ROUNDS_SHOWN + 1))
 
 
 def verdict(value: float, iv: tuple[float, float] | None, target: float, op: str,
             pairs: int) -> tuple[str, int]:  # fmt: skip
     """("MET" | "MISSED" | "UNRESOLVED", rounds more to resolve it: 0 unless UNRESOLVED)."""
-    if iv is not None and _meets(iv[0], target, op) and _meets(iv[1], target, op):
+    sure = iv is not None and pairs >= MIN_PAIRS
+    if sure and _meets(iv[0], target, op) and _meets(iv[1], target, op):
         return "MET", 0
-    if iv is not None and not _meets(iv[0], target, op) and not _meets(iv[1], target, op):
+    if sure and not _meets(iv[0], target, op) and not _meets(iv[1], target, op):
         return "MISSED", 0
     return "UNRESOLVED", more_rounds(value, iv, target, pairs)
 
