@@ -135,16 +135,17 @@ def store_per_attempt() -> None:
     each attempt its own keys, as torch's env:// rendezvous once did ("/worker/attempt_N")."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return
-    try:
-        from torch.distributed import PrefixStore, rendezvous
+    try:  # the module (torch.distributed's `rendezvous` attribute is a function of it)
+        rdzv = importlib.import_module("torch.distributed.rendezvous")
+        from torch.distributed import PrefixStore
     except ImportError:
         return
-    create, attempt = rendezvous._create_c10d_store, os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    create, attempt = rdzv._create_c10d_store, os.environ.get("TORCHELASTIC_RESTART_COUNT")
 
     def per_attempt(*args, **kwargs):
         return PrefixStore(f"/worker/attempt_{attempt}", create(*args, **kwargs))
 
-    rendezvous._create_c10d_store = per_attempt
+    rdzv._create_c10d_store = per_attempt
 
 
 def sweep_torn(record: Record) -> None:
