@@ -73,8 +73,13 @@ def test_single_is_refused_with_the_reason(tmp_path):
 
 
 # --- on the engine ------------------------------------------------------------------------
-# (LATE, RDZV_TIMEOUT): the master comes within the rendezvous timeout, or long after it
-CASES = {"recovers": (20, 90), "fails": (60, 8)}
+# (LATE, RDZV_TIMEOUT, TRAINER): the master comes within the rendezvous timeout, or long after
+# it; fms meets the same launcher and rendezvous, so it recovers the same way
+CASES = {
+    "recovers": (20, 90, "harness"),
+    "fails": (60, 8, "harness"),
+    "recovers-fms": (20, 90, "fms"),
+}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -82,10 +87,13 @@ CASES = {"recovers": (20, 90), "fails": (60, 8)}
 @pytest.mark.fault
 @pytest.mark.slow
 def test_late_master(case, harness_image, tmp_path):
-    late_s, rdzv = CASES[case]
+    late_s, rdzv, trainer = CASES[case]
+    if trainer == "fms":
+        built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
+        assert built.returncode == 0, built.stdout + built.stderr
     out = harness("fault", "--fault", "late-master", "--layout", "per-rank", "--late",
                   str(late_s), "--rdzv-timeout", str(rdzv), "--timeout", "15", "--steps", "20",
-                  runs=tmp_path, timeout=400)  # fmt: skip
+                  "--trainer", trainer, runs=tmp_path, timeout=400)  # fmt: skip
     run_dir = (tmp_path / "latest").resolve()
     rec = json.loads((run_dir / "fault.json").read_text())
     assert "Traceback" not in out.stderr, out.stderr
@@ -99,13 +107,19 @@ def test_late_master(case, harness_image, tmp_path):
     saw_there = [x["saw"] for x in late["waiting_node_saw"]]
     # Before rank0's container exists its name does not resolve (Docker's DNS: EAI_AGAIN)
     assert saw_there[0] == "name not resolved (Temporary failure in name resolution)"
-    if case == "recovers":
+    assert (
+        rec.get("trainer") is None
+        if trainer == "harness"
+        else rec["trainer"]["image"].endswith("-fms:latest")
+    )
+    if case.startswith("recovers"):
         # the port accepted once rank0's torchrun listened; the group trained from then on
         assert saw_there[-1] == fault_late.ACCEPTS and saw["connect timeouts"] == 0
         assert late["master_started_t"] is not None
         assert late["first_step_t"] > late["master_started_t"]
         assert rec["outcome"] == "finished" and rec["steps_reached"] == 20
         assert ranks[0]["end_status"] == ranks[1]["end_status"] == "completed"
+        assert any("no hang detected" in x for x in md), md
     else:
         # rank1 gave up at the rendezvous timeout; rank0 was never started after that
         assert saw["connect timeouts"] == 1 and fault_late.ACCEPTS not in saw_there

@@ -29,8 +29,13 @@ def markdown(rec: dict) -> str:
         ),
         f"- fault: {rec['how']} at t={rec['injected_t']} s (step {rec['injected_step']}, "
         f"asked for step {rec['at_step']})",
-        f"- **outcome: {rec['outcome']}**; fault to end {rec['fault_to_end_s']} s, hang detected "
-        f"after {rec['hang_detected_s']} s, bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
+        f"- **outcome: {rec['outcome']}**; fault to end {rec['fault_to_end_s']} s, "
+        + (
+            "no hang detected"
+            if rec["hang_detected_s"] is None
+            else f"hang detected after {rec['hang_detected_s']} s"
+        )
+        + f", bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
         *fault_save.lines(rec),
         *fault_disk.lines(rec),
         *fault_late.lines(rec),
