@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -113,6 +114,33 @@ def read_metrics(output_dir: Path, rank: int) -> list[dict]:
 def step_losses(output_dir: Path, rank: int) -> dict[int, float]:
     """step -> loss; when a run was resumed in the same directory the latest line wins."""
     return {r["step"]: r["loss"] for r in read_metrics(output_dir, rank) if r["event"] == "step"}
+
+
+@pytest.fixture
+def mounted(tmp_path) -> tuple[Path, dict]:
+    """The rank recorder as Compose mounts it in a user's image (harness_rank.py with the
+    modules it loads beside it), and a foreign trainer module that writes a marker file when it
+    runs (a test may replace user/foreign_trainer.py)."""
+    from tuning.harness.spec.layout import BESIDE_RECORDER
+
+    launch_dir, user = tmp_path / "opt-harness-launch", tmp_path / "user"
+    launch_dir.mkdir()
+    user.mkdir()
+    shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
+    for name in BESIDE_RECORDER:  # as Compose mounts them
+        shutil.copy(ROOT / "tuning" / name, launch_dir / name)
+    marker = tmp_path / "trained"
+    (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    env = {**os.environ, "PYTHONPATH": f"{launch_dir}{os.pathsep}{user}",
+           "HARNESS_WRAPPED_ENTRY": "foreign_trainer", "HARNESS_OUTPUT_DIR": str(tmp_path / "out"),
+           "RANK": "0", "WORLD_SIZE": "1"}  # fmt: skip
+    return marker, env
+
+
+def recorder(env: dict, device: str) -> subprocess.CompletedProcess:
+    """The mounted recorder run as `accelerate launch` runs it in a rank: -m harness_rank."""
+    return subprocess.run([sys.executable, "-m", "harness_rank"], capture_output=True, text=True,
+                          env={**env, "HARNESS_DEVICE": device}, timeout=120)  # fmt: skip
 
 
 # --- Container tests -------------------------------------------------------------------------

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from conftest import ROOT, free_port, launch_env, read_metrics
+from conftest import ROOT, free_port, launch_env, read_metrics, recorder
 
 from tuning import gpu_guard, launch
 from tuning.harness.rundirs import runs
-from tuning.harness.spec.layout import BESIDE_RECORDER
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"
@@ -169,30 +166,6 @@ def test_probe_told_gpu_without_cuda_fails_and_writes_nothing(tmp_path):
     assert "probe: HARNESS_DEVICE=gpu but this rank cannot use a GPU" in proc.stderr
     assert_names_what_it_found(proc.stderr)
     assert not (tmp_path / "probe.json").exists()
-
-
-@pytest.fixture
-def mounted(tmp_path) -> tuple[Path, dict]:
-    """The rank recorder as Compose mounts it in a user's image (harness_rank.py with
-    fsdp_gloo.py and gpu_guard.py beside it), and a foreign trainer module that writes a marker
-    file when it runs."""
-    launch_dir, user = tmp_path / "opt-harness-launch", tmp_path / "user"
-    launch_dir.mkdir()
-    user.mkdir()
-    shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
-    for name in BESIDE_RECORDER:  # as Compose mounts them
-        shutil.copy(ROOT / "tuning" / name, launch_dir / name)
-    marker = tmp_path / "trained"
-    (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    env = {**os.environ, "PYTHONPATH": f"{launch_dir}{os.pathsep}{user}",
-           "HARNESS_WRAPPED_ENTRY": "foreign_trainer", "HARNESS_OUTPUT_DIR": str(tmp_path / "out"),
-           "RANK": "0", "WORLD_SIZE": "1"}  # fmt: skip
-    return marker, env
-
-
-def recorder(env: dict, device: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness_rank"], capture_output=True, text=True,
-                          env={**env, "HARNESS_DEVICE": device}, timeout=120)  # fmt: skip
 
 
 def test_foreign_trainer_told_gpu_without_cuda_never_starts(mounted, tmp_path):

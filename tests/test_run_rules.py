@@ -52,6 +52,16 @@ def test_status_comes_from_what_the_ranks_did(exits, metrics, status):
     assert (reason is None) == (status == "succeeded")
 
 
+def test_a_rank_that_dies_after_its_trainer_returned_is_named_so():
+    """Every end line completed, the node exited 1 (a gloo rank's SIGABRT at exit, seen with
+    fms): failed, and the reason says where to look; a rank with no end line is not that case."""
+    done = {0: end("completed"), 1: end("completed")}
+    got, reason = runs.status_of({"trainer": 1}, done)
+    assert got == "failed" and reason.startswith("trainer exited 1 after every rank's trainer")
+    _, reason = runs.status_of({"trainer": 1}, {0: end("completed"), 1: end("completed")[:1]})
+    assert reason == "trainer exited 1"
+
+
 @pytest.mark.parametrize("bad", ["../escape", "MyRun", "a_b", "-x", "x" * 33, "a/b"])
 def test_a_bad_run_id_is_refused_before_anything_is_written(tmp_path, bad):
     runs_dir = tmp_path / "runs"

@@ -24,9 +24,11 @@ each line marked "source": "harness_rank":
   {"event": "phase", "name": "rendezvous", "backend": ...}      after init_process_group
                                                                 (world_size: the group's size)
   {"event": "end", "status": "completed"|"failed", "exit_code", "error",
-   "distributed_type"}   when it returns; distributed_type: what accelerate set up in this
-                         rank (its AcceleratorState), which may differ from what the config
-                         asked for (accelerate 1.16 sets FSDP up on accelerators only)
+   "distributed_type", "closed_group"}   when it returns; distributed_type: what accelerate
+                         set up in this rank (its AcceleratorState), which may differ from what
+                         the config asked for (accelerate 1.16 sets FSDP up on accelerators
+                         only); closed_group: the trainer left its process group open and this
+                         recorder destroyed it (close_group)
 """
 
 from __future__ import annotations
@@ -155,6 +157,24 @@ def sweep_torn(record: Record) -> None:
     _beside("torn").before_start(out, record.rank)
 
 
+def close_group() -> bool:
+    """Destroy the process group a trainer returned with still open (fms 3.2.2 never calls
+    destroy_process_group; torch asks every trainer process to). Left to interpreter exit, gloo's
+    worker threads can still hold tensors while Python tears down, and the rank dies of SIGABRT
+    ("terminate called without an active exception") after its training completed: seen once in
+    our CI with fms's torch 2.8 (pytorch/pytorch#190489, #179291). Only after a trainer that
+    returned 0: on a failure peers may still be inside a collective (torchtitan #1342)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return False
+    try:
+        dist.destroy_process_group()
+    except Exception as e:  # the training is done; say so and let the exit code stand
+        print(f"harness_rank: destroy_process_group failed: {e}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
 def accelerate_distributed_type() -> str | None:
     state = sys.modules.get("accelerate.state")
     if state is None:
@@ -206,8 +226,10 @@ def main() -> int:
         code = 1
         error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
         traceback.print_exc()
+    closed = close_group() if code == 0 else False
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
-                 error=error, distributed_type=accelerate_distributed_type())  # fmt: skip
+                 error=error, distributed_type=accelerate_distributed_type(),
+                 closed_group=closed)  # fmt: skip
     return code
 
 

@@ -246,9 +246,15 @@ def status_of(
         why = f": {first['error']}" if first.get("error") else ""
         return "failed", f"rank(s) {_ranks(broken)} ended {first.get('status')}{why}"
     bad = {n: c for n, c in exits.items() if c != 0}
-    if bad:
-        return "failed", ", ".join(f"{n} exited {c}" for n, c in bad.items())
     silent = sorted(r for r, lines in metrics.items() if lines and r not in ends)
+    if bad:
+        why = ", ".join(f"{n} exited {c}" for n, c in bad.items())
+        if ends and not silent:  # each trainer returned; a process died later, on its way out
+            why += (
+                " after every rank's trainer returned (end lines: completed): a rank's "
+                "process died on its way out; the node's log names the rank and signal"
+            )
+        return "failed", why
     if silent:
         return "failed", f"rank(s) {_ranks(silent)} exited 0 with no end line (killed?)"
     return "succeeded", None
