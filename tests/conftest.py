@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -221,7 +222,53 @@ def pytest_runtest_logreport(report):
             _skipped_docker.append(report.nodeid)
 
 
+def pytest_configure(config):
+    # Every process a test starts inherits this: one that outlives the session is found by it.
+    os.environ["HARNESS_TEST_SESSION"] = f"{os.getpid()}-{time.time_ns()}"
+
+
+def strays() -> dict[int, str]:
+    """Processes of this session still alive (not pytest or its ancestors): pid -> the test that
+    started it and its command line. /proc/<pid>/environ is the environment it started with."""
+    mine = f"HARNESS_TEST_SESSION={os.environ['HARNESS_TEST_SESSION']}".encode()
+    keep, pid = {os.getpid()}, os.getpid()
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        keep.add(pid)
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in keep:
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not ours to read
+            continue
+        if mine in env:
+            test = next((e.split(b"=", 1)[1].decode() for e in env
+                         if e.startswith(b"PYTEST_CURRENT_TEST=")), "?")  # fmt: skip
+            found[int(d.name)] = f"{cmd.strip()[:120]} (from {test})"
+    return found
+
+
+def no_strays(session) -> None:
+    """Nothing a test started may outlive the session (a killed torchrun agent once left its two
+    hung ranks running after CI): name them, kill them, and the run is red."""
+    deadline = time.monotonic() + 10  # time to finish exiting
+    while (found := strays()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not found:
+        return
+    print(f"\n{len(found)} process(es) outlived the tests that started them (killed now):")
+    for pid, what in found.items():
+        print(f"  pid {pid}: {what}")
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    session.exitstatus = 1
+
+
 def pytest_sessionfinish(session, exitstatus):
+    no_strays(session)
     # In CI the container tests are the point: one skipped is a red run, not a green one,
     # unless the machine lacks what it needs (MACHINE_LIMITS; -ra shows each skip's reason).
     if os.environ.get("CI") and _skipped_docker and exitstatus == 0:

@@ -114,8 +114,10 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
             ("all_reduce", 1, "done"), ("all_reduce", 2, "pending")]  # fmt: skip
         assert agent.poll() is None
     finally:
-        agent.kill()
-        agent.wait()
+        # SIGTERM: torchrun stops its workers (each in its own session) and then exits;
+        # agent.kill() alone left both hung ranks running after CI
+        agent.terminate()
+        agent.wait(timeout=120)
 
 
 def test_parse_reads_faulthandler_text_from_a_real_dump(tmp_path):
