@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -228,16 +229,13 @@ def pytest_configure(config):
 
 
 def strays() -> dict[int, str]:
-    """Processes of this session still alive (not pytest or its ancestors): pid -> the test that
-    started it and its command line. /proc/<pid>/environ is the environment it started with."""
+    """Processes this session started that are still alive: pid -> its command line and the
+    test that started it. /proc/<pid>/environ is the environment a process started with, so
+    pytest and what ran it (set before pytest_configure) never carry the marker."""
     mine = f"HARNESS_TEST_SESSION={os.environ['HARNESS_TEST_SESSION']}".encode()
-    keep, pid = {os.getpid()}, os.getpid()
-    while pid > 1:
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        keep.add(pid)
     found = {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) in keep:
+        if not d.name.isdigit():
             continue
         try:
             env = (d / "environ").read_bytes().split(b"\0")
@@ -263,7 +261,7 @@ def no_strays(session) -> None:
     for pid, what in found.items():
         print(f"  pid {pid}: {what}")
         with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
     session.exitstatus = 1
 
 
