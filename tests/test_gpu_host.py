@@ -189,4 +189,4 @@ def test_summary_records_the_gpus_by_index_and_uuid(smi, monkeypatch, tmp_path):
     assert spec.job["torch_dtype"] == "bfloat16"
     assert spec.accelerate_config.name == "fsdp.yaml"
     two, five = ({"index": i, "uuid": uuid(i), "name": H100} for i in (2, 5))
-    assert spec.summary_extra == {"gpus": [two, five]}
+    assert spec.summary_extra["gpus"] == [two, five]

@@ -49,18 +49,15 @@ SHARED_NET = "per-rank with NETWORK=shared puts every rank in rank 0's network n
 
 
 def register(sub) -> None:
+    # FAULT, RANK, AT_STEP, RDZV_TIMEOUT, LATE: flag_table (defaults: DEFAULTS, LATE_S)
     p = sub.add_parser("fault", help="reproduce a cluster failure and record it")
-    options.add_run_flags(p)
-    p.add_argument("--fault", required=True, choices=[*KINDS, "all"])
-    p.add_argument("--rank", help=f"the rank to hit (default {DEFAULTS['rank']})")
-    p.add_argument("--at-step", help=f"hit it at this step (default {DEFAULTS['at_step']})")
-    p.add_argument("--rdzv-timeout", help="rendezvous timeout in seconds (default: TIMEOUT)")
-    p.add_argument("--late", help=f"late-master: seconds rank 0's node starts after the others "
-                   f"(default {fault_late.LATE_S})")  # fmt: skip
     p.set_defaults(fn=main)
 
 
 def main(a: argparse.Namespace) -> int:
+    if a.fault not in (*KINDS, "all"):
+        said = f"FAULT={a.fault} is unknown" if a.fault else "FAULT is not set"
+        raise HarnessError(f"{said}; use one of {', '.join(KINDS)}, or all")
     if a.fault != "all" and a.layout not in LAYOUTS:
         raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {a.layout}")
     kinds = KINDS if a.fault == "all" else (a.fault,)

@@ -14,11 +14,9 @@ from tuning.harness.spec import options
 
 def register(sub) -> None:
     down = sub.add_parser("down", help="remove everything labelled by the harness")
-    down.add_argument("--run-id")
     down.set_defaults(fn=down_)
     sub.add_parser("ps", help="list the harness's containers and networks").set_defaults(fn=ps)
     logs_ = sub.add_parser("logs", help="follow (or show) the latest run's logs")
-    logs_.add_argument("--run-id")
     logs_.set_defaults(fn=logs)
 
 

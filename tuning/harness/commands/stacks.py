@@ -13,7 +13,6 @@ from tuning.harness.spec import options
 
 def register(sub) -> None:
     p = sub.add_parser("stacks", help="dump every rank's stacks of a running run")
-    p.add_argument("--run-id", help="the run (default: the latest)")
     p.set_defaults(fn=main)
 
 

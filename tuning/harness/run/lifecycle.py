@@ -25,8 +25,9 @@ from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import gpu_locks, preflight
+from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import Layout
-from tuning.harness.spec.options import HOST_ASSETS, Spec
+from tuning.harness.spec.options import Spec
 
 EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
 
@@ -125,6 +126,8 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
               f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
               f"{run_dir}")  # fmt: skip
+        if spec.sources:  # what trains, said: never the demo's without a word
+            print(f"harness: {spec.sources_said()}")
     status, details, reason = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
     )

@@ -151,7 +151,6 @@ def register(sub) -> None:
     p = sub.add_parser("gpus", help="list this host's GPUs; --check-driver: refuse an old driver")
     p.add_argument("--check-driver", action="store_true",
                    help="exit 2 when the driver is too old for the GPU image")  # fmt: skip
-    p.add_argument("--cuda", help="the CUDA 12 image's floor instead: --cuda 12.8")
     p.set_defaults(fn=main)
 
 
@@ -168,7 +167,7 @@ def main(a: argparse.Namespace) -> int:
         print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
               + (f" ({extra})" if extra else ""))  # fmt: skip
     if a.check_driver:
-        tag = image_recipes.resolve(a.image, "gpu", a.cuda)
+        tag = image_recipes.resolve(a.image or IMAGE, "gpu", a.cuda)
         check_driver(inv.driver, seen, tag)
         recipe = image_recipes.named(tag)
         print(f"gpus: driver {inv.driver} runs {tag} (CUDA {recipe.cuda})" if recipe

@@ -250,16 +250,6 @@ class Layout:
     def output_dir(self) -> str:
         return output_dir_of(self.kind, self.run_dir)
 
-    def model_path(self, host_default: str) -> str:
-        if self.kind == "host":
-            return self.model or host_default
-        return MODEL_DIR if self.model else IMAGE_MODEL
-
-    def data_path(self, host_default: str) -> str:
-        if self.kind == "host":
-            return self.data or host_default
-        return data_target(self.data) if self.data else IMAGE_DATA
-
 
 def contract_env(master: str, port: int, nnodes: int, nproc: int, node_rank: int) -> dict[str, str]:
     """The variables the Kubeflow Training Operator injects into a PyTorchJob replica."""

@@ -38,15 +38,16 @@ def check_job(job: dict, source: str) -> SFTConfig:
         raise HarnessError(f"{e}; fix the job file (JOB=...) or its variable") from None
 
 
-def check_model(path: str | None) -> None:
+def check_model(path: str | None, said: str = "MODEL") -> None:
+    """A model directory on this machine; `said` is what named it (MODEL, the job file)."""
     if not path:
         return
     model = Path(path)
     if not (model / "config.json").is_file():
-        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model dir")
+        raise HarnessError(f"{said}={path} has no config.json: not a Hugging Face model dir")
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         raise HarnessError(
-            f"MODEL={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
+            f"{said}={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
             "tokenizer.save_pretrained(MODEL), or set tokenizer_name_or_path in the job"
         )
 
