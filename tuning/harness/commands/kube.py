@@ -25,7 +25,7 @@ from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, flags, job_paths, nvidia, options, preflight
+from tuning.harness.spec import devices, flags, job_paths, nvidia, options, preflight, timeouts
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
@@ -276,6 +276,11 @@ def main(a: argparse.Namespace) -> int:
           f"world size {layout.world_size}; image {layout.image}")  # fmt: skip
     print(f"harness: model {model.describe()}; data {data.describe()}; accelerate config "
           f"{accelerate_config}")  # fmt: skip
+    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    if measured_in:  # what the job measured here, against the cluster's timeouts
+        rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1)
+        t = timeouts.Timeouts.of(job, rdzv, grace_period_s=timeouts.K8S_GRACE_S)
+        timeouts.say(timeouts.check(t, timeouts.measured(measured_in)), "on the cluster")
     print(f"harness: apply with `kubectl apply -f {manifest}` ({what})")
     print(manifest, flush=True)
     if not a.rehearse:

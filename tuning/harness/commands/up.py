@@ -7,7 +7,8 @@ import argparse
 import yaml
 
 from tuning.harness.run import lifecycle, stall
-from tuning.harness.spec import flags, options, preflight
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import flags, options, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
 
 
@@ -33,5 +34,16 @@ def main(a: argparse.Namespace) -> int:
         return 0
     # A stalled run prints where every rank is (run/stall.py); it goes on, as it would without.
     watch = stall.StallWatch(after, spec.summary_extra) if after != 0 else None
+    limit = after if after is not None else stall.FLOOR_S
+    timeouts.say(timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), None),
+                 "before the run")  # fmt: skip
     summary = lifecycle.start(spec, on_tick=watch)
+    run_dir = spec.runs_root / spec.layout.run_id
+    m = timeouts.measured(run_dir)
+    if m is not None:  # the stall time the watch used: set, or the default from this run's steps
+        steps = [m.median_step_s] if m.median_step_s else []
+        limit = after if after is not None else stall.default_limit(steps)
+        found = timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), m)
+        timeouts.say(found, "what this run measured")
+        runs.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
     return lifecycle.EXIT_CODES.get(summary["status"], 1)

@@ -198,7 +198,8 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     config = accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(config, layout.world_size)
-    extra = {"model": model.describe(), "data": data.describe()}
+    extra = {"job_file": str(Path(f.job).resolve()), "model": model.describe(),
+             "data": data.describe()}  # fmt: skip
     if plan.chosen:
         extra["gpus"] = plan.record()
     return Spec(layout, job, config, runs_root, f.grace, resume_from=resume_from,
