@@ -8,8 +8,10 @@ ranks by (their metrics, fms's step log) is still bound from here, so it is made
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from tuning import torn
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import Layout
 
@@ -36,3 +38,29 @@ def give(path: Path, layout: Layout) -> None:
     uid, gid = owner(layout)
     if uid is not None:
         os.chown(path, uid, gid)
+
+
+def take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
+    """RESUME: the previous run's checkpoints into this run's output, where the trainer's
+    resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
+    owns it already, else copied and the copy given to them: the earlier run's own files never
+    change owner or mode (a link shares both)."""
+    uid, gid = owner(layout)
+    for ckpt in torn.checkpoints(previous / "output"):
+        shutil.copytree(
+            ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
+        )
+        for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
+            if uid is not None:
+                os.chown(d, uid, gid)  # new directories, this run's own
+
+
+def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
+    if uid is None or os.stat(src).st_uid == uid:
+        try:
+            return os.link(src, dst)
+        except OSError:
+            pass  # another file system: copy
+    shutil.copy2(src, dst)
+    if uid is not None:
+        os.chown(dst, uid, gid)

@@ -144,7 +144,8 @@ TABLE = (
         "id",
         why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
     ),
-    Flag("GRACE", "seconds to wait for peers after a rank fails (default 60)", JOB, "s"),
+    Flag("GRACE", "seconds to wait for peers after a rank fails, and for a node to exit "
+         "once every trainer returned (default 60)", JOB, "s"),
     # The run and its record.
     Flag(
         "RUN_ID",
