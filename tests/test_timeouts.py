@@ -101,3 +101,41 @@ def test_kube_warns_from_the_newest_run_of_the_same_job(tmp_path):
             "(terminationGracePeriodSeconds) and your save took 41.5 s after a step of 0.5 s "
             "(run newer): it will be killed mid-save; set terminationGracePeriodSeconds: 180 in "
             "the pod spec") in out.stdout  # fmt: skip
+
+
+def test_the_save_interval_of_the_issues_example():
+    """Young/Daly: tau = sqrt(2 C M), ETT = 1 - C/tau - (tau/2 + R)/M, worked by hand:
+    M = 50,000 h / 512 = 351,562 s; tau = sqrt(2 x 40 x 351,562) = 5,303 s = 1 h 28 min;
+    ETT = 1 - 40/5,303 - (2,652 + 180)/351,562 = 98.4 %."""
+    from tuning.harness.spec.save_interval import Advice
+
+    advice = Advice(512, 50_000, 40.0, 180.0, 4.8)
+    assert round(advice.tau_s) == 5303 and advice.save_steps == 1105
+    assert advice.sentence() == (
+        "512 GPUs at one failure per 50,000 GPU-hours: a failure every 98 h; your save takes 40 s "
+        "and a restart 3 min: save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT 98.4 %"
+    )
+
+
+def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"max_steps": 10, "save_steps": 5}))
+    runs = tmp_path / "runs"
+    a_run(runs, "measured", job, step_s=4.8, save_s=40.0)
+    args = ("--gpus", "8", "--nodes", "64", "--job", str(job), "--gpu-hours-per-failure", "50000")
+    kept = harness("kube", *args, runs=runs)
+    assert kept.returncode == 0, kept.stderr
+    assert ("harness: save interval: 512 GPUs at one failure per 50,000 GPU-hours: a failure "
+            "every 98 h; your save takes 40 s and a restart 3 min (assumed; run measured measured "
+            "the save and the step): save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT "
+            "98.4 %") in kept.stdout  # fmt: skip
+
+    def rendered_job(out) -> dict:
+        manifest = Path(out.stdout.strip().splitlines()[-1])
+        cm = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ConfigMap")
+        return yaml.safe_load(cm["data"]["job.yaml"])
+
+    assert rendered_job(kept)["save_steps"] == 5  # the user's job as it is, by default
+    taken = harness("kube", *args, "--save-advised", runs=runs)
+    assert taken.returncode == 0, taken.stderr
+    assert rendered_job(taken)["save_steps"] == 1105

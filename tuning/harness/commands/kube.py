@@ -25,7 +25,16 @@ from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, flags, job_paths, nvidia, options, preflight, timeouts
+from tuning.harness.spec import (
+    devices,
+    flags,
+    job_paths,
+    nvidia,
+    options,
+    preflight,
+    save_interval,
+    timeouts,
+)
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
@@ -251,6 +260,10 @@ def main(a: argparse.Namespace) -> int:
     accelerate_config = options.accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(accelerate_config, layout.world_size)
+    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    rate = float(a.gpu_hours_per_failure or save_interval.LLAMA3_GPU_HOURS)
+    job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
+                               a.save_advised)  # fmt: skip
     if kind == "trainjob":
         objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), f.max_restarts)
         manifest_name = kube_trainjob.MANIFEST
@@ -276,7 +289,6 @@ def main(a: argparse.Namespace) -> int:
           f"world size {layout.world_size}; image {layout.image}")  # fmt: skip
     print(f"harness: model {model.describe()}; data {data.describe()}; accelerate config "
           f"{accelerate_config}")  # fmt: skip
-    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
     if measured_in:  # what the job measured here, against the cluster's timeouts
         rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1)
         t = timeouts.Timeouts.of(job, rdzv, grace_period_s=timeouts.K8S_GRACE_S)

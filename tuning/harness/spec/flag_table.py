@@ -144,8 +144,13 @@ TABLE = (
         "id",
         why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
     ),
-    Flag("GRACE", "seconds to wait for peers after a rank fails, and for a node to exit "
-         "once every trainer returned (default 60)", JOB, "s"),
+    Flag(
+        "GRACE",
+        "seconds to wait for peers after a rank fails, and for a node to exit "
+        "once every trainer returned (default 60)",
+        JOB,
+        "s",
+    ),
     # The run and its record.
     Flag(
         "RUN_ID",
@@ -218,6 +223,14 @@ TABLE = (
     Flag(
         "REHEARSE", "also run the job's pods here, as Compose services", ("kube",), switch=True
     ),  # fmt: skip
+    Flag(
+        "GPU_HOURS_PER_FAILURE",
+        "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
+        "~50,700 GPU-hours)",
+        ("kube",),
+        "h",
+    ),
+    Flag("SAVE_ADVISED", "the rendered job saves at the advised interval", ("kube",), switch=True),
     Flag(
         "KILL",
         "rehearsal: SIGKILL rank i's pod at AT_STEP; the operator's rules act",
