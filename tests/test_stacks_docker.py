@@ -66,7 +66,7 @@ def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_imag
     run_id = "stacks-stall"
     up = subprocess.Popen(
         [PYTHON, "-m", "tuning.harness", "up", "--layout", "per-rank", "--image", hang_image,
-         "--entry", "hang_entry", "--stall", "10", "--run-id", run_id, "--runs", str(tmp_path)],
+         "--entry", "hang_entry", "--stall", "20", "--run-id", run_id, "--runs", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     seen, deadline = [], time.monotonic() + 240
@@ -94,7 +94,7 @@ def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_imag
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted", rest
     stall = summary["stall"]
-    assert stall["summaries"] == printed and stall["stall_s"] == 10.0 and stall["spells"] == 1
+    assert stall["summaries"] == printed and stall["stall_s"] == 20.0 and stall["spells"] == 1
     assert (run / "output/stacks/rank0.txt").read_text().count("=== stacks of rank 0") == 2
     assert leftovers(run_id) == []
     gone = harness("stacks", "--run-id", run_id, runs=tmp_path)

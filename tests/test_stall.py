@@ -59,6 +59,18 @@ def test_steps_replayed_after_a_restart_are_progress():
     assert w.progressed(replay) is True
 
 
+def test_nothing_is_watched_until_a_rank_has_written_its_first_line():
+    """Containers starting and the launcher importing: not a stall yet."""
+    w, clock = watch()
+    assert w.due({}, RUNNING) is None
+    clock.now += 600
+    assert w.due({0: []}, RUNNING) is None
+    metrics = {0: [{"event": "phase", "name": "imports"}]}
+    assert w.due(metrics, RUNNING) is None  # the clock starts at the first line
+    clock.now += 61
+    assert w.due(metrics, RUNNING) == 61.0
+
+
 def test_a_rank_stuck_in_rendezvous_stalls_whatever_c10d_prints():
     """Before the first step, only metrics lines are progress: c10d's periodic rendezvous
     retries in the node's log kept the watch quiet for ever."""

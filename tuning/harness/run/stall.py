@@ -55,9 +55,10 @@ class StallWatch:
         """Progress is a new line in any rank's metrics: a step (a step replayed after a
         restart counts: it is new work), or before the first step a phase (imports,
         rendezvous, model loaded, data ready). A node's log output is not: c10d prints its
-        rendezvous retries for as long as a peer is missing."""
+        rendezvous retries for as long as a peer is missing. Until a rank has written its
+        first line the nodes are starting (containers, the launcher), not yet watched."""
         mark = tuple(sorted((r, len(lines)) for r, lines in metrics.items()))
-        moved = mark != self.mark
+        moved = mark != self.mark or not any(n for _, n in mark)
         self.mark = mark
         return moved
 
