@@ -1,5 +1,5 @@
 """The backends a run's nodes run on: `ComposeNodes` (Compose starts and stops, the SDK
-watches) and `HostNodes` (processes on the host). Both follow `Nodes`; `run.py` drives them
+watches) and `HostNodes` (processes on the host). Both follow `Nodes`; `run/lifecycle.py` drives them
 and knows nothing else of either, and fault injection reaches a node's container only through
 `container()`.
 """
@@ -26,7 +26,7 @@ from tuning.harness.spec.layout import LABEL, Layout
 
 
 class Nodes(Protocol):
-    """What `run.execute` needs of a backend."""
+    """What `lifecycle.execute` needs of a backend."""
 
     issued_at: float | None  # when the start was issued (bench: container start)
     restarts_left: int  # group restarts the harness may still make
