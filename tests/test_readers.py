@@ -154,3 +154,16 @@ def test_host_check_reads_every_row_of_a_table_without_datasets(tmp_path):
         out = subprocess.run([sys.executable, "-c", check, str(path)], cwd=ROOT, text=True,
                              capture_output=True)  # fmt: skip
         assert said in out.stdout + out.stderr and "note:" not in out.stdout, out.stderr[-2000:]
+
+
+def test_an_arrow_file_with_broken_text_is_refused(tmp_path):
+    import pyarrow as pa
+
+    offsets = pa.py_buffer((0).to_bytes(4, "little") + (2).to_bytes(4, "little"))
+    text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff\xfe")])
+    path = tmp_path / "broken.arrow"
+    table = pa.table({"text": text})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    with pytest.raises(DataError, match=r"broken.arrow: cannot read as arrow: .*UTF8"):
+        read_path(path)
