@@ -1,6 +1,6 @@
 """The backends a run's nodes run on: `ComposeNodes` (Compose starts and stops, the SDK
-watches) and `HostNodes` (processes on the host). Both follow `Nodes`; `run/lifecycle.py` drives them
-and knows nothing else of either, and fault injection reaches a node's container only through
+watches) and `HostNodes` (processes on the host). Both follow `Nodes`; run/lifecycle.py drives
+them and knows nothing else of either, and fault injection reaches a node's container only through
 `container()`.
 """
 

@@ -151,7 +151,7 @@ def job_of_file(layout: Layout, path: Path, steps: int | None = None, seed: int 
 
 @dataclass
 class Spec:
-    """Everything a run needs, checked: what `lifecycle.start` runs for up, bench, fault and kube."""
+    """Everything a run needs, checked: what lifecycle.start runs for up, bench, fault, kube."""
 
     layout: Layout
     job: dict
