@@ -89,7 +89,8 @@ TABLE = (
     # Where, and how many ranks.
     Flag(
         "GPUS",
-        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo); kube: per pod",
+        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo), or device=i,j "
+        "(indices or UUIDs: those, busy or not); kube: N per pod",
         JOB,
         "N",
     ),  # fmt: skip
