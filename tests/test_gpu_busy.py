@@ -10,7 +10,7 @@ import time
 import gpu_standin
 import pytest
 import yaml
-from gpu_standin import device_ids, dry_up, harness, uuid
+from gpu_standin import H100, device_ids, dry_up, harness, uuid
 
 from tuning.harness.spec.devices import BUSY_MIB
 
@@ -39,6 +39,8 @@ def test_a_gpu_with_a_compute_process_is_busy(smi, tmp_path):
     assert "name a busy GPU to take it anyway (GPUS=device=i" in err and "GPUS=7" in err
     doc, _ = dry_up(tmp_path, "--gpus", "3", FAKE_SMI_APPS=APP)
     assert device_ids(doc["services"]["trainer"]) == ["0", "1", "3"]
+    listed = harness(tmp_path, "gpus", FAKE_SMI_APPS=APP).stdout
+    assert f"  2 {uuid(2)} {H100} compute 9.0 (busy: compute process(es) pid 4242" in listed
     # a process whose memory the driver will not give (inside a container, say): still busy
     err = refused(tmp_path, "--gpus", "8", FAKE_SMI_APPS="5:77:/usr/bin/other:N/A")
     assert "GPU 5 busy: compute process(es) pid 77 (/usr/bin/other)" in err

@@ -211,9 +211,11 @@ def main(a: argparse.Namespace) -> int:
         print("gpus: none (no nvidia-smi on PATH); nothing to check")
         return 0
     seen = nvidia.visible(inv)
+    apps = nvidia.compute_apps()
     print(f"gpus: driver {inv.driver}")
     for g in inv.gpus:
-        flags = ["MIG" if g.mig else "", "" if g in seen else "hidden"]
+        busy = busy_why(g, apps)
+        flags = ["MIG" if g.mig else "", "" if g in seen else "hidden", busy and f"busy: {busy}"]
         extra = ", ".join(f for f in flags if f)
         print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
               + (f" ({extra})" if extra else ""))  # fmt: skip
