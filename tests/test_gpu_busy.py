@@ -87,7 +87,7 @@ def test_bad_gpu_names_are_refused_with_the_fix(smi, tmp_path):
     err = refused(tmp_path, "--gpus", "device=3", CUDA_VISIBLE_DEVICES="4,5")
     assert "no visible GPU 3 (CUDA_VISIBLE_DEVICES=4,5)" in err
     err = refused(tmp_path, "--gpus", "4,5")
-    assert "GPUS='4,5' is neither a number of GPUs (GPUS=2) nor GPUs by name" in err
+    assert "GPUS='4,5' is not a whole number (GPUS=2: that many GPUs), nor GPUs by name" in err
     assert "GPUS=device=4,5" in err
     err = refused(tmp_path, "--gpus", f"device=2,{uuid(2)}")
     assert "names one GPU twice" in err

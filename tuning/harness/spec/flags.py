@@ -90,7 +90,7 @@ def _typed(a: argparse.Namespace, cls: type) -> dict:
         values["gpus"] = len(values["gpu_names"])
     elif raw and not re.fullmatch(r"\s*-?[0-9]+\s*", raw):
         raise HarnessError(
-            f"GPUS={raw!r} is neither a number of GPUs (GPUS=2) nor GPUs by name "
+            f"GPUS={raw!r} is not a whole number (GPUS=2: that many GPUs), nor GPUs by name "
             f"(GPUS=device={raw.strip()}: nvidia-smi's indices or UUIDs)"
         )
     for name, (var, minimum) in _WHOLE.items():
