@@ -230,6 +230,13 @@ TABLE = (
         "DEVICE", "cpu | gpu: which image (default: gpu when GPUs are visible)", ("image",), "d"
     ),  # fmt: skip
     Flag("REBUILD", "build the image even if it is up to date", ("image",), switch=True),
+    # down, ps: this checkout's runs (its RUNS folder), unless ALL=1
+    Flag(
+        "ALL",
+        "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
+        ("down", "ps"),
+        switch=True,
+    ),  # fmt: skip
 )
 BY_VAR = {f.var: f for f in TABLE}
 BY_DEST = {f.dest: f for f in TABLE}

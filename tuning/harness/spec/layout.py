@@ -68,7 +68,16 @@ TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the ra
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
                    "fs_errors.py")  # fmt: skip
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
+# ... and the RUNS folder it belongs to (its resolved path): `make down` and the reaper act on
+# one checkout's runs only (ALL=1: every folder's), so two checkouts, or two users, never
+# remove each other's runs, even under one run id.
+RUNS_LABEL = "harness.runs"
 NETWORK = "train"  # the Compose network of the isolated layouts
+
+
+def runs_key(runs_root: str | Path) -> str:
+    """The RUNS_LABEL value of runs under `runs_root`: its resolved path."""
+    return str(Path(runs_root).resolve())
 
 
 def data_target(host_path: str) -> str:
@@ -165,6 +174,11 @@ class Layout:
     @property
     def project(self) -> str:
         return f"harness-{self.run_id}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """What everything this run makes on the engine carries: its id and its RUNS folder."""
+        return {LABEL: self.run_id, RUNS_LABEL: runs_key(Path(self.run_dir).parent)}
 
     def nodes(self) -> list[Node]:
         n = self.world_size
