@@ -100,3 +100,50 @@ def test_a_run_carries_its_runs_folder_on_everything_compose_makes(tmp_path):
     for svc in doc["services"].values():
         assert svc["labels"].items() >= want.items()
     assert doc["networks"]["train"]["labels"] == want
+
+
+LEAK = """
+import subprocess
+
+import pytest
+
+
+@pytest.mark.docker
+def test_that_leaks(tmp_path):
+    subprocess.run(["docker", "run", "-d", "--network", "none", "--label", "harness.run=LEAK_ID",
+                    "--label", f"harness.runs={tmp_path / 'runs'}", "--entrypoint", "sleep",
+                    "tuning-harness:latest", "300"], check=True)
+"""
+
+
+@pytest.mark.docker
+def test_a_session_removes_what_its_own_runs_leaked_and_nothing_else(tmp_path, harness_image):
+    """A test that leaves a container behind: the session names it, removes it and goes red;
+    a container of another RUNS folder (outside the session's temp folder) stays."""
+    import shutil
+
+    session = tmp_path / "session"
+    session.mkdir()
+    for name in ("conftest.py", "own_runs.py"):
+        shutil.copy(ROOT / "tests" / name, session / name)
+    leak_id = f"leak-{secrets.token_hex(2)}"
+    (session / "test_leak.py").write_text(LEAK.replace("LEAK_ID", leak_id))
+    other = subprocess.run(
+        ["docker", "run", "-d", "--network", "none", "--label", f"harness.run={leak_id}",
+         "--label", f"harness.runs={tmp_path / 'other-checkout/runs'}", "--entrypoint", "sleep",
+         harness_image, "300"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        out = subprocess.run(
+            [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(session),
+             f"--basetemp={tmp_path / 'base'}"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "1 thing(s) of this session's runs left on the engine (removed now):" in out.stdout
+        assert f"(run {leak_id}, RUNS={(tmp_path / 'base').resolve()}/" in out.stdout, out.stdout
+        assert leftovers(leak_id) == [f"container {other[:12]}"]  # theirs, and only theirs
+    finally:
+        subprocess.run(["docker", "rm", "-f", other], capture_output=True)
