@@ -102,6 +102,17 @@ def test_a_run_carries_its_runs_folder_on_everything_compose_makes(tmp_path):
     assert doc["networks"]["train"]["labels"] == want
 
 
+def test_a_runs_folder_holds_the_runs_in_folders_under_it_too():
+    """A bench's layout runs live in its own folder under RUNS (runs/<bench>/<run>): `make
+    down` of RUNS is theirs too; a sibling folder with a longer name is not."""
+    from tuning.harness.backends.engine import within
+
+    assert within("/a/runs", "/a/runs") and within("/a/runs/b-1", "/a/runs")
+    assert within("/a/runs/b-1", "/a/runs/") and within("/a/runs/b-1/x", "/a/runs")
+    assert not within("/a/runs2", "/a/runs") and not within("/a", "/a/runs")
+    assert not within(None, "/a/runs")  # a container of a harness without the label
+
+
 LEAK = """
 import subprocess
 
@@ -110,7 +121,8 @@ import pytest
 
 @pytest.mark.docker
 def test_that_leaks(tmp_path):
-    subprocess.run(["docker", "run", "-d", "--network", "none", "--label", "harness.run=LEAK_ID",
+    subprocess.run(["docker", "run", "-d", "--name", "LEAK_ID", "--network", "none",
+                    "--label", "harness.run=LEAK_ID",
                     "--label", f"harness.runs={tmp_path / 'runs'}", "--entrypoint", "sleep",
                     "tuning-harness:latest", "300"], check=True)
 """
@@ -143,7 +155,7 @@ def test_a_session_removes_what_its_own_runs_leaked_and_nothing_else(tmp_path, h
         )  # fmt: skip
         assert out.returncode == 1, out.stdout + out.stderr
         assert "1 thing(s) of this session's runs left on the engine (removed now):" in out.stdout
-        assert f"(run {leak_id}, RUNS={(tmp_path / 'base').resolve()}/" in out.stdout, out.stdout
+        assert f"  container {leak_id} of run {leak_id}" in out.stdout, out.stdout
         assert leftovers(leak_id) == [f"container {other[:12]}"]  # theirs, and only theirs
     finally:
         subprocess.run(["docker", "rm", "-f", other], capture_output=True)

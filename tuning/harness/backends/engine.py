@@ -105,16 +105,28 @@ def run_tool(cmd: list[str], **kw) -> None:
 
 def labelled(c: docker.DockerClient, run_id: str | None = None, *, runs: str | None) -> dict:
     """Everything the harness created, for one run or for all of them, of one RUNS folder
-    (`runs`: its layout.runs_key) or, runs=None (ALL=1), of every folder on this engine."""
-    flt = [f"{LABEL}={run_id}" if run_id else LABEL]
-    if runs is not None:
-        flt.append(f"{RUNS_LABEL}={runs}")  # several label filters: all must match
-    flt = {"label": flt}
-    return {
+    (`runs`: its layout.runs_key; the runs in folders under it too, as a bench's layout runs
+    in its own) or, runs=None (ALL=1), of every folder on this engine."""
+    flt = {"label": f"{LABEL}={run_id}" if run_id else LABEL}
+    found = {
         "containers": c.containers.list(all=True, filters=flt),
         "networks": c.networks.list(filters=flt),
         "volumes": c.volumes.list(filters=flt),
     }
+    if runs is None:
+        return found
+    return {kind: [x for x in objs if within(labels_of(x).get(RUNS_LABEL), runs)]
+            for kind, objs in found.items()}  # fmt: skip
+
+
+def within(folder: str | None, runs: str) -> bool:
+    """Whether a RUNS_LABEL value `folder` is the folder `runs` or one under it."""
+    return folder is not None and (folder == runs or folder.startswith(runs.rstrip("/") + "/"))
+
+
+def labels_of(obj) -> dict[str, str]:
+    """A container's, network's or volume's labels."""
+    return (obj.labels if hasattr(obj, "labels") else obj.attrs.get("Labels")) or {}
 
 
 def remove_labelled(c: docker.DockerClient, run_id: str | None = None, *,
@@ -124,7 +136,7 @@ def remove_labelled(c: docker.DockerClient, run_id: str | None = None, *,
     gone: dict[str, list[str]] = {}
     for kind in ("containers", "networks", "volumes"):
         for obj in labelled(c, run_id, runs=runs)[kind]:
-            labels = (obj.labels if kind == "containers" else obj.attrs.get("Labels")) or {}
+            labels = labels_of(obj)
             try:
                 obj.remove(force=True) if kind != "networks" else obj.remove()
             except docker.errors.NotFound:
