@@ -110,7 +110,7 @@ def test_args_arrive_whole_from_make_even_a_single_option():
         line = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True).stdout
         argv = shlex.split(next(x for x in line.splitlines() if "-m tuning.harness" in x))
         tail = argv[argv.index("tuning.harness") + 1 :]
-        assert cli.parser().parse_args(cli.glued(tail)).args == value
+        assert cli.parse(tail).args == value
 
 
 # --- rendered -----------------------------------------------------------------------------------

@@ -33,8 +33,12 @@ def glued(argv: list[str]) -> list[str]:
     return out
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    return parser().parse_args(glued(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(glued(sys.argv[1:] if argv is None else argv))
+    a = parse(sys.argv[1:] if argv is None else argv)
     options.load_env_file()
     try:
         flag_table.refuse_unused(a, a.command)
