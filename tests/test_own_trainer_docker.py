@@ -43,7 +43,7 @@ def own_fault(kind: str, layout: str, runs: Path, *extra: str) -> tuple[dict, di
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     said = out.stdout + out.stderr
-    assert (runs / "latest/fault.json").is_file(), f"exit {out.returncode}:\n{said}"
+    assert out.returncode == 0 and "Traceback" not in said, f"exit {out.returncode}:\n{said}"
     record = json.loads((runs / "latest/fault.json").read_text())
     summary = json.loads((runs / "latest/summary.json").read_text())
     metrics = run_files.read_metrics(runs / "latest/output")
@@ -52,6 +52,9 @@ def own_fault(kind: str, layout: str, runs: Path, *extra: str) -> tuple[dict, di
                                  "src": str(ROOT / "tests/user_scripts"),
                                  "args": ARGS.split()}, said  # fmt: skip
     assert "harness: ENTRY /src/train_sft.py from " in out.stdout, said
+    md = (runs / "latest/fault.md").read_text()
+    assert "- trainer: `/src/train_sft.py` in `tuning-harness:latest` from `" in md
+    assert f"; ARGS `{ARGS}`; ARGS is ENTRY's whole command line" in md
     return record, summary, metrics
 
 
