@@ -11,7 +11,7 @@ RUNS   ?= runs
 # it). A variable reaches the harness only when typed on make's command line ($(origin)), so an
 # environment variable that shares a name (DATA, MODEL, ...) never becomes a flag; every target
 # passes every typed one, and a command refuses by name, with the reason, one it cannot honour.
-VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY GPUS NPROC CUDA \
+VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC GPUS NPROC CUDA \
   LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM GRACE RUN_ID STALL REPEAT BUDGET \
   LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE NODES NAME KIND RESTART_POLICY \
   GPU_HOURS_PER_FAILURE KILL DEVICE

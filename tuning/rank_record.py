@@ -15,14 +15,16 @@ Standalone on purpose (standard library only, no `tuning` import): it is mounted
 user's image (fms-hf-tuning's, whose own top-level package is also called `tuning`) as
 /opt/harness-launch/harness_rank.py, and `accelerate launch` runs it as module `harness_rank`
 (PYTHONPATH=/opt/harness-launch). The launcher sets HARNESS_ENTRY=harness_rank and passes the
-user's module in HARNESS_WRAPPED_ENTRY; the module runs as __main__ via runpy, with its own
-arguments. Losses and steps are the trainer's own (fms: <output_dir>/training_logs.jsonl).
+user's module (or script path) in HARNESS_WRAPPED_ENTRY; it runs as __main__ via runpy, with its
+own arguments (ARGS). Each HF Trainer it builds logs every rank's steps (trainer_steps.py, mounted
+beside; off for fms, whose steps are its own <output_dir>/training_logs.jsonl).
 
 Writes <HARNESS_OUTPUT_DIR>/metrics/rank<RANK>.jsonl in the metrics schema (docs/design.md),
 each line marked "source": "harness_rank":
   {"event": "phase", "name": "imports", "utc_offset_s": ...}   when the rank's process starts
   {"event": "phase", "name": "rendezvous", "backend": ...}      after init_process_group
                                                                 (world_size: the group's size)
+  step, checkpoint and phase "training" lines of every HF Trainer it builds (trainer_steps.py)
   {"event": "end", "status": "completed"|"failed", "exit_code", "error",
    "distributed_type", "closed_group"}   when it returns; distributed_type: what accelerate
                          set up in this rank (its AcceleratorState), which may differ from what
@@ -194,6 +196,21 @@ def explained(e: BaseException, error: str, record: Record) -> str:
     return f"{why} ({error})"
 
 
+def is_script(entry: str) -> bool:
+    """ENTRY is a script's path (train.py, /src/train.py), else a module's name (pkg.train)."""
+    return entry.endswith(".py") or "/" in entry
+
+
+def run_entry(entry: str) -> None:
+    """ENTRY as __main__, with sys.argv[1:] its own arguments: a module as `python -m` runs it;
+    a script as `python train.py` does, its folder first on sys.path (its own imports)."""
+    if not is_script(entry):
+        runpy.run_module(entry, run_name="__main__", alter_sys=True)
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(entry)))
+    runpy.run_path(entry, run_name="__main__")
+
+
 def main() -> int:
     entry = os.environ.get("HARNESS_WRAPPED_ENTRY")
     if not entry:
@@ -215,10 +232,12 @@ def main() -> int:
     sweep_torn(record)
     if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
         _beside("batch_dump").install()
+    # every HF Trainer it builds logs this rank's steps (trainer_steps.py, mounted beside)
+    _beside("trainer_steps").install(record.write, os.path.dirname(os.path.dirname(record.path)))
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:
-        runpy.run_module(entry, run_name="__main__", alter_sys=True)
+        run_entry(entry)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         error = None if code == 0 else explained(e, f"SystemExit({e.code!r})", record)

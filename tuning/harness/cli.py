@@ -24,8 +24,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def glued(argv: list[str]) -> list[str]:
+    """`--args VALUE` as `--args=VALUE`: ARGS is a command line whose words start with `-`,
+    which argparse would otherwise take for an option of ours ("expected one argument")."""
+    out, words = [], iter(argv)
+    for word in words:
+        out.append(f"{word}={next(words, '')}" if word == "--args" else word)
+    return out
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return parser().parse_args(glued(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    a = parse(sys.argv[1:] if argv is None else argv)
     options.load_env_file()
     try:
         flag_table.refuse_unused(a, a.command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -20,6 +21,7 @@ from tuning.harness.spec.layout import (
     OUTPUT_DIR,
     RANK_RECORD,
     RUNS_LABEL,
+    SRC_DIR,
     TMP_DIR,
     Layout,
     LayoutError,
@@ -82,10 +84,14 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
         volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
         for name in BESIDE_RECORDER:
             volumes.append(_bind(TUNING / name, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
+    if layout.src:  # SRC: the user's code as it is now, so an edit needs no image rebuild
+        volumes.append(_bind(layout.src, SRC_DIR, rel, read_only=True))
     svc = {
         "image": layout.image,
         **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),
         **({"command": layout.trainer_args} if layout.trainer_args else {}),
+        # relative paths in ARGS mean what they mean in the user's folder (`python train.py`)
+        **({"working_dir": SRC_DIR} if layout.src else {}),
         "hostname": node.name,
         "user": layout.user,
         "environment": layout.container_env(node),
@@ -147,5 +153,25 @@ def _bind(source: str | Path, target: str, rel: str | Path | None, read_only=Fal
     return bind
 
 
+# Scalars YAML 1.2 (Compose's reader) takes for numbers, booleans or null, which PyYAML (YAML
+# 1.1) would write bare: 3e-3 and 1e5 (a 1.1 float needs a dot), 0o17, .NaN. A bare one is then
+# no string, and Compose refuses it ("command.15 must be a string": ARGS' --learning_rate 3e-3).
+_NOT_A_STRING_IN_YAML_1_2 = re.compile(
+    r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
+    r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)|null|Null|NULL|~|true|True|TRUE|false|False|FALSE|"
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    def represent_str(self, value: str):
+        tag = "tag:yaml.org,2002:str"
+        bare = self.resolve(yaml.ScalarNode, value, (True, False)) == tag  # else PyYAML quotes
+        quoted = '"' if bare and _NOT_A_STRING_IN_YAML_1_2.fullmatch(value) else None
+        return self.represent_scalar(tag, value, style=quoted)
+
+
+_Dumper.add_representer(str, _Dumper.represent_str)
+
+
 def dump(compose: dict) -> str:
-    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False)
+    return yaml.dump(compose, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

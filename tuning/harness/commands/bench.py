@@ -40,7 +40,7 @@ from tuning.harness.commands.bench_samples import boot_correction, probe_sample,
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import flags, options
+from tuning.harness.spec import flags, options, trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import SHAPES
 
@@ -194,7 +194,11 @@ def main(a: argparse.Namespace) -> int:
             {
                 "trainer": {"image": f.image, "entry": f.entry},
                 "skipped": [FOREIGN_NO_HOST],
-                "metrics_source": foreign.METRICS_NOTE
+                "metrics_source": (
+                    foreign.METRICS_NOTE
+                    if trainers.logs_own_steps(f.trainer)
+                    else foreign.RECORDER_NOTE
+                )
                 + " tokens: trl's num_tokens per step (every rank's), counted on rank 0. "
                 "first step: includes model load (no model_loaded phase).",
             }

@@ -21,7 +21,7 @@ from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_
 from tuning.harness.commands.fault_follow import Follow
 from tuning.harness.commands.fault_inject import NETEM
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import lifecycle
+from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options
 from tuning.harness.spec.flags import RunFlags, int_arg
@@ -45,6 +45,9 @@ FOREIGN_CRASH = ("crash raises inside this repo's trainer (HARNESS_CRASH_AT_STEP
 FOREIGN_STEPS = ("a foreign trainer (fms) logs steps from rank 0 only (training_logs.jsonl): the "
                  "fault lands when rank 0 shows the step (the group steps together), and ranks "
                  "other than 0 have no last step of their own")  # fmt: skip
+ARGS_NOTE = ("ARGS is ENTRY's whole command line: its steps, seed and collective timeout are its "
+             "own (--max_steps, --seed, --ddp_timeout); steps is the max_steps its Trainer "
+             "logged, and timeout_s only how long the harness waits without a step")  # fmt: skip
 SHARED_NET = "per-rank with NETWORK=shared puts every rank in rank 0's network namespace; "
 
 
@@ -118,9 +121,12 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
             "step_sleep_s": sleep}  # fmt: skip
     reason = NOT_APPLICABLE.get((kind, layout_kind))
     if layout.entry:
-        base["trainer"] = {"image": layout.image, "entry": layout.entry}
-        base["steps_note"] = FOREIGN_STEPS
-        base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces this repo's trainer only
+        base["trainer"] = foreign.trainer_record(layout)
+        if not layout.recorder_steps:  # fms: rank 0's own log, not paced
+            base["steps_note"] = FOREIGN_STEPS
+            base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces the recorder's steps only
+        if layout.args is not None:  # the Trainer's own max_steps, once it logs it
+            base.update(steps=None, args_note=ARGS_NOTE)
         if kind == "crash":
             reason = FOREIGN_CRASH
     if kind == "partition" and layout_kind == "per-rank" and layout.network == "shared":
@@ -143,7 +149,7 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
     if kind in ("no-show", fault_late.KIND) and layout_kind == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
     knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
-             "group_steps": bool(layout.entry)}  # fmt: skip
+             "group_steps": bool(layout.entry) and not layout.recorder_steps}  # fmt: skip
     follow = Follow(kind, layout_kind, target, knobs, run_id)
     volume = fault_disk.Volume(engine.client(), layout) if kind == fault_disk.KIND else None
     if volume:

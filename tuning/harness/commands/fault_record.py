@@ -68,6 +68,8 @@ def is_timeout(text: str) -> bool:
 def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: dict) -> dict:
     t0, fault_at = follow.t0, follow.injected_at
     metrics = runs.read_metrics(run_dir / "output")
+    if base.get("steps", 0) is None:  # ENTRY with ARGS: the steps its Trainer said it runs
+        base = {**base, "steps": runs.trainer_max_steps(metrics)}
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
     node_rows = {r["node"]: r for r in summary.get("ranks", [])}
     ranks = []

@@ -3,6 +3,7 @@ records fault_record.py builds."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from tuning.harness.commands import fault_disk, fault_late, fault_save
@@ -13,6 +14,16 @@ from tuning.harness.rundirs import runs
 def write(run_dir: Path, record: dict) -> None:
     runs.write_json(run_dir / "fault.json", record)
     (run_dir / "fault.md").write_text(markdown(record))
+
+
+def trainer_line(rec: dict) -> str:
+    """fault.md's line on a foreign trainer: what ran, from where, and whose steps count."""
+    t = rec["trainer"]
+    said = [f"`{t['entry']}` in `{t['image']}`" + (f" from `{t['src']}`" if t.get("src") else "")]
+    if t.get("args") is not None:
+        said.append(f"ARGS `{shlex.join(t['args'])}`")
+    said += [rec[k] for k in ("steps_note", "args_note") if rec.get(k)]
+    return "- trainer: " + "; ".join(said)
 
 
 def markdown(rec: dict) -> str:
@@ -40,14 +51,7 @@ def markdown(rec: dict) -> str:
         *fault_disk.lines(rec),
         *fault_late.lines(rec),
         f"- on a cluster: {rec['on_a_cluster']}",
-        *(
-            [
-                f"- trainer: `{rec['trainer']['entry']}` in `{rec['trainer']['image']}`; "
-                f"{rec['steps_note']}"
-            ]
-            if rec.get("trainer")
-            else []
-        ),
+        *([trainer_line(rec)] if rec.get("trainer") else []),
         f"- left behind: {', '.join(rec['leftovers']) or 'nothing'}",
         "- checkpoints: "
         + (

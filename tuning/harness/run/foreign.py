@@ -6,18 +6,35 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 from pathlib import Path
 
 import yaml
 
 from tuning.harness.rundirs import runs
-from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.layout import SRC_DIR, Layout
 
 METRICS_NOTE = (
     "steps and losses from rank 0's training_logs.jsonl (the trainer's own FileLoggingTracker, "
     "written by the world process zero only): no rank other than 0 has per-step figures. "
     "world_size_seen: the process group each rank joined (the harness's rank recorder)."
 )
+RECORDER_NOTE = (
+    "each rank's steps from the rank recorder's TrainerCallback on its HF Trainer "
+    "(tuning/trainer_steps.py); loss and lr on the steps the Trainer logs (logging_steps), as "
+    "it logs them: the mean over every rank and over the steps since its previous log. "
+    "world_size_seen: the process group each rank joined (the harness's rank recorder)."
+)
+
+
+def trainer_record(layout: Layout) -> dict:
+    """The foreign trainer a run ran: image and ENTRY, and SRC and ARGS when given."""
+    out = {"image": layout.image, "entry": layout.entry}
+    if layout.src:
+        out["src"] = layout.src
+    if layout.args is not None:
+        out["args"] = list(layout.args)
+    return out
 
 
 def trl_tokens(log_path: Path, rank0_steps: list[dict]) -> list[tuple[dict, float]] | None:
@@ -32,6 +49,13 @@ def trl_tokens(log_path: Path, rank0_steps: list[dict]) -> list[tuple[dict, floa
     return [(s, x["num_tokens"]) for s, x in zip(rank0_steps, logged, strict=True)]
 
 
+def said(layout: Layout) -> str:
+    """The run's opening line on a trainer of your own: what runs, from where, with what."""
+    src = f" from {layout.src} (SRC, read-only at {SRC_DIR})" if layout.src else ""
+    args = shlex.join(layout.args) if layout.args is not None else "none (a JSON job)"
+    return f"ENTRY {layout.entry}{src} in {layout.image}; ARGS: {args}"
+
+
 def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]) -> dict:
     """What summary.json says of a foreign trainer: where its figures come from, what
     accelerate set up in each rank, the HF Trainer's end-of-training line and tokens/s."""
@@ -41,8 +65,8 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
         str(r): next((x.get("distributed_type") for x in lines if x.get("event") == "end"), None)
         for r, lines in sorted(metrics.items())
     }
-    out = {"trainer": {"image": layout.image, "entry": layout.entry},
-           "metrics_source": METRICS_NOTE,
+    out = {"trainer": trainer_record(layout),
+           "metrics_source": RECORDER_NOTE if layout.recorder_steps else METRICS_NOTE,
            # what the config asked for, and what accelerate set up in each rank (recorder)
            "distributed_type_asked": cfg.get("distributed_type"),
            "distributed_type_seen": seen,

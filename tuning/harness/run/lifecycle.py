@@ -128,6 +128,8 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
               f"{run_dir}")  # fmt: skip
         if spec.sources:  # what trains, said: never the demo's without a word
             print(f"harness: {spec.sources_said()}")
+        if layout.entry and layout.recorder_steps:
+            print(f"harness: {foreign.said(layout)}")
     status, details, reason = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
     )

@@ -50,8 +50,8 @@ class Progress:
     def _line(self, rank: int, s: dict) -> str:
         of = f"/{self.total}" if self.total else ""
         pace = f"{s['step_s']:.2f} s/step" if s.get("step_s") is not None else "first logged"
-        return (f"rank{rank} step {s['step']}{of} loss {s['loss']:.4f} "
-                f"({pace}, world {s['world_size']})")  # fmt: skip
+        loss = f"{s['loss']:.4f}" if s.get("loss") is not None else "-"  # a step not logged
+        return f"rank{rank} step {s['step']}{of} loss {loss} ({pace}, world {s['world_size']})"
 
     def _redraw(self, last: dict[int, dict]) -> None:
         if not last:

@@ -157,11 +157,21 @@ def steps(lines: list[dict]) -> list[dict]:
     return [x for x in lines if x.get("event") == "step"]
 
 
+def trainer_max_steps(metrics: dict[int, list[dict]]) -> int | None:
+    """The max_steps an HF Trainer said it runs (its "training" phase line, from the rank
+    recorder's step callback), rank 0's latest; None when none said."""
+    said = [
+        x for x in metrics.get(0, []) if (x.get("event"), x.get("name")) == ("phase", "training")
+    ]
+    return said[-1].get("max_steps") if said else None
+
+
 def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
     """Training figures of a run from its ranks' metric lines (rank 0 is the reference).
     A group restarted from a checkpoint logs some steps again: the latest line of a step wins."""
     rank0 = list({s["step"]: s for s in steps(metrics.get(0, []))}.values())
-    losses = [[s["step"], s["loss"]] for s in rank0]
+    # an HF Trainer under the rank recorder has a loss on the steps it logs only
+    losses = [[s["step"], s["loss"]] for s in rank0 if s.get("loss") is not None]
     warm = [s for s in rank0 if s["step"] > WARMUP_STEPS] or rank0
     warm_steps = {s["step"] for s in warm}
     tokens = sum(

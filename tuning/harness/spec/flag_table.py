@@ -82,9 +82,29 @@ TABLE = (
     ),  # fmt: skip
     Flag(
         "ENTRY",
-        "the module of your own IMAGE that trains (README: a trainer of your own)",
+        "your trainer: a script (train.py, in SRC) or a module (README: a trainer of your own)",
         JOB,
-        "module",
+        "x.py|mod",
+    ),  # fmt: skip
+    Flag(
+        "ARGS",
+        'ENTRY\'s command line, quoted whole: ARGS="--output_dir /output --learning_rate 1e-5"',
+        RUN,
+        "'...'",
+        why_not={
+            "kube": "the rendered pods do not pass a command line to ENTRY yet: bake the "
+            "arguments into the image's ENTRY (or its JOB file) for now"
+        },
+    ),  # fmt: skip
+    Flag(
+        "SRC",
+        "your code's folder, bound read-only at /src (the ranks' working dir): no image rebuild",
+        RUN,
+        "dir",
+        why_not={
+            "kube": "a cluster cannot mount this machine's folder: bake the code into the "
+            "image and set ENTRY"
+        },
     ),  # fmt: skip
     # Where, and how many ranks.
     Flag(

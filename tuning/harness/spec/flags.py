@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import trainers
+from tuning.harness.spec import own_trainer, trainers
 from tuning.harness.spec.layout import IMAGE
 
 GRACE_S = 60.0  # seconds to wait for peers after a rank fails
@@ -67,12 +67,16 @@ class RunFlags:
     memory: str | None = None
     pids: int | None = None
     entry: str | None = None
+    args: str | None = None  # ARGS as typed: ENTRY's command line (own_trainer.words splits it)
+    src: str | None = None
     runs: str = "runs"
     image: str = IMAGE
 
     @classmethod
     def of(cls, a: argparse.Namespace) -> RunFlags:
-        return _trainer_preset(cls(**_typed(a, cls)))
+        f = _trainer_preset(cls(**_typed(a, cls)))
+        _nothing_beside_args(a, f)
+        return f
 
 
 # name: (the Makefile's variable, minimum) of every whole-number flag
@@ -141,9 +145,34 @@ def _trainer_preset(f: RunFlags) -> RunFlags:
         return replace(f, trainer=trainer, entry=entry or trainers.FMS_ENTRY,
                        image=trainers.FMS_IMAGE if f.image == IMAGE else f.image,
                        job=str(trainers.FMS_JOB) if default_job else f.job)  # fmt: skip
-    if entry and f.image == IMAGE:
+    if entry and f.image == IMAGE and not f.src and not own_trainer.is_script(entry):
         raise HarnessError(
-            f"ENTRY={entry} names a module in your own image; set IMAGE=<that image> as well "
-            f"(the harness image {IMAGE} runs this repo's trainer), or TRAINER=fms"
+            f"ENTRY={entry} names a module: set IMAGE=<your image that has it>, or SRC=<the "
+            f"folder that holds it> (the harness image {IMAGE} then runs it, with torch, "
+            f"transformers, accelerate, peft and datasets), or TRAINER=fms"
         )
+    for var, value in (("ARGS", f.args), ("SRC", f.src)):
+        if value and not entry:
+            raise HarnessError(f"{var}={value} is for a trainer of your own: set ENTRY=<your "
+                               "script or module> as well")  # fmt: skip
     return replace(f, trainer=trainer, entry=entry)
+
+
+# What the harness would otherwise put into a job file, which a trainer taking ARGS never reads.
+_ARGS_OWN = {"steps": ("STEPS", "--max_steps"), "seed": ("SEED", "--seed"),
+             "timeout": ("TIMEOUT", "--ddp_timeout"),
+             "job": ("JOB", "your script's own config flag")}  # fmt: skip
+
+
+def _nothing_beside_args(a: argparse.Namespace, f: RunFlags) -> None:
+    """ARGS is ENTRY's whole command line: the harness adds nothing to it, so STEPS, SEED,
+    TIMEOUT and JOB, which it would write into a job file the script never reads, are refused
+    by name, with where they go instead."""
+    if own_trainer.words(f.args) is None:
+        return
+    typed = [(var, where, getattr(a, name)) for name, (var, where) in _ARGS_OWN.items()
+             if getattr(a, name, None) not in (None, "")]  # fmt: skip
+    if typed:
+        said = "; ".join(f"{var}={value}: put {where} in ARGS" for var, where, value in typed)
+        raise HarnessError(f"{said}. ARGS is ENTRY's whole command line; the harness adds "
+                           "nothing to it")  # fmt: skip

@@ -64,9 +64,11 @@ LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name o
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 # tuning/<name>, mounted beside the rank recorder, which loads each by file (standard library
-# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC
+# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC,
+# an HF Trainer's step lines
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
-                   "fs_errors.py")  # fmt: skip
+                   "fs_errors.py", "trainer_steps.py")  # fmt: skip
+SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 # ... and the RUNS folder it belongs to (its resolved path): `make down` and the reaper act on
 # one checkout's runs only (ALL=1: every folder's), so two checkouts, or two users, never
@@ -134,7 +136,11 @@ class Layout:
     # Secrets (HF_TOKEN, ...) travel by NAME: rendered files say `NAME: null`, and Compose
     # (or the host launcher) takes the value from the harness's environment at start.
     secrets: tuple[str, ...] = ()
-    entry: str | None = None  # a foreign trainer's module (None: this repo's tuning.sft_trainer)
+    entry: str | None = None  # a foreign trainer's module, or its script as the ranks see it
+    # (/src/train.py); None: this repo's tuning.sft_trainer
+    args: tuple[str, ...] | None = None  # ARGS: ENTRY's own command line (None: a JSON job)
+    src: str | None = None  # SRC: a host folder bound read-only at SRC_DIR
+    recorder_steps: bool = True  # ENTRY's HF Trainer steps logged by the rank recorder (not fms)
     memory: str | None = None  # per container (Compose mem_limit, e.g. "8g"); None: no limit
     pids: int | None = None  # processes per container (Compose pids_limit); None: no limit
     # A Docker volume mounted at /output instead of the run's output dir, metrics still on the
@@ -155,8 +161,9 @@ class Layout:
         if self.gpu_uuids and len(self.gpu_uuids) != len(self.gpu_ids):
             raise LayoutError(f"{len(self.gpu_ids)} GPU ids but {len(self.gpu_uuids)} UUIDs")
         if self.entry and self.kind == "host":
-            raise LayoutError(f"ENTRY={self.entry} runs in its own image; LAYOUT=host runs this "
-                              "repo's trainer only. Use LAYOUT=single or per-rank")  # fmt: skip
+            raise LayoutError(f"ENTRY={self.entry} runs in a container (IMAGE, or the harness's "
+                              "with SRC); LAYOUT=host runs this repo's trainer only. Use "
+                              "LAYOUT=single or per-rank")  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -247,15 +254,19 @@ class Layout:
     def foreign_env(self) -> dict[str, str]:
         """A foreign trainer runs under the rank recorder (tuning/rank_record.py), which
         records the process group each rank joined and how it ended, then runs ENTRY."""
-        return {
+        env = {
             "HARNESS_ENTRY": "harness_rank",
             "HARNESS_WRAPPED_ENTRY": self.entry,
             "HARNESS_OUTPUT_DIR": self.output_dir,
-            "PYTHONPATH": LAUNCH_DIR,
-            "SFT_TRAINER_CONFIG_JSON_PATH": f"{self.job_dir}/{self.job_file}",
+            "PYTHONPATH": f"{LAUNCH_DIR}:{SRC_DIR}" if self.src else LAUNCH_DIR,
             "HF_HOME": "/tmp/hf",
             "HF_HUB_OFFLINE": "1",
         }
+        if self.args is None:  # ARGS: the command line is the whole job
+            env["SFT_TRAINER_CONFIG_JSON_PATH"] = f"{self.job_dir}/{self.job_file}"
+        if not self.recorder_steps:
+            env["HARNESS_STEP_LINES"] = "0"  # fms logs its own (training_logs.jsonl)
+        return env
 
     @property
     def job_file(self) -> str:
@@ -263,9 +274,11 @@ class Layout:
 
     @property
     def trainer_args(self) -> list[str]:
-        """What the launcher passes on to the trainer: a foreign one reads its JSON job
-        from SFT_TRAINER_CONFIG_JSON_PATH, as fms-hf-tuning does."""
-        return [] if self.entry else ["--config", f"{self.job_dir}/{self.job_file}"]
+        """What the launcher passes on to the trainer: ARGS to ENTRY; else a foreign one reads
+        its JSON job from SFT_TRAINER_CONFIG_JSON_PATH, as fms-hf-tuning does."""
+        if self.entry:
+            return list(self.args or ())
+        return ["--config", f"{self.job_dir}/{self.job_file}"]
 
     # Paths as the ranks see them: inside the container, or on the host for LAYOUT=host.
     @property

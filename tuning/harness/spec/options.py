@@ -17,11 +17,19 @@ import yaml
 from tuning import torn
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, job_paths, preflight, trainers
+from tuning.harness.spec import devices, job_paths, own_trainer, preflight, trainers
 from tuning.harness.spec.devices import GpuPlan
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import Source
-from tuning.harness.spec.layout import PORT, Layout, LayoutError, output_dir_of
+from tuning.harness.spec.layout import (
+    MODEL_DIR,
+    PORT,
+    SRC_DIR,
+    Layout,
+    LayoutError,
+    data_target,
+    output_dir_of,
+)
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
@@ -80,6 +88,7 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     extra = tuple(env(plan.count or nproc, output).items()) if env else ()
     if os.environ.get(DUMP_BATCHES, "0") not in ("", "0"):  # a debug switch: tuning/batch_dump.py
         extra += ((DUMP_BATCHES, f"{output}/batches"),)
+    own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     try:
         return Layout(
             secrets=secrets, extra_env=extra,
@@ -88,7 +97,9 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
             image=plan.image, port=free_port() if f.layout == "host" else PORT,
             network=f.network, model=_host(model), data=_host(data),
             run_dir=str(run_dir), max_restarts=f.max_restarts,
-            entry=f.entry, memory=f.memory, pids=f.pids,
+            memory=f.memory, pids=f.pids,
+            entry=own and own.entry, src=own and own.src, args=own and own.args,
+            recorder_steps=not trainers.logs_own_steps(f.trainer),
         )  # fmt: skip
     except LayoutError as e:
         raise HarnessError(str(e)) from None
@@ -175,7 +186,8 @@ class Spec:
     sources: tuple[Source, ...] = ()  # where the ranks find the model and data (job_paths)
 
     def sources_said(self) -> str:
-        return "; ".join(f"{s.var.lower()} {s.describe()}" for s in self.sources)
+        said = "; ".join(f"{s.var.lower()} {s.describe()}" for s in self.sources)
+        return said or "model and data: where ENTRY's ARGS name them"
 
 
 def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) -> Spec:
@@ -183,7 +195,8 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     plan = plan_from(f)
-    base = load_job(Path(f.job), bool(f.entry))
+    with_args = own_trainer.words(f.args) is not None  # ENTRY takes ARGS, reads no job file
+    base = {} if with_args else load_job(Path(f.job), bool(f.entry))
     own_image = bool(f.entry)  # a path not here may be inside the user's own image
     model, data = (job_paths.for_run(v, getattr(f, v.lower()), base, f"JOB={f.job}", own_image)
                    for v in ("MODEL", "DATA"))  # fmt: skip
@@ -192,6 +205,10 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
     resume = bool(f.resume or f.resume_from) or layout.max_restarts > 0
     job = job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
+    sources = (model, data)
+    if with_args:  # what the ranks get, recorded; MODEL and DATA: where ARGS finds them
+        job = args_job(layout)
+        sources = tuple(s for s in sources if s.where != "demo")
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {f.job}")
         preflight.check_data(layout.data, cfg)
@@ -199,13 +216,25 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     config = accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(config, layout.world_size)
-    extra = {"job_file": str(Path(f.job).resolve()), "model": model.describe(),
-             "data": data.describe()}  # fmt: skip
+    extra = {} if with_args else {"job_file": str(Path(f.job).resolve())}
+    extra.update({s.var.lower(): s.describe() for s in sources})
     if plan.chosen:
         extra["gpus"] = plan.record()
     return Spec(layout, job, config, runs_root, f.grace, resume_from=resume_from,
-                user_config=bool(f.config), plan=plan, sources=(model, data),
+                user_config=bool(f.config), plan=plan, sources=sources,
                 summary_extra=extra)  # fmt: skip
+
+
+def args_job(layout: Layout) -> dict:
+    """A run whose ENTRY takes ARGS writes this in place of a job (job/job.json): what each rank
+    runs, and where MODEL, DATA and SRC are bound; no rank reads it."""
+    out = {"entry": layout.entry, "args": list(layout.args or ()), "output_dir": layout.output_dir}
+    for var, host, there in (("model", layout.model, MODEL_DIR), ("src", layout.src, SRC_DIR)):
+        if host:
+            out[var] = {"host": host, "ranks": there}
+    if layout.data:
+        out["data"] = {"host": layout.data, "ranks": data_target(layout.data)}
+    return out
 
 
 def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:

@@ -25,6 +25,12 @@ FMS_ENTRY = "tuning.sft_trainer"
 FMS_JOB = CONFIGS / "jobs/fms-demo.json"
 
 
+def logs_own_steps(trainer: str) -> bool:
+    """fms logs its steps itself (training_logs.jsonl, rank 0's), which the harness reads; for
+    any other foreign trainer the rank recorder logs every rank's HF Trainer steps."""
+    return trainer == "fms"
+
+
 def load_job(path: Path) -> dict:
     """A foreign job file: a JSON object (fms's format; YAML mappings are read too)."""
     text = path.read_text()
