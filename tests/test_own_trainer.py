@@ -211,6 +211,8 @@ def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(tiny_model
         assert all(x["world_size"] == 2 and x["step_s"] > 0 for x in steps)
         saved = [(x["step"], x["path"]) for x in lines if x["event"] == "checkpoint"]
         assert saved == [(s, str(out / f"checkpoint-{s}")) for s in (5, 10, 12)]
+        # each save timed apart from its step, as the timeouts check reads it
+        assert all(x["save_s"] > 0 for x in lines if x["event"] == "checkpoint")
         assert lines[-1]["event"] == "end" and lines[-1]["status"] == "completed"
     losses = [
         {x["step"]: x["loss"] for x in _lines(out, r) if x["event"] == "step"} for r in (0, 1)

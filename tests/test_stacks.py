@@ -68,6 +68,9 @@ def test_a_dump_names_where_each_rank_is_and_what_cannot_dump(child):
 def test_a_stopped_rank_is_not_signalled_and_an_exited_one_is_said(child):
     proc, _, out = child
     os.kill(proc.pid, signal.SIGSTOP)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] not in "Tt":  # delivered, not just sent
+        time.sleep(0.05)
     try:
         taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
         assert taken["summaries"] == ["rank 0: stopped (SIGSTOP: it cannot dump)"]

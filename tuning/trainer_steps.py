@@ -10,7 +10,9 @@ appends to the rank's metrics/rank<N>.jsonl, in the metrics schema (docs/design.
   {"event": "step", "step", "loss", "lr", "epoch", "step_s", "peak_rss_bytes"}
       every optimizer step; loss and lr on the steps the Trainer logs (logging_steps), as it
       logs them: the mean over every rank and over the steps since its previous log; else null
-  {"event": "checkpoint", "step", "path"}   after each save, on every rank
+  {"event": "evaluation", "step", "eval_s"}   after each evaluation
+  {"event": "checkpoint", "step", "path", "save_s"}   after each save, on every rank (eval_s,
+      save_s: from the end of the step, or of its evaluation, as our trainer's metrics.py)
 HARNESS_STEP_SLEEP (fault runs) paces each step, as our trainer does, so a fault lands near
 AT_STEP. HARNESS_STEP_LINES=0 turns it off: fms logs its own steps (training_logs.jsonl).
 
@@ -58,7 +60,7 @@ def callback_class(write, sleep_s: float):
         def __init__(self, trainer: str):
             self.trainer = trainer  # the Trainer class it serves
             self.pending: dict | None = None  # a step whose loss the Trainer logs right after
-            self.began = time.time()
+            self.began = self.mark = time.time()
 
         def flush(self) -> None:
             if self.pending is not None:
@@ -82,6 +84,7 @@ def callback_class(write, sleep_s: float):
                     "step_s": round(time.time() - self.began, 6),
                     "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
             self.pending = line
+            self.mark = time.time()  # what an evaluation or a save after this step costs
             if not control.should_log:  # else the Trainer logs this step's loss next (on_log)
                 self.flush()
 
@@ -90,10 +93,19 @@ def callback_class(write, sleep_s: float):
                 self.pending.update(loss=logs["loss"], lr=logs.get("learning_rate"))
             self.flush()
 
+        def on_evaluate(self, args, state, control, **kwargs):
+            self.flush()
+            now = time.time()
+            write("evaluation", step=state.global_step, eval_s=round(now - self.mark, 3))
+            self.mark = now
+
         def on_save(self, args, state, control, **kwargs):
             self.flush()
+            now = time.time()
             path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            write("checkpoint", step=state.global_step, path=path)
+            write("checkpoint", step=state.global_step, path=path,
+                  save_s=round(now - self.mark, 3))  # fmt: skip
+            self.mark = now
 
         def on_train_end(self, args, state, control, **kwargs):
             self.flush()
