@@ -24,13 +24,14 @@ IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
     ("kind", "rules", "pod", "code", "made", "action"),
     [
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                        "backoffLimit": 1}, "j-worker-0", 137, 0, "restart the pod alone"),
+                        "backoffLimit": 1}, "j-worker-0", 137, 0, "recreate the pod alone"),
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
                         "backoffLimit": 1}, "j-master-0", 1, 0, "fail the job"),
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
                         "backoffLimit": 1}, "j-worker-0", 137, 1, "fail the job"),
         ("PyTorchJob", {"restartPolicy": {"Master": "OnFailure", "Worker": "OnFailure"},
-                        "backoffLimit": 2}, "j-master-0", 1, 1, "restart the pod alone"),
+                        "backoffLimit": 2}, "j-master-0", 1, 1,
+         "restart the container in place"),
         ("PyTorchJob", {"restartPolicy": {"Master": "Never", "Worker": "Never"},
                         "backoffLimit": 0}, "j-worker-0", 137, 0, "fail the job"),
         ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-1", 137, 0,
@@ -65,6 +66,7 @@ def test_the_record_reads_as_markdown():
                       "how": "docker kill (SIGKILL) x", "t": 30.5},
            "outcome": "succeeded", "ended_by": "every pod ended", "kill_to_end_s": 40.0,
            "restarts": {"made": 1, "limit": 1}, "checkpoints": [10, 14], "resumed_from": 10,
+           "output": "claim out", "checkpoints_kept": {"out": [10, 14]}, "checkpoints_lost": {},
            "steps_lost": 2, "final_loss": 1.5,
            "actions": [{"t": 31.0, "pod": "kr-node-0-1", "exit_code": 137,
                         "action": "recreate every pod"}],
@@ -74,6 +76,7 @@ def test_the_record_reads_as_markdown():
     text = kube_faults.markdown(rec)
     assert "- **outcome: succeeded** (every pod ended); kill to end 40.0 s; restarts 1 of 1" in text
     assert "| 31.0 | kr-node-0-1 | 137 | recreate every pod |" in text
+    assert "- output: claim out; checkpoints saved: 10, 14; lost with their pods: none;" in text
     assert "| 1 | kr-node-0-1 | 2 | 14 | [11] | completed | None |" in text
 
 
@@ -105,7 +108,7 @@ def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
     assert rec["killed"]["pod"] == "kr-worker-0" and rec["killed"]["step"] >= 11
     # The killed pod (137) is recreated alone; the survivor's failure (1) is permanent.
     assert rec["actions"][0]["pod"] == "kr-worker-0" and rec["actions"][0]["exit_code"] == 137
-    assert rec["actions"][0]["action"] == "restart the pod alone"
+    assert rec["actions"][0]["action"] == "recreate the pod alone"
     assert rec["actions"][-1]["action"] == "fail the job"
     assert rec["outcome"] == "failed" and rec["ended_by"] == "the operator failed the job"
     assert rec["restarts"] == {"made": 1, "limit": 1}
