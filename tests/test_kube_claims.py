@@ -4,23 +4,35 @@ and a foreign trainer's launcher in a ConfigMap; for each kind of object."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import ROOT, harness
 
+from tuning.harness import cli
 from tuning.harness.backends import kube_manifest
 from tuning.harness.spec.layout import launch_files
 
+# A refusal must come before the engine is asked anything: these tests are not docker tests,
+# and if the refusal broke they must fail here, never start a rehearsal on the shared engine.
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 KINDS = {"pytorchjob": "pytorchjob.yaml", "trainjob": "trainjob.yaml", "job": "job.yaml"}
 
 
 def make_kube(tmp_path: Path, kind: str, *args: str) -> tuple[str, list[dict], dict]:
-    """(stdout, the manifest's documents, the job as the ConfigMap holds it)."""
-    out = harness("kube", "--kind", kind, "--gpus", "0", "--nproc", "2", *args,
-                  runs=tmp_path, timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
+    """(stdout, the manifest's documents, the job as the ConfigMap holds it), from the CLI's
+    own main in this process (a subprocess each costs seconds; test_kube.py runs `make kube`'s
+    command line as a process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["kube", "--kind", kind, "--gpus", "0", "--nproc", "2", *args,
+                         "--runs", str(tmp_path)])  # fmt: skip
+    assert code == 0, out.getvalue()
+    out = SimpleNamespace(stdout=out.getvalue())
     manifest = Path(out.stdout.strip().splitlines()[-1])
     assert manifest.name == KINDS[kind]
     docs = list(yaml.safe_load_all(manifest.read_text()))
@@ -146,9 +158,25 @@ def test_a_foreign_trainer_reaches_the_pods_with_its_launcher_in_a_config_map(tm
 def test_a_rehearsal_refuses_a_claim_it_has_no_stand_in_for(tmp_path):
     runs = tmp_path / "runs"
     out = harness("kube", "--gpus", "0", "--model", "pvc:models/granite", "--rehearse",
-                  runs=runs, timeout=120)  # fmt: skip
+                  runs=runs, timeout=120, env=NO_ENGINE)  # fmt: skip
     assert out.returncode == 2, out.stdout + out.stderr
     folder = runs.resolve() / ".claims/models"
     assert (f"the rehearsal stands claim models in by the folder {folder}, and "
             f"{folder}/granite is not there") in out.stderr  # fmt: skip
     assert not runs.exists()
+
+
+def test_a_rehearsal_refuses_a_claims_file_the_ranks_cannot_read(tmp_path):
+    runs = tmp_path / "runs"
+    model = runs / ".claims/models/granite"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_text("x")
+    (model / "model.safetensors").chmod(0o600)  # as transformers saves it, for root here
+    out = harness("kube", "--gpus", "0", "--model", "pvc:models/granite", "--rehearse",
+                  runs=runs, timeout=120, env=NO_ENGINE)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert (f"{model.resolve()}/model.safetensors in the claim's stand-in is not readable by "
+            "the ranks' user (1000:1000)") in out.stderr  # fmt: skip
+    assert f"`chmod -R a+rX {model.resolve()}`" in out.stderr
+    assert sorted(p.name for p in runs.iterdir()) == [".claims"]  # nothing written

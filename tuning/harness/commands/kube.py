@@ -118,7 +118,7 @@ def pods_of(objects: tuple) -> Made:
 def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...]:
     """MODEL and DATA on claims, where the job says the ranks find them (job_paths.rank_path:
     /model, /data/<name>), and OUTPUT_CLAIM, the whole claim, at /output."""
-    mounts = [ClaimMount(src.claim, src.path, job_paths.rank_path(src, JobLayout()), src.var)
+    mounts = [ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
               for src in (model, data) if src.where == "claim"]  # fmt: skip
     if output_claim:
         mounts.append(ClaimMount(output_claim, "", OUTPUT_DIR, "OUTPUT_CLAIM", read_only=False))

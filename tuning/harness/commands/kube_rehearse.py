@@ -51,8 +51,27 @@ def claims_here(layout: JobLayout, runs_root: Path) -> dict:
                 f"by the folder {claim_folder(runs_root, m.claim)}, and {path} is not there; "
                 f"copy it in (cp -r <yours> {path}), or rehearse without the claim"
             )
+        unreadable = unreadable_by(path, *(int(x) for x in layout.user.split(":")))
+        if unreadable:
+            raise HarnessError(
+                f"{m.said_by}=pvc:{m.claim}/{m.path}: {unreadable} in the claim's stand-in is "
+                f"not readable by the ranks' user ({layout.user}), as on a claim whose files "
+                f"the pod's fsGroup does not reach; `chmod -R a+rX {path}`"
+            )
         here["model" if m.target == MODEL_DIR else "data"] = str(path)
     return here
+
+
+def unreadable_by(path: Path, uid: int, gid: int) -> Path | None:
+    """The first file or folder under `path` that uid:gid cannot read (a folder: list and
+    enter), by its mode bits; None when all can be read."""
+    for p in [path, *sorted(path.rglob("*"))] if path.is_dir() else [path]:
+        st = p.stat()
+        bits = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0  # owner, group, other
+        need = 0o5 if p.is_dir() else 0o4
+        if (st.st_mode >> bits) & need != need:
+            return p
+    return None
 
 
 def empty_dir(run_dir: Path, pod: str) -> Path:
