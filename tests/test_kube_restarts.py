@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
+import yaml
 from conftest import harness, leftovers
 
 from tuning.harness.backends import kube_restarts
@@ -24,13 +26,14 @@ IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
     ("kind", "rules", "pod", "code", "made", "action"),
     [
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                        "backoffLimit": 1}, "j-worker-0", 137, 0, "restart the pod alone"),
+                        "backoffLimit": 1}, "j-worker-0", 137, 0, "recreate the pod alone"),
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
                         "backoffLimit": 1}, "j-master-0", 1, 0, "fail the job"),
         ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
                         "backoffLimit": 1}, "j-worker-0", 137, 1, "fail the job"),
         ("PyTorchJob", {"restartPolicy": {"Master": "OnFailure", "Worker": "OnFailure"},
-                        "backoffLimit": 2}, "j-master-0", 1, 1, "restart the pod alone"),
+                        "backoffLimit": 2}, "j-master-0", 1, 1,
+         "restart the container in place"),
         ("PyTorchJob", {"restartPolicy": {"Master": "Never", "Worker": "Never"},
                         "backoffLimit": 0}, "j-worker-0", 137, 0, "fail the job"),
         ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-1", 137, 0,
@@ -44,6 +47,38 @@ def test_the_operator_decides_from_the_objects_rules(kind, rules, pod, code, mad
     op.actions = [{"action": kube_restarts.RESTART_POD}] * made
     assert op.target == "b"
     assert op.decide(pod, code) == action
+
+
+class FakeNodes:
+    """What the operator's on_tick touches of run.execute's nodes."""
+
+    restarts_left = 0
+    file = None
+
+
+@pytest.mark.parametrize(
+    ("kind", "pods", "ticks", "acted_at"),
+    [  # KIND=job: one pod of two containers; it fails once both have ended
+        ("Job", {"rank0": "oj-pod", "rank1": "oj-pod"},
+         [{"rank0": None, "rank1": 137}, {"rank0": 1, "rank1": 137}], 1),
+        # a TrainJob: a pod per node; the killed one's exit is its pod's failure at once
+        ("TrainJob", {"tj-node-0-0": "tj-node-0-0", "tj-node-0-1": "tj-node-0-1"},
+         [{"tj-node-0-0": None, "tj-node-0-1": 137}], 0),
+    ],
+)  # fmt: skip
+def test_the_operator_acts_on_a_pod_once_all_its_containers_ended(kind, pods, ticks, acted_at):
+    nodes = [Node(name, i, 1, ()) for i, name in enumerate(pods)]
+    rules = {"restartPolicy": "Never", "backoffLimit": 1, "failurePolicy.maxRestarts": 1}
+    renewed = []
+    op = kube_faults.Operator(kind, rules, nodes, 1, 12, "r1", 60, pods, renewed.append)
+    op.killed_at = op.t0  # the kill is not this test's
+    fake = FakeNodes()
+    for i, state in enumerate(ticks):
+        assert op({}, state, fake) is None
+        acted = i >= acted_at
+        assert [a["action"] for a in op.actions] == (["recreate every pod"] if acted else [])
+        assert fake.restarts_left == (1 if acted else 0)  # run.execute restarts every node
+        assert renewed == (list(dict.fromkeys(pods.values())) if acted else [])  # new emptyDirs
 
 
 def test_rehearsal_knobs_are_added_to_the_pods_environment_only():
@@ -65,6 +100,7 @@ def test_the_record_reads_as_markdown():
                       "how": "docker kill (SIGKILL) x", "t": 30.5},
            "outcome": "succeeded", "ended_by": "every pod ended", "kill_to_end_s": 40.0,
            "restarts": {"made": 1, "limit": 1}, "checkpoints": [10, 14], "resumed_from": 10,
+           "output": "claim out", "checkpoints_kept": {"out": [10, 14]}, "checkpoints_lost": {},
            "steps_lost": 2, "final_loss": 1.5,
            "actions": [{"t": 31.0, "pod": "kr-node-0-1", "exit_code": 137,
                         "action": "recreate every pod"}],
@@ -74,6 +110,7 @@ def test_the_record_reads_as_markdown():
     text = kube_faults.markdown(rec)
     assert "- **outcome: succeeded** (every pod ended); kill to end 40.0 s; restarts 1 of 1" in text
     assert "| 31.0 | kr-node-0-1 | 137 | recreate every pod |" in text
+    assert "- output: claim out; checkpoints saved: 10, 14; lost with their pods: none;" in text
     assert "| 1 | kr-node-0-1 | 2 | 14 | [11] | completed | None |" in text
 
 
@@ -105,7 +142,7 @@ def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
     assert rec["killed"]["pod"] == "kr-worker-0" and rec["killed"]["step"] >= 11
     # The killed pod (137) is recreated alone; the survivor's failure (1) is permanent.
     assert rec["actions"][0]["pod"] == "kr-worker-0" and rec["actions"][0]["exit_code"] == 137
-    assert rec["actions"][0]["action"] == "restart the pod alone"
+    assert rec["actions"][0]["action"] == "recreate the pod alone"
     assert rec["actions"][-1]["action"] == "fail the job"
     assert rec["outcome"] == "failed" and rec["ended_by"] == "the operator failed the job"
     assert rec["restarts"] == {"made": 1, "limit": 1}
@@ -116,8 +153,18 @@ def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_trainjob_gang_restart_resumes_from_the_checkpoint_and_succeeds(tmp_path):
-    rec, summary, out = _rehearse(tmp_path, "trainjob")
+def test_trainjob_with_an_output_claim_resumes_from_its_newest_checkpoint(tmp_path, tiny_model,
+                                                                         demo_data):  # fmt: skip
+    """The gang restart over OUTPUT_CLAIM (one host folder every pod start shares), with the
+    model and data on claims too: every pod is made again and resumes from checkpoint-10."""
+    claims = tmp_path / ".claims"  # the rehearsal's stand-ins: RUNS/.claims/<claim>
+    shutil.copytree(tiny_model, claims / "models/tiny")
+    (claims / "sets").mkdir()
+    shutil.copy(demo_data, claims / "sets/train.jsonl")
+    for path in (claims / "models/tiny", *(claims / "models/tiny").iterdir()):
+        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))  # a+rX
+    rec, summary, out = _rehearse(tmp_path, "trainjob", "--output-claim", "kr-out", "--model",
+                                  "pvc:models/tiny", "--data", "pvc:sets/train.jsonl")  # fmt: skip
     assert out.endswith("exit 0"), out
     assert rec["rules"] == {"failurePolicy.maxRestarts": 1}
     assert rec["killed"]["pod"] == "kr-node-0-1"
@@ -131,4 +178,17 @@ def test_trainjob_gang_restart_resumes_from_the_checkpoint_and_succeeds(tmp_path
         (2, [11], 14),
     ]
     assert rec["resumed_from"] == 10 and rec["steps_lost"] == rec["killed"]["step"] - 10
+    assert rec["output"] == "claim kr-out" and rec["checkpoints_lost"] == {}
+    assert 10 in rec["checkpoints_kept"]["kr-out"] and (claims / "kr-out/checkpoint-10").is_dir()
     assert summary["final_loss"] is not None
+    # what trained was the claims' model and data, read-only where the job reads them
+    run_dir = tmp_path / summary["run_id"]
+    job = yaml.safe_load((run_dir / "job/job.yaml").read_text())
+    assert job["resume_from_checkpoint"] is True
+    assert (job["model_name_or_path"], job["training_data_path"]) == ("/model", "/data/train.jsonl")
+    services = yaml.safe_load((run_dir / "compose.yaml").read_text())["services"]
+    for svc in services.values():
+        binds = {v["target"]: v for v in svc["volumes"]}
+        assert binds["/model"]["source"] == str(claims / "models/tiny")
+        assert binds["/model"]["read_only"] and binds["/data/train.jsonl"]["read_only"]
+        assert binds["/output"]["source"] == str(claims / "kr-out")

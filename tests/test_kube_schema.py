@@ -17,6 +17,7 @@ from conftest import ROOT
 
 from tuning.harness.backends import kube_pod, kube_trainjob
 from tuning.harness.commands import kube
+from tuning.harness.spec.job_paths import Source
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -135,14 +136,24 @@ def cel_failures(doc: dict) -> list[str]:
 # --- The rendered objects -------------------------------------------------------------------
 
 
-def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", **kw) -> list:
-    layout = kube.job_layout(gpus, nproc, nodes, name=name, run_id="r1", run_dir="/tmp/r1")
+# MODEL and DATA on claims, OUTPUT_CLAIM, and a foreign trainer (its launcher's ConfigMap)
+CLAIMS = kube.claim_mounts(Source("MODEL", "claim", "granite", "MODEL", claim="models"),
+                           Source("DATA", "claim", "sets/train.jsonl", "DATA", claim="data"),
+                           "out")  # fmt: skip
+FULL = {"claims": CLAIMS, "entry": "tuning.sft_trainer", "image": "registry.example/fms:1"}
+
+
+def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", layout_kw=None,
+             **kw) -> list:  # fmt: skip
+    layout = kube.job_layout(gpus, nproc, nodes, kind=kind, name=name, run_id="r1",
+                             run_dir="/tmp/r1", **(layout_kw or {}))  # fmt: skip
     job, acc = {"max_steps": 3, "output_dir": "/output"}, FSDP if gpus else CPU
     if kind == "trainjob":
         objects = kube_trainjob.render(layout, job, acc, **kw)
     else:
         objects = kube.render(layout, job, acc, **kw)
-    return [kube_pod.plain(o) for o in objects[1:]]  # the ConfigMap is core, no CRD
+    # the ConfigMaps are core, no CRD (test_kube_api_schema.py)
+    return [kube_pod.plain(o) for o in objects if o.kind != "ConfigMap"]
 
 
 @pytest.mark.parametrize(("gpus", "nodes", "nproc"), SHAPES)
@@ -152,8 +163,9 @@ def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", **k
      ("pytorchjob", {"max_restarts": 2, "restart_policy": "OnFailure"}),
      ("trainjob", {}), ("trainjob", {"max_restarts": 2})],
 )  # fmt: skip
-def test_rendered_objects_validate_against_the_crds(kind, restarts, gpus, nodes, nproc):
-    docs = rendered(kind, gpus, nodes, nproc, **restarts)
+@pytest.mark.parametrize("extra", [None, FULL], ids=["plain", "claims+entry"])
+def test_rendered_objects_validate_against_the_crds(kind, restarts, gpus, nodes, nproc, extra):
+    docs = rendered(kind, gpus, nodes, nproc, layout_kw=extra, **restarts)
     assert [d["kind"] for d in docs] == (
         ["PyTorchJob"] if kind == "pytorchjob" else ["TrainingRuntime", "TrainJob"]
     )

@@ -111,9 +111,10 @@ def test_restart_policy_flag_is_refused_for_a_trainjob(tmp_path):
 
 @pytest.mark.parametrize(
     ("policy", "code", "restarts", "limit", "action"),
-    [("Never", 137, 0, 3, "fail the job"), ("OnFailure", 1, 0, 3, "restart the pod alone"),
-     ("ExitCode", 137, 0, 3, "restart the pod alone"),
-     ("ExitCode", 128, 2, 3, "restart the pod alone"), ("ExitCode", 127, 0, 3, "fail the job"),
+    [("Never", 137, 0, 3, "fail the job"),
+     ("OnFailure", 1, 0, 3, "restart the container in place"),
+     ("ExitCode", 137, 0, 3, "recreate the pod alone"),
+     ("ExitCode", 128, 2, 3, "recreate the pod alone"), ("ExitCode", 127, 0, 3, "fail the job"),
      ("ExitCode", 1, 0, 3, "fail the job"), ("ExitCode", 143, 3, 3, "fail the job"),
      ("OnFailure", 1, 3, 3, "fail the job")],
 )  # fmt: skip
@@ -126,6 +127,13 @@ def test_v1_restart_rules(policy, code, restarts, limit, action):
                           (137, 2, "fail the job")])  # fmt: skip
 def test_v2_restart_rules(code, restarts, action):
     assert kube_restarts.v2_action(code, restarts, max_restarts=2) == action
+
+
+@pytest.mark.parametrize(("code", "restarts", "action"),
+                         [(1, 0, "recreate every pod"), (137, 1, "recreate every pod"),
+                          (137, 2, "fail the job")])  # fmt: skip
+def test_batch_job_restart_rules(code, restarts, action):
+    assert kube_restarts.job_action(code, restarts, backoff_limit=2) == action
 
 
 @pytest.mark.parametrize(

@@ -190,5 +190,5 @@ def test_one_table_names_every_layout():
     assert layout.KINDS == ("single", "per-rank", "host")
     assert list(bench.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
     assert fault.LAYOUTS == examples.KINDS == ("single", "per-rank")
-    assert kube.KINDS == ("pytorchjob", "trainjob")
+    assert kube.KINDS == ("pytorchjob", "trainjob", "job")
     assert job_layout.JobLayout().kind == "pytorchjob"

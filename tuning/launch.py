@@ -10,6 +10,10 @@ Environment read (the Kubeflow Training Operator's PyTorchJob env, V1; and Train
   PET_NNODES                        number of nodes (containers, pods)
   PET_NPROC_PER_NODE                ranks in this node
   PET_NODE_RANK | RANK              this node's rank (RANK is a NODE rank in a PyTorchJob)
+  HARNESS_NODE_RANK                 read before both: a container's own node rank where the
+                                    containers of one pod are nodes (make kube KIND=job); an
+                                    operator appends PET_NODE_RANK and RANK to every container
+                                    of a pod alike, and the last of a repeated name wins
 Harness extras, all optional:
   ACCELERATE_CONFIG                 accelerate config fixture (default: by device)
   HARNESS_DEVICE                    cpu | gpu (default: detected, see `device()`)
@@ -51,14 +55,18 @@ def _get(env: Mapping[str, str], *names: str, default: str | None = None) -> str
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
+    name = next((n for n in names if env.get(n)), names[0])  # the one read, in messages
     raw = _get(env, *names, default=str(default))
     try:
         value = int(raw)
     except ValueError:
-        raise SystemExit(f"launch: {names[0]}={raw!r} is not an integer") from None
+        raise SystemExit(f"launch: {name}={raw!r} is not an integer") from None
     if value < 0:
-        raise SystemExit(f"launch: {names[0]}={value} must not be negative")
+        raise SystemExit(f"launch: {name}={value} must not be negative")
     return value
+
+
+NODE_RANK = ("HARNESS_NODE_RANK", "PET_NODE_RANK", "RANK")  # in the order they are read
 
 
 # What the NVIDIA container runtime writes into NVIDIA_VISIBLE_DEVICES for "no GPU".
@@ -124,7 +132,7 @@ def command(
     dev = device(env, dev_root)
     nnodes = _int(env, "PET_NNODES", default=1)
     nproc = _nproc(env, dev, dev_root)
-    node_rank = _int(env, "PET_NODE_RANK", "RANK", default=0)
+    node_rank = _int(env, *NODE_RANK, default=0)
     if nnodes < 1 or nproc < 1:
         raise SystemExit(f"launch: PET_NNODES={nnodes} and PET_NPROC_PER_NODE={nproc} must be >= 1")
     if node_rank >= nnodes:
@@ -177,7 +185,7 @@ def sweep_torn(env: Mapping[str, str]) -> None:
     node 0 moves torn checkpoints in the output dir aside: torn.py, beside this file here and
     in a user's image (/opt/harness-launch), loaded by path (fms has its own `tuning`)."""
     path = Path(__file__).with_name("torn.py")
-    if _int(env, "PET_NODE_RANK", "RANK", default=0) or not path.is_file():
+    if _int(env, *NODE_RANK, default=0) or not path.is_file():
         return
     spec = importlib.util.spec_from_file_location("harness_torn", path)
     torn = importlib.util.module_from_spec(spec)

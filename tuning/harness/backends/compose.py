@@ -12,14 +12,12 @@ from tuning import affinity
 from tuning.harness.errors import ROOT
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import (
-    BESIDE_RECORDER,
     JOB_DIR,
     LAUNCH_DIR,
     LAUNCHER,
     MODEL_DIR,
     NETWORK,
     OUTPUT_DIR,
-    RANK_RECORD,
     RUNS_LABEL,
     SRC_DIR,
     TMP_DIR,
@@ -27,6 +25,7 @@ from tuning.harness.spec.layout import (
     LayoutError,
     Node,
     data_target,
+    launch_files,
 )
 
 TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in
@@ -44,16 +43,17 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
         labels[RUNS_LABEL] = _bind(Path(layout.run_dir).parent, "", relative_to)["source"]
     nodes = layout.nodes()
     services = {node.name: _service(layout, node, relative_to, labels) for node in nodes}
-    if layout.kind == "per-rank" and layout.network == "shared":
+    if layout.shared_namespaces:
         # Ranks join rank 0's network and IPC namespaces: loopback and one /dev/shm,
-        # the fastest per-rank shape on one host.
-        services["rank0"]["ipc"] = "shareable"
+        # the fastest per-rank shape on one host (and what the containers of a pod share).
+        first = nodes[0].name
+        services[first]["ipc"] = "shareable"
         for node in nodes[1:]:
             svc = services[node.name]
             del svc["networks"], svc["hostname"], svc["shm_size"], svc["extra_hosts"]
-            svc["network_mode"] = "service:rank0"
-            svc["ipc"] = "service:rank0"
-            svc["depends_on"] = ["rank0"]
+            svc["network_mode"] = f"service:{first}"
+            svc["ipc"] = f"service:{first}"
+            svc["depends_on"] = [first]
     out = {
         "name": layout.project,
         "services": services,
@@ -70,8 +70,10 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
         _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
         _bind(output, OUTPUT_DIR, rel),
     ]
-    if layout.output_volume:  # the harness follows the ranks by their metrics: keep them here
-        volumes[1:] = [{"type": "volume", "source": "output", "target": OUTPUT_DIR},
+    own = layout.output_of(node.name)
+    if layout.output_volume or own:  # the harness follows the ranks by their metrics: kept here
+        volumes[1:] = [_bind(own, OUTPUT_DIR, rel) if own else
+                       {"type": "volume", "source": "output", "target": OUTPUT_DIR},
                        _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel)]  # fmt: skip
         if layout.entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
             volumes.append(_bind(output / FMS_LOGS, f"{OUTPUT_DIR}/{FMS_LOGS}", rel))
@@ -79,11 +81,11 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
         volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
     if layout.data:
         volumes.append(_bind(layout.data, data_target(layout.data), rel, read_only=True))
-    if layout.entry:  # a user's image: our launcher and rank recorder come in read-only
-        volumes.append(_bind(TUNING / "launch.py", LAUNCHER, rel, read_only=True))
-        volumes.append(_bind(TUNING / "rank_record.py", RANK_RECORD, rel, read_only=True))
-        for name in BESIDE_RECORDER:
-            volumes.append(_bind(TUNING / name, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
+    if layout.entry and layout.launch_dir:  # kube's rehearsal: the launch ConfigMap's files
+        volumes.append(_bind(layout.launch_dir, LAUNCH_DIR, rel, read_only=True))
+    elif layout.entry:  # a user's image: our launcher and rank recorder come in read-only
+        for name, source in launch_files(TUNING).items():
+            volumes.append(_bind(source, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
     if layout.src:  # SRC: the user's code as it is now, so an edit needs no image rebuild
         volumes.append(_bind(layout.src, SRC_DIR, rel, read_only=True))
     svc = {

@@ -1,22 +1,31 @@
-"""The pod both Kubeflow operators run: one training container, the restricted Pod Security
-Standard, the job's ConfigMap at /job and the volumes the trainer writes to. Built with the
-`kubernetes` client models; the PyTorchJob (kube.py) and the TrainJob's runtime
-(kube_trainjob.py) take it as it is, under the container name each operator looks for."""
+"""The pod every kind of job runs: its training container(s), the restricted Pod Security
+Standard, the job's ConfigMap at /job, the volumes the trainer writes to, the claims it reads
+MODEL and DATA from (and OUTPUT_CLAIM at /output), and for a foreign trainer (ENTRY) the
+launcher and rank recorder in a ConfigMap at the launch dir. Built with the `kubernetes`
+client models; the PyTorchJob (kube.py), the TrainJob's runtime (kube_trainjob.py) and the
+batch Job (kube_job.py) take it as it is, under the container names each one looks for."""
 
 from __future__ import annotations
 
-import yaml
-
-from tuning.harness.errors import HarnessError
+from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.rundirs.runs import job_text
 from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import JOB_DIR, LABEL, OUTPUT_DIR, TMP_DIR
+from tuning.harness.spec.layout import (
+    JOB_DIR,
+    LABEL,
+    LAUNCH_DIR,
+    LAUNCHER,
+    OUTPUT_DIR,
+    TMP_DIR,
+    launch_files,
+)
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
 # host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
 CPU_PER_RANK = 1
 MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
-LAUNCH_ARGS = ["--config", f"{JOB_DIR}/job.yaml"]
+COMMAND = ["python", "-m", "tuning.launch"]  # the harness image's ENTRYPOINT, said out loud
 
 
 def k8s():
@@ -38,24 +47,51 @@ def config_map_name(layout: JobLayout) -> str:
     return f"{layout.name}-job"
 
 
+def launch_map_name(layout: JobLayout) -> str:
+    return f"{layout.name}-launch"
+
+
 def config_map(layout: JobLayout, job: dict, accelerate_yaml: str):
-    """The job's files, as `up` writes them to runs/<id>/job/."""
+    """The job's files, as `up` writes them to runs/<id>/job/ (a foreign trainer's job.json)."""
     c = k8s()
     return c.V1ConfigMap(
         api_version="v1",
         kind="ConfigMap",
         metadata=c.V1ObjectMeta(name=config_map_name(layout), labels=labels(layout)),
-        data={"job.yaml": yaml.safe_dump(job, sort_keys=False), "accelerate.yaml": accelerate_yaml},
+        data={layout.job_file: job_text(job, layout.job_file), "accelerate.yaml": accelerate_yaml},
     )
 
 
-def resources(layout: JobLayout):
+def launch_config_map(layout: JobLayout):
+    """ENTRY: the launcher, the rank recorder and the modules beside it, the files Compose
+    binds into a user's image (layout.launch_files), mounted at the launch dir. A cluster
+    cannot bind this checkout; the files are small (about 45 kB of the 1 MiB a ConfigMap
+    holds) and standard library only."""
     c = k8s()
-    gpus = layout.gpus_per_pod
+    files = {name: src.read_text() for name, src in launch_files(ROOT / "tuning").items()}
+    return c.V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=c.V1ObjectMeta(name=launch_map_name(layout), labels=labels(layout)),
+        data=files,
+    )
+
+
+def config_maps(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple:
+    """Every ConfigMap the pods mount: the job's, and the launcher's for ENTRY."""
+    job_map = config_map(layout, job, accelerate_yaml)
+    return (job_map, launch_config_map(layout)) if layout.entry else (job_map,)
+
+
+def resources(layout: JobLayout, ranks: int | None = None, gpus: int | None = None):
+    """Requests for `ranks` ranks (default: a pod's) and `gpus` GPUs as a limit."""
+    c = k8s()
+    ranks = layout.per_pod if ranks is None else ranks
+    gpus = layout.gpus_per_pod if gpus is None else gpus
     return c.V1ResourceRequirements(
         requests={
-            "cpu": str(CPU_PER_RANK * layout.per_pod),
-            "memory": f"{MEMORY_PER_RANK[layout.device] * layout.per_pod}Gi",
+            "cpu": str(CPU_PER_RANK * ranks),
+            "memory": f"{MEMORY_PER_RANK[layout.device] * ranks}Gi",
         },
         limits={"nvidia.com/gpu": str(gpus)} if gpus else None,
     )
@@ -63,32 +99,66 @@ def resources(layout: JobLayout):
 
 def env(layout: JobLayout) -> list:
     c = k8s()
-    return [
-        c.V1EnvVar(name="ACCELERATE_CONFIG", value=f"{JOB_DIR}/accelerate.yaml"),
+    values = {
+        "ACCELERATE_CONFIG": f"{JOB_DIR}/accelerate.yaml",
         # GPU ranks or not, said: a pod's devices keep the node's names (/dev/nvidia5)
-        c.V1EnvVar(name="HARNESS_DEVICE", value=layout.device),
-        c.V1EnvVar(name="HOME", value=TMP_DIR),  # caches (~/.cache, ~/.triton) stay writable
+        "HARNESS_DEVICE": layout.device,
+        "HOME": TMP_DIR,  # caches (~/.cache, ~/.triton) stay writable
+        # ENTRY: the rank recorder runs it; its job is job.json (layout.foreign_env)
+        **(layout.foreign_env() if layout.entry else {}),
+    }
+    return [c.V1EnvVar(name=k, value=v) for k, v in values.items()]
+
+
+def launch_command(layout: JobLayout, explicit: bool = False) -> list[str] | None:
+    """The container's command: the launcher from its ConfigMap for ENTRY; else the image's
+    own ENTRYPOINT (None), said out loud where the object needs a command (TrainJob)."""
+    if layout.entry:
+        return ["python3", LAUNCHER]
+    return list(COMMAND) if explicit else None
+
+
+def volume_names(layout: JobLayout) -> dict[str, str]:
+    """Claim -> the pod's volume for it: `output` for OUTPUT_CLAIM, else `model` or `data` by
+    its first use; a claim named twice is one volume."""
+    names: dict[str, str] = {}
+    for m in sorted(layout.claims, key=lambda m: m.target != OUTPUT_DIR):
+        names.setdefault(m.claim, "output" if m.target == OUTPUT_DIR else m.said_by.lower())
+    return names
+
+
+def mounts(layout: JobLayout, tmp: str = "tmp") -> list:
+    c = k8s()
+    out = [
+        c.V1VolumeMount(name="job", mount_path=JOB_DIR, read_only=True),
+        c.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+        c.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
+        c.V1VolumeMount(name=tmp, mount_path=TMP_DIR),
     ]
+    if layout.entry:
+        out.append(c.V1VolumeMount(name="launch", mount_path=LAUNCH_DIR, read_only=True))
+    names = volume_names(layout)
+    for m in layout.claims:
+        if m.target != OUTPUT_DIR:  # MODEL and DATA: the path in the claim, read-only
+            out.append(c.V1VolumeMount(name=names[m.claim], mount_path=m.target,
+                                       sub_path=m.path or None, read_only=True))  # fmt: skip
+    return out
 
 
-def container(layout: JobLayout, name: str, **kw):
-    """The training container. No `command`: the image's ENTRYPOINT (python -m tuning.launch),
-    as under Compose, unless the caller sets one."""
+def container(layout: JobLayout, name: str, tmp: str = "tmp", **kw):
+    """A training container: the launcher with the job's arguments (None: the image's own
+    ENTRYPOINT, python -m tuning.launch, as under Compose); `kw` replaces any field."""
     c = k8s()
     uid, gid = (int(x) for x in layout.user.split(":"))
-    return c.V1Container(
+    fields = dict(
         name=name,
         image=layout.image,
         image_pull_policy="IfNotPresent",
-        args=LAUNCH_ARGS,
+        command=launch_command(layout),
+        args=layout.trainer_args or None,
         env=env(layout),
         resources=resources(layout),
-        volume_mounts=[
-            c.V1VolumeMount(name="job", mount_path=JOB_DIR, read_only=True),
-            c.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
-            c.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
-            c.V1VolumeMount(name="tmp", mount_path=TMP_DIR),
-        ],
+        volume_mounts=mounts(layout, tmp),
         # The Pod Security Standard "restricted": the image's non-root user, no capabilities,
         # no privilege escalation, the runtime's seccomp profile, and a read-only root: the
         # trainer writes only to /output, /dev/shm and /tmp, each a volume.
@@ -101,34 +171,54 @@ def container(layout: JobLayout, name: str, **kw):
             seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
             read_only_root_filesystem=True,
         ),
-        **kw,
     )
+    return c.V1Container(**{**fields, **kw})
 
 
-def pod_template(layout: JobLayout, ctr, pod_labels: dict | None = None, **spec_kw):
+def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
     c = k8s()
+    names = volume_names(layout)
+    output = layout.output_claim
+    out = [
+        c.V1Volume(name="job", config_map=c.V1ConfigMapVolumeSource(name=config_map_name(layout))),
+        c.V1Volume(name="dshm",
+                   empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT)),
+        # Checkpoints and metrics: an existing claim (OUTPUT_CLAIM) that outlives the pod, or
+        # an emptyDir that goes with it (a restart then starts from step 0: kube.py says so).
+        c.V1Volume(name="output", persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(
+            claim_name=output)) if output else
+        c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),
+        *(c.V1Volume(name=t, empty_dir=c.V1EmptyDirVolumeSource()) for t in tmps),
+    ]  # fmt: skip
+    if layout.entry:
+        out.append(c.V1Volume(name="launch", config_map=c.V1ConfigMapVolumeSource(
+            name=launch_map_name(layout))))  # fmt: skip
+    for claim, name in names.items():
+        if claim != output:  # read-only at the volume too: nothing of the pod writes there
+            source = c.V1PersistentVolumeClaimVolumeSource(claim_name=claim, read_only=True)
+            out.append(c.V1Volume(name=name, persistent_volume_claim=source))
+    return out
+
+
+def pod_template(layout: JobLayout, containers: list, pod_labels: dict | None = None,
+                 tmps: tuple[str, ...] = ("tmp",), **spec_kw):  # fmt: skip
+    c = k8s()
+    gid = int(layout.user.split(":")[1])
+    # A claim's files belong to whoever made them: fsGroup makes the kubelet give a claim that
+    # supports ownership (most block and CSI volumes; not NFS, whose export must let the gid
+    # in) to the group of the image's user, so uid 1000 writes /output and reads MODEL/DATA.
+    claimed = {"fs_group": gid, "fs_group_change_policy": "OnRootMismatch"} if layout.claims else {}
     return c.V1PodTemplateSpec(
         metadata=c.V1ObjectMeta(labels=pod_labels or labels(layout)),
         spec=c.V1PodSpec(
-            containers=[ctr],
+            containers=containers,
             automount_service_account_token=False,  # training never talks to the API server
             security_context=c.V1PodSecurityContext(
                 run_as_non_root=True,
                 seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
+                **claimed,
             ),
-            volumes=[
-                c.V1Volume(
-                    name="job",
-                    config_map=c.V1ConfigMapVolumeSource(name=config_map_name(layout)),
-                ),
-                c.V1Volume(
-                    name="dshm",
-                    empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT),
-                ),
-                # Checkpoints and metrics; swap for a ReadWriteMany PVC to keep them.
-                c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),
-                c.V1Volume(name="tmp", empty_dir=c.V1EmptyDirVolumeSource()),
-            ],
+            volumes=volumes(layout, tmps),
             **spec_kw,
         ),
     )

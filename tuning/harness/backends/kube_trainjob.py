@@ -2,7 +2,8 @@
 (trainer.kubeflow.org/v1alpha1, Trainer 2.3), beside the PyTorchJob of kube.py.
 
 Three objects, built with the Trainer's own pydantic models (`kubeflow-trainer-api`):
-- the ConfigMap with the job files (kube_pod.config_map, as for the PyTorchJob);
+- the ConfigMap with the job files (and ENTRY's launcher: kube_pod.config_maps, as for the
+  PyTorchJob);
 - a namespaced TrainingRuntime of our own, `<name>`: the JobSet template whose one
   replicatedJob `node` runs the pod of kube_pod (restricted security context, /dev/shm,
   /job, /output, /tmp) and whose failurePolicy.maxRestarts is MAX_RESTARTS. Our own runtime,
@@ -21,9 +22,7 @@ nothing else of torch's: no MASTER_ADDR, WORLD_SIZE or RANK.
 
 from __future__ import annotations
 
-import yaml
-
-from tuning.harness.backends import kube_pod
+from tuning.harness.backends import kube_manifest, kube_pod
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import Node
@@ -33,29 +32,17 @@ API_GROUP = "trainer.kubeflow.org"
 NODE = "node"  # the replicatedJob and container the torch plugin injects into (constants.Node)
 ANCESTOR = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}  # ... in this pod set
 MASTER_PORT = 29500  # constants.ContainerTrainerPort
-COMMAND = ["python", "-m", "tuning.launch"]  # the image's ENTRYPOINT, said out loud
 MANIFEST = "trainjob.yaml"
 
 
-def _api():
-    try:
-        from kubeflow_trainer_api import models
-    except ImportError as e:
-        raise HarnessError(
-            f"the Kubeflow Trainer API models are missing ({e}); install the kube extra: "
-            "`.venv/bin/pip install -e '.[kube]'` (kubeflow-trainer-api 2.3)"
-        ) from None
-    return models
-
-
 def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int = 0):
-    """(ConfigMap, TrainingRuntime, TrainJob): a client model and two Trainer API models."""
-    m = _api()
+    """(ConfigMap(s), TrainingRuntime, TrainJob): client models and two Trainer API models."""
+    m = kube_manifest.trainer_api()
     meta = {"name": layout.name, "labels": kube_pod.labels(layout)}
-    ctr = kube_pod.container(layout, NODE)
-    ctr.resources = None  # the TrainJob's resourcesPerNode sets them
-    ctr.args = None  # ... and its command and args
-    pod = kube_pod.pod_template(layout, ctr, pod_labels={**kube_pod.labels(layout), **ANCESTOR})
+    # the TrainJob's resourcesPerNode sets the resources, its command and args the launch
+    ctr = kube_pod.container(layout, NODE, resources=None, args=None, command=None)
+    pod = kube_pod.pod_template(layout, [ctr],
+                                pod_labels={**kube_pod.labels(layout), **ANCESTOR})  # fmt: skip
     template = kube_pod.plain(pod)
     # One pod failing fails its Job at once; JobSet's failurePolicy then recreates every pod.
     job_spec = {"backoffLimit": 0, "template": {**template, "spec": {
@@ -79,33 +66,27 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int
             "runtimeRef": {"apiGroup": API_GROUP, "kind": "TrainingRuntime",
                            "name": layout.name},
             "trainer": {
-                "image": layout.image, "command": COMMAND, "args": kube_pod.LAUNCH_ARGS,
+                "image": layout.image, "command": kube_pod.launch_command(layout, explicit=True),
+                **({"args": layout.trainer_args} if layout.trainer_args else {}),
                 "env": [kube_pod.plain(e) for e in kube_pod.env(layout)],
                 "numNodes": layout.replicas, "numProcPerNode": layout.per_pod,
                 "resourcesPerNode": kube_pod.plain(kube_pod.resources(layout)),
             },
         },
     })  # fmt: skip
-    return kube_pod.config_map(layout, job, accelerate_yaml), runtime, train_job
+    return (*kube_pod.config_maps(layout, job, accelerate_yaml), runtime, train_job)
 
 
 def load(text: str):
-    """(ConfigMap, TrainingRuntime, TrainJob) back from the YAML, through the models."""
-    m = _api()
-    by_kind = {d["kind"]: d for d in yaml.safe_load_all(text) if d}
-    missing = {"ConfigMap", "TrainingRuntime", "TrainJob"} - set(by_kind)
+    """(ConfigMap, TrainingRuntime, TrainJob) back from the YAML, through the models (the
+    job's ConfigMap: ENTRY adds the launcher's)."""
+    objects = kube_manifest.load(text)
+    kinds = {o.kind for o in objects}
+    missing = {"ConfigMap", "TrainingRuntime", "TrainJob"} - kinds
     if missing:
         raise HarnessError(f"the manifest lacks {', '.join(sorted(missing))}")
-    cm = by_kind["ConfigMap"]
-    config_map = kube_pod.k8s().V1ConfigMap(
-        api_version="v1", kind="ConfigMap", data=cm.get("data"),
-        metadata=kube_pod.k8s().V1ObjectMeta(**cm["metadata"]),
-    )  # fmt: skip
-    return (
-        config_map,
-        m.TrainerV1alpha1TrainingRuntime.from_dict(by_kind["TrainingRuntime"]),
-        m.TrainerV1alpha1TrainJob.from_dict(by_kind["TrainJob"]),
-    )
+    runtime, job = (kube_manifest.of_kind(objects, k) for k in ("TrainingRuntime", "TrainJob"))
+    return kube_manifest.job_config_map(objects), runtime, job
 
 
 def node_container(runtime):

@@ -31,12 +31,22 @@ def rehearsal_env(pods: list, timeout: int, rdzv_timeout: int) -> list:
 
 
 class Operator:
-    """The on_tick of a killed-rank rehearsal: kill at the step, then act as the operator."""
+    """The on_tick of a killed-rank rehearsal: kill at the step, then act as the operator.
+
+    It acts on pods: a pod has failed once every one of its containers (Compose services;
+    one, except KIND=job's) has ended and one exited non-zero. `renew(pod)` gives a pod
+    that is made again a new emptyDir /output (kube_rehearse.py; None: /output is a claim)."""
 
     def __init__(self, kind: str, rules: dict, pods: list, rank: int, at_step: int,
-                 run_id: str, deadline_s: float):  # fmt: skip
+                 run_id: str, deadline_s: float, pod_of: dict[str, str] | None = None,
+                 renew=None):  # fmt: skip
         self.kind, self.rules, self.deadline_s = kind, rules, deadline_s
         self.target = next(p.name for p in pods if rank in p.ranks)
+        self.pod_of = pod_of or {p.name: p.name for p in pods}
+        self.members: dict[str, list[str]] = {}
+        for node, pod in self.pod_of.items():
+            self.members.setdefault(pod, []).append(node)
+        self.renew = renew
         knobs = {"rank": rank, "at_step": at_step}
         self.inject = Injector("kill", "per-rank", self.target, knobs, run_id)
         self.rank, self.at_step = rank, at_step
@@ -61,9 +71,11 @@ class Operator:
         print(f"harness: kube t={when - self.t0:6.1f}s {what}", file=sys.stderr)
 
     def decide(self, pod: str, code: int) -> str:
-        restarts = len(self.actions_of(kube_restarts.RESTART_POD, kube_restarts.RESTART_ALL))
+        restarts = len(self.actions_of(*kube_restarts.RESTARTS))
         if self.kind == "TrainJob":
             return kube_restarts.v2_action(code, restarts, self.limit)
+        if self.kind == "Job":
+            return kube_restarts.job_action(code, restarts, self.limit)
         policy = self.rules["restartPolicy"]["Master" if "-master-" in pod else "Worker"]
         return kube_restarts.v1_action(policy, code, restarts, self.limit)
 
@@ -73,7 +85,7 @@ class Operator:
     def __call__(self, metrics, state, nodes):
         now = time.time()
         if not self.armed:  # the operator restarts here, never the harness on its own
-            nodes.restarts_left = self.limit if self.kind == "TrainJob" else 0
+            nodes.restarts_left = 0
             self.armed = True
         if self.killed_at is None:
             for how, step, when in self.inject.due(metrics, nodes, now):
@@ -82,13 +94,17 @@ class Operator:
             if self.killed_at is None and now - self.t0 > START_DEADLINE_S:
                 self.ended_by = "never reached the step"
                 return "stop"
-        for pod, code in state.items():
-            was_running, self.running[pod] = self.running.get(pod, True), code is None
-            if code is None or not was_running:
-                continue
-            self.event(f"{pod} exited {code}", now)
-            if code == 0:
-                continue
+        ended = set()
+        for node, code in state.items():
+            was_running, self.running[node] = self.running.get(node, True), code is None
+            if code is not None and was_running:
+                ended.add(node)
+                self.event(f"{node} exited {code}", now)
+        for pod, members in self.members.items():
+            codes = [state[n] for n in members]
+            if not ended & set(members) or None in codes or not any(codes):
+                continue  # nothing new; a container still running; or the pod succeeded
+            code = next(c for c in codes if c)
             action = self.decide(pod, code)
             self.actions.append({"t": round(now - self.t0, 2), "pod": pod, "exit_code": code,
                                  "action": action})  # fmt: skip
@@ -96,12 +112,16 @@ class Operator:
             if action == kube_restarts.FAIL:
                 self.ended_at, self.ended_by = now, "the operator failed the job"
                 return "stop"  # cleanPodPolicy Running: the pods still running are deleted
-            if action == kube_restarts.RESTART_POD:
-                engine.compose(nodes.file, "start", pod, capture=True)
-                self.running[pod] = True
-            else:  # every pod: run.execute restarts the group (nodes.restarts_left > 0)
+            if action in kube_restarts.RENEWS and self.renew:  # new pods: new emptyDirs
+                for made in self.members if action == kube_restarts.RESTART_ALL else [pod]:
+                    self.renew(made)
+            if action == kube_restarts.RESTART_ALL:  # run.execute restarts every node now
+                nodes.restarts_left = 1
                 self.running = dict.fromkeys(state, True)
                 return None
+            for node in members:  # this pod alone: made again, or its container in place
+                engine.compose(nodes.file, "start", node, capture=True)
+                self.running[node] = True
         if all(code is not None for code in state.values()):
             self.ended_at = self.ended_at or now
         if self.killed_at and now - self.killed_at > self.deadline_s:
@@ -111,15 +131,22 @@ class Operator:
         return None
 
 
-def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
+def _steps(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*"))
+
+
+def record(op: Operator, summary: dict, layout, run_dir: Path, output: dict) -> dict:
     """restarts.json's facts: what was killed, each pod's exits, what the operator did, the
     outcome, kill to end, and the steps lost (kill step - the checkpoint training resumed
-    from, or the newest one before the kill when the job failed)."""
+    from: 0 when it started again from step 0; or the newest one before the kill when the job
+    failed). `output` says what /output was ("claim" or "emptyDir") and the host folders that
+    stood in for it ("folders"; "lost": the emptyDirs that went with their pods)."""
     metrics = runs.read_metrics(run_dir / "output")
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
-    checkpoints = sorted(
-        int(p.name.split("-")[1]) for p in (run_dir / "output").glob("checkpoint-*")
-    )  # fmt: skip
+    kept = {Path(f).name if output["claim"] else Path(f).parent.name: _steps(Path(f))
+            for f in output["folders"]}  # fmt: skip
+    lost = {f"{Path(f).parent.name}/{Path(f).name}": _steps(Path(f)) for f in output["lost"]}
+    checkpoints = sorted({c for steps in (*kept.values(), *lost.values()) for c in steps})
     before = [c for c in checkpoints if op.kill_step is not None and c <= op.kill_step]
     ranks = []
     for node in layout.nodes():
@@ -130,7 +157,8 @@ def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
             sig = fault_record.signature(end.get("error") or "") or fault_record.signature(
                 logs.get(node.name, "")
             )  # fmt: skip
-            ranks.append({"rank": r, "pod": node.name, "starts": len(tries),
+            ranks.append({"rank": r, "pod": op.pod_of.get(node.name, node.name),
+                          "container": node.name, "starts": len(tries),
                           "last_step": max((s["step"] for s in sum(last, [])), default=0),
                           "resumed_at": [t[0]["step"] for t in last[1:] if t],
                           "end_status": end.get("status"), "signature": sig})  # fmt: skip
@@ -142,7 +170,8 @@ def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
         "rules": op.rules,
         "killed": {
             "rank": op.rank,
-            "pod": op.target,
+            "pod": op.pod_of.get(op.target, op.target),
+            "container": op.target,
             "at_step": op.at_step,
             "step": op.kill_step,
             "how": op.how,
@@ -151,14 +180,17 @@ def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
         "pods": {n: {"exit_code": d.get("exit_code")} for n, d in _details(summary).items()},
         "actions": op.actions,
         "restarts": {
-            "made": len(op.actions_of(kube_restarts.RESTART_POD, kube_restarts.RESTART_ALL)),
+            "made": len(op.actions_of(*kube_restarts.RESTARTS)),
             "limit": op.limit,
         },
         "ranks": ranks,
         "outcome": summary.get("status"),
         "ended_by": op.ended_by,
         "kill_to_end_s": op.killed_at and round(end - op.killed_at, 1),
+        "output": f"claim {output['claim']}" if output["claim"] else "emptyDir",
         "checkpoints": checkpoints,
+        "checkpoints_kept": kept,  # where the job's /output still is: the claim, the pods' own
+        "checkpoints_lost": lost,  # in emptyDirs that went with their pods
         "resumed_from": min(resumed) if resumed else None,
         "steps_lost": (op.kill_step - (min(resumed) if resumed else max(before, default=0)))
         if op.kill_step is not None
@@ -166,6 +198,10 @@ def record(op: Operator, summary: dict, layout, run_dir: Path) -> dict:
         "final_loss": summary.get("final_loss"),
         "timeline": op.timeline,
     }
+
+
+def _listed(where: dict) -> str:
+    return "; ".join(f"{k}: {', '.join(map(str, v)) or 'none'}" for k, v in where.items()) or "none"
 
 
 def _details(summary: dict) -> dict:
@@ -187,8 +223,10 @@ def markdown(rec: dict) -> str:
         f"- **outcome: {rec['outcome']}** ({rec['ended_by']}); kill to end "
         f"{rec['kill_to_end_s']} s; restarts {rec['restarts']['made']} "
         f"of {rec['restarts']['limit']}",
-        f"- checkpoints: {', '.join(map(str, rec['checkpoints'])) or 'none'}; resumed from "
-        f"{rec['resumed_from']}; steps lost {rec['steps_lost']}; final loss {rec['final_loss']}",
+        f"- output: {rec['output']}; checkpoints saved: "
+        f"{', '.join(map(str, rec['checkpoints'])) or 'none'}; lost with their pods: "
+        f"{_listed(rec['checkpoints_lost'])}; resumed from {rec['resumed_from']} "
+        f"(0: from the start); steps lost {rec['steps_lost']}; final loss {rec['final_loss']}",
         "",
         "| t s | pod | exit | operator |",
         "| --- | --- | --- | --- |",

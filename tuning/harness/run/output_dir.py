@@ -18,7 +18,10 @@ from tuning.harness.spec.layout import Layout
 
 def prepare(output: Path, layout: Layout) -> None:
     """`output` (runs/<id>/output) and what is bound from it, given to the ranks' user."""
-    if layout.output_volume:
+    for own in dict.fromkeys(folder for _, folder in layout.node_outputs):  # kube rehearsal
+        Path(own).mkdir(parents=True, exist_ok=True)
+        give(Path(own), layout)
+    if layout.output_volume or layout.node_outputs:
         (output / "metrics").mkdir(exist_ok=True)
         (output / FMS_LOGS).touch()  # bound as a file: it must exist
         give(output / "metrics", layout)

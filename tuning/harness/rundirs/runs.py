@@ -78,13 +78,16 @@ def point_latest(root: Path, name: str) -> None:
     os.replace(tmp, root / "latest")
 
 
+def job_text(job: dict, name: str = "job.yaml") -> str:
+    """The job file's text: JSON for a foreign trainer's job.json, else YAML (kube's ConfigMap
+    holds the same text)."""
+    if name.endswith(".json"):
+        return json.dumps(job, indent=2) + "\n"
+    return yaml.safe_dump(job, sort_keys=False)
+
+
 def write_job(run_dir: Path, job: dict, accelerate_config: Path, name: str = "job.yaml") -> None:
-    text = (
-        json.dumps(job, indent=2) + "\n"
-        if name.endswith(".json")
-        else yaml.safe_dump(job, sort_keys=False)
-    )
-    (run_dir / "job" / name).write_text(text)
+    (run_dir / "job" / name).write_text(job_text(job, name))
     shutil.copyfile(accelerate_config, run_dir / "job/accelerate.yaml")
 
 

@@ -36,9 +36,11 @@ class Flag:
 
 
 _KUBE_SHAPE = ("a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "
-               "container per pod")  # fmt: skip
+               "container per pod; KIND=job is one pod with a container per rank, the shape of "
+               "LAYOUT=per-rank NETWORK=shared")  # fmt: skip
 _BENCH_LAYOUTS = "bench runs every layout side by side; choose them with LAYOUTS=single,..."
 _FRESH = "every fault run starts afresh, so that what the fault did is all that happened"
+_HERE = "a run here writes to runs/<id>/output; a claim is a cluster's (make kube)"
 
 TABLE = (
     # The job: what trains, the same in every command that runs or renders it.
@@ -234,13 +236,27 @@ TABLE = (
     # kube
     Flag("NODES", "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes", ("kube",), "m"),
     Flag("NAME", "the job's name (default sft; pods <name>-master-0, ...)", ("kube",), "job"),
-    Flag("KIND", "pytorchjob (default) | trainjob (Trainer v2)", ("kube",), "kind"),
+    Flag(
+        "KIND",
+        "pytorchjob (default) | trainjob (Trainer v2) | job (one pod, a container per rank: "
+        "option 2)",
+        ("kube",),
+        "kind",
+    ),  # fmt: skip
     Flag(
         "RESTART_POLICY",
         "PyTorchJob: Never | OnFailure | ExitCode (MAX_RESTARTS: backoffLimit)",
         ("kube",),
         "p",
     ),  # fmt: skip
+    Flag(
+        "OUTPUT_CLAIM",
+        "an existing PersistentVolumeClaim mounted at /output (checkpoints outlive a pod; "
+        "MAX_RESTARTS resumes from them)",
+        ("kube",),
+        "pvc",
+        why_not={c: _HERE for c in RUN},
+    ),
     Flag(
         "REHEARSE", "also run the job's pods here, as Compose services", ("kube",), switch=True
     ),  # fmt: skip

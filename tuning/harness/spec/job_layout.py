@@ -1,46 +1,81 @@
-"""The layout model with a Kubeflow job's shape (kube.py renders it): `replicas` pods, each
-an `accelerate launch` of `per_pod` ranks, on the operator's rendezvous port."""
+"""The layout model with a Kubernetes job's shape (kube.py renders it): `replicas` pods, each
+an `accelerate launch` of `per_pod` ranks, on the operator's rendezvous port; or (KIND=job,
+option 2) one pod whose containers each hold one rank. And the claims its pods mount."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
 
-from tuning.harness.spec.layout import JOB_KINDS, Layout, LayoutError, Node
+from tuning.harness.spec.layout import JOB_KINDS, OUTPUT_DIR, Layout, LayoutError, Node
 
-JOB_KIND = JOB_KINDS[0]  # a JobLayout's kind, for a PyTorchJob and a TrainJob alike
+JOB_KIND = JOB_KINDS[0]  # the default kind: a PyTorchJob
+ONE_POD = "job"  # option 2: one pod, a container per rank (a batch/v1 Job)
 OPERATOR_PORT = 23456  # the Training Operator's default for the port named pytorchjob-port
 NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 40  # "<name>-worker-NNN" must stay a 63-character DNS label (a Service per pod)
+# A PersistentVolumeClaim's name is a DNS subdomain (RFC 1123), at most 253 characters.
+CLAIM_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@dataclass(frozen=True)
+class ClaimMount:
+    """A PersistentVolumeClaim mounted in every training container: `path` inside it ("" for
+    the whole claim) at `target`. MODEL and DATA read-only; OUTPUT_CLAIM at /output."""
+
+    claim: str
+    path: str
+    target: str
+    said_by: str  # MODEL, DATA or OUTPUT_CLAIM, for messages
+    read_only: bool = True
+
+    def check(self) -> None:
+        if not (len(self.claim) <= 253 and CLAIM_RE.fullmatch(self.claim)):
+            raise LayoutError(
+                f"{self.said_by}: {self.claim!r} is not a claim's name (lower-case letters, "
+                "digits, '-' and '.'; as `kubectl get pvc` lists it)"
+            )
+        if self.path.startswith("/") or ".." in self.path.split("/"):
+            raise LayoutError(f"{self.said_by}: {self.path!r} must be a path inside claim "
+                              f"{self.claim}, without '..'")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class JobLayout(Layout):
-    """A PyTorchJob on the layout model: `replicas` pods (Master + Workers), `per_pod` ranks
-    in each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so
-    world size, device and the job paths come from `Layout`. `pods` are the nodes as the
-    operator makes them (`operator_pods`); empty until the job is rendered."""
+    """A Kubernetes job on the layout model: `replicas` pods (PyTorchJob Master + Workers,
+    TrainJob nodes), `per_pod` ranks in each; KIND=job: one pod of `per_pod` containers, one
+    rank each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so world
+    size, device and the job paths come from `Layout`. `pods` are the nodes as the operator
+    makes them (`operator_pods`); empty until the job is rendered."""
 
     kind: str = JOB_KIND
     port: int = OPERATOR_PORT
     name: str = "sft"
     replicas: int = 1
     pods: tuple[Node, ...] = ()
+    claims: tuple[ClaimMount, ...] = ()
 
     def __post_init__(self) -> None:
         # The layout model's own checks, on the fields it knows; then the job's.
         Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
-        if self.kind != JOB_KIND:
-            raise LayoutError(f"a JobLayout is kind {JOB_KIND!r}, not {self.kind!r}")
+        if self.kind not in JOB_KINDS:
+            raise LayoutError(f"KIND={self.kind!r} is unknown; use one of {', '.join(JOB_KINDS)}")
         if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
             raise LayoutError(
-                f"NAME={self.name!r}: a PyTorchJob name here is lower-case letters, digits and "
+                f"NAME={self.name!r}: a job's name here is lower-case letters, digits and "
                 f"'-', starts with a letter, at most {NAME_MAX} characters; e.g. NAME=sft-demo"
             )
         if self.replicas < 1:
             raise LayoutError(f"NODES={self.replicas} must be at least 1")
+        if self.kind == ONE_POD and self.replicas != 1:
+            raise LayoutError(
+                f"KIND=job is one pod (a container per rank); NODES={self.replicas} pods are "
+                "KIND=pytorchjob or KIND=trainjob"
+            )
         if self.world_size % self.replicas:
             raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
+        for mount in self.claims:
+            mount.check()
 
     @property
     def per_pod(self) -> int:
@@ -49,6 +84,24 @@ class JobLayout(Layout):
     @property
     def gpus_per_pod(self) -> int:
         return self.gpus // self.replicas
+
+    @property
+    def one_pod(self) -> bool:
+        """Option 2: the ranks are containers of one pod."""
+        return self.kind == ONE_POD
+
+    @property
+    def shared_namespaces(self) -> bool:
+        return self.one_pod  # a pod's containers share its network and IPC namespaces
+
+    @property
+    def output_claim(self) -> str | None:
+        return next((m.claim for m in self.claims if m.target == OUTPUT_DIR), None)
+
+    @property
+    def writers(self) -> int:
+        """Pods that write to /output: several need a ReadWriteMany claim."""
+        return 1 if self.one_pod else self.replicas
 
     def nodes(self) -> list[Node]:
         return list(self.pods)

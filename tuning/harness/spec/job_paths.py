@@ -127,5 +127,10 @@ def rank_path(src: Source, layout: Layout) -> str:
     if layout.kind == "host":
         return str(host_assets.get(src.path, src.path))
     if src.where in ("host", "claim"):
-        return MODEL_DIR if src.var == "MODEL" else data_target(src.path)
+        return mount_target(src)
     return src.path
+
+
+def mount_target(src: Source) -> str:
+    """Where a host path is bound, or a claim's path mounted: /model, /data/<its name>."""
+    return MODEL_DIR if src.var == "MODEL" else data_target(src.path)

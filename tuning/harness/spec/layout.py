@@ -43,7 +43,9 @@ SHAPES = {
 }
 KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values()))  # single, per-rank, host
 CONTAINER_KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values() if s.in_containers))
-JOB_KINDS = ("pytorchjob", "trainjob")  # Training Operator V1's PyTorchJob, Trainer v2's TrainJob
+# Training Operator V1's PyTorchJob, Trainer v2's TrainJob, and a batch/v1 Job of one pod with a
+# container per rank (option 2: the shape of per-rank-shared)
+JOB_KINDS = ("pytorchjob", "trainjob", "job")
 IMAGE = "tuning-harness:latest"
 PORT = 29500  # the rendezvous port under Compose and on the host
 CONTAINER_UID = "1000:1000"  # the image's `tuner` user
@@ -69,6 +71,16 @@ TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the ra
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
                    "fs_errors.py", "trainer_steps.py")  # fmt: skip
 SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
+
+
+def launch_files(tuning: Path) -> dict[str, Path]:
+    """What a foreign trainer finds in LAUNCH_DIR: each file's name there -> the file of
+    `tuning` (the package folder) it is (Compose binds each; kube puts them in a ConfigMap)."""
+    return {Path(LAUNCHER).name: tuning / "launch.py",
+            Path(RANK_RECORD).name: tuning / "rank_record.py",
+            **{name: tuning / name for name in BESIDE_RECORDER}}  # fmt: skip
+
+
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 # ... and the RUNS folder it belongs to (its resolved path): `make down` and the reaper act on
 # one checkout's runs only (ALL=1: every folder's), so two checkouts, or two users, never
@@ -146,6 +158,10 @@ class Layout:
     # A Docker volume mounted at /output instead of the run's output dir, metrics still on the
     # host (fault disk-full: a size-limited tmpfs the fault makes and copies out); None: none
     output_volume: str | None = None
+    # (node, host folder) bound at /output instead of the run's output dir, metrics still bound
+    # from it (kube's rehearsal: a claim's stand-in, shared; a pod's emptyDir, its own)
+    node_outputs: tuple[tuple[str, str], ...] = ()
+    launch_dir: str | None = None  # ENTRY: a folder bound at LAUNCH_DIR instead of tuning/'s files
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -177,6 +193,16 @@ class Layout:
         """What summary.json says of the layout."""
         return {"layout": self.kind, "network": self.network, "device": self.device,
                 "world_size": self.world_size}  # fmt: skip
+
+    @property
+    def shared_namespaces(self) -> bool:
+        """The nodes after the first live in its network and IPC namespaces (loopback, one
+        /dev/shm): per-rank shared here; the containers of one pod on Kubernetes."""
+        return self.kind == "per-rank" and self.network == "shared"
+
+    def output_of(self, node: str) -> str | None:
+        """The host folder a node has at /output when it is not the run's output dir."""
+        return dict(self.node_outputs).get(node)
 
     @property
     def project(self) -> str:
