@@ -22,7 +22,7 @@ from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks
+from tuning.harness.spec import gpu_locks, ranks_user
 from tuning.harness.spec.layout import Layout
 
 
@@ -180,8 +180,9 @@ def as_a_normal_user(tree: Path):
 
 
 def test_resume_as_a_normal_user_links_and_changes_nothing():
-    """The path every non-root user takes: the earlier run's files are hard-linked, never
-    chowned or chmodded. Under root it runs as uid 65534, so it runs everywhere."""
+    """The path every non-root user takes: the ranks run as the user (ranks_user.for_ranks),
+    the earlier run's files are the user's and are hard-linked, never chowned or chmodded.
+    Under root it runs as uid 65534, so it runs everywhere."""
     tree = Path(tempfile.mkdtemp(prefix="resume-user-"))  # not under root's 0700 pytest dir
     try:
         tree.chmod(0o755)
@@ -193,7 +194,8 @@ def test_resume_as_a_normal_user_links_and_changes_nothing():
             f.chmod(0o600)  # as the Trainer leaves model.safetensors
         with as_a_normal_user(tree):
             before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
-            lifecycle._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+            layout = Layout(kind="single", **ranks_user.for_ranks("single"))
+            lifecycle._take_checkpoints(prev, out, layout)
         assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
         taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}
         assert taken == {f.name: f.stat().st_ino for f in files}  # the same inodes: links
@@ -220,7 +222,7 @@ def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness.spec import gpu_locks
+from tuning.harness.spec import gpu_locks, ranks_user
 held = gpu_locks.take(["0", "1"], "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(600)

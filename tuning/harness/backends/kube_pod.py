@@ -10,6 +10,7 @@ import yaml
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import JOB_DIR, LABEL, OUTPUT_DIR, TMP_DIR
+from tuning.harness.spec.ranks_user import ids
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
@@ -75,7 +76,7 @@ def container(layout: JobLayout, name: str, **kw):
     """The training container. No `command`: the image's ENTRYPOINT (python -m tuning.launch),
     as under Compose, unless the caller sets one."""
     c = k8s()
-    uid, gid = (int(x) for x in layout.user.split(":"))
+    uid, gid = ids(layout.user)
     return c.V1Container(
         name=name,
         image=layout.image,

@@ -15,7 +15,7 @@ from tuning.harness.backends import kube_restarts
 from tuning.harness.commands import kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
-from tuning.harness.spec import devices, flags, options
+from tuning.harness.spec import devices, flags, options, ranks_user
 from tuning.harness.spec.job_layout import JobLayout
 
 
@@ -36,8 +36,10 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grac
         share = layout.gpus_per_pod
         pods = [replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share])
                 for i, p in enumerate(pods)]  # fmt: skip
-    # the job as the operator made it: its pods (JobLayout.nodes) and the image they run
-    layout = replace(layout, image=image, pods=tuple(pods))
+    # the job as the operator made it: its pods (JobLayout.nodes) and the image they run, as
+    # the rendered uid 1000 under root; as the user who rehearses it otherwise, who could not
+    # give uid 1000 the output folder, nor delete what it wrote there (spec/ranks_user.py)
+    layout = replace(layout, image=image, pods=tuple(pods), **ranks_user.for_ranks(layout.kind))
     files = dict(objects[0].data or {})
     names = ", ".join(p.name for p in pods)
     banner = (f"harness: rehearsing {kind} {layout.name}: pods {names}; "

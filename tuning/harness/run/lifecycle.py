@@ -24,7 +24,7 @@ from tuning.harness.errors import ROOT, HarnessError, NodeLost
 from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks, preflight
+from tuning.harness.spec import gpu_locks, preflight, ranks_user
 from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.options import HOST_ASSETS, Spec
 
@@ -244,20 +244,22 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
 def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
     """RESUME: the previous run's checkpoints into this run's output, where the trainer's
     resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
-    owns it already, else copied and the copy given to them: the earlier run's own files never
-    change owner or mode (a link shares both)."""
+    owns it already, else copied (and the copy given to them under root): the earlier run's own
+    files never change owner or mode (a link shares both), and what lands in this run is the
+    ranks' (a user's run: the user's, to delete)."""
+    ranks = ranks_user.ids(layout.user)[0]
     uid, gid = output_dir.owner(layout)
     for ckpt in torn.checkpoints(previous / "output"):
         shutil.copytree(
-            ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
+            ckpt, output / ckpt.name, copy_function=lambda s, d: _take(s, d, ranks, uid, gid)
         )
         for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
             if uid is not None:
                 os.chown(d, uid, gid)  # new directories, this run's own
 
 
-def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
-    if uid is None or os.stat(src).st_uid == uid:
+def _take(src: str, dst: str, ranks: int, uid: int | None, gid: int | None) -> None:
+    if os.stat(src).st_uid == ranks:
         try:
             return os.link(src, dst)
         except OSError:

@@ -1,8 +1,10 @@
-"""A run's output dir, readied for its ranks: theirs to write, as the image's user.
+"""A run's output dir, readied for its ranks: theirs to write.
 
-The ranks run as the image's non-root user and must write their output there. When /output is
-a Docker volume instead (fault disk-full: Layout.output_volume), what the harness follows the
-ranks by (their metrics, fms's step log) is still bound from here, so it is made here first.
+The ranks run as the invoking user (spec/ranks_user.py), who made the folder: it is theirs
+already. Under root they run as the image's user, 1000:1000, and are given it here. When
+/output is a Docker volume instead (fault disk-full: Layout.output_volume), what the harness
+follows the ranks by (their metrics, fms's step log) is still bound from here, so it is made
+here first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.ranks_user import ids
 
 
 def prepare(output: Path, layout: Layout) -> None:
@@ -25,10 +28,11 @@ def prepare(output: Path, layout: Layout) -> None:
 
 
 def owner(layout: Layout) -> tuple[int | None, int | None]:
-    """The ranks' uid and gid when the harness must give them files (root, containers)."""
-    if layout.kind == "host" or os.geteuid() != 0:
+    """The ranks' uid and gid when the harness must give them files: they are not the harness's
+    own, and the harness is root (the only one who can; a user's runs are the user's)."""
+    uid, gid = ids(layout.user)
+    if uid == os.geteuid() or os.geteuid() != 0:
         return None, None
-    uid, gid = (int(x) for x in layout.user.split(":"))
     return uid, gid
 
 

@@ -19,7 +19,7 @@ import yaml
 from tuning import torn
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, preflight, trainers
+from tuning.harness.spec import devices, preflight, ranks_user, trainers
 from tuning.harness.spec.devices import GpuPlan
 from tuning.harness.spec.flags import GRACE_S, JobFlags, RunFlags
 from tuning.harness.spec.layout import IMAGE, KINDS, PORT, Layout, LayoutError, output_dir_of
@@ -81,7 +81,11 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     """The run's Layout, made once with all it needs: `env(world size, output dir)` gives the
     variables a command adds for its ranks (bench's probe, fault's pacing)."""
     nproc = f.nproc
+    ranks = ranks_user.for_ranks(f.layout)  # the invoking user's uid:gid, or 1000 under root
     model = existing("MODEL", f.model, "directory")
+    data = existing("DATA", f.data, "file or directory")
+    for name, path in (("MODEL", model), ("DATA", data)):
+        ranks_user.check_readable(name, path, ranks["user"], f.layout)
     preflight.check_model(model)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
     output = output_dir_of(f.layout, str(run_dir))
@@ -93,9 +97,9 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
             secrets=secrets, extra_env=extra,
             kind=f.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
             image=plan.image, port=free_port() if f.layout == "host" else PORT,
-            network=f.network, model=model, data=existing("DATA", f.data, "file or directory"),
+            network=f.network, model=model, data=data,
             run_dir=str(run_dir), max_restarts=f.max_restarts,
-            entry=f.entry, memory=f.memory, pids=f.pids,
+            entry=f.entry, memory=f.memory, pids=f.pids, **ranks,
         )  # fmt: skip
     except LayoutError as e:
         raise HarnessError(str(e)) from None
