@@ -191,10 +191,11 @@ def test_fault(kind, layout, harness_image, tmp_path):
         resume_continues(rec, layout, tmp_path)
     elif kind == "slow":
         assert rec["outcome"] == "finished", rec["_out"]
-        # Every rank has a step time before and after the throttle (fault.md shows the ratio;
-        # how much slower is load-dependent, so no threshold here).
+        # Within the run: every rank steps at the throttled rank's pace after the fault, so
+        # each rank's median step after it is well above its own median before (a 5 % duty
+        # cycle measured x2.7 to x4.8 here); a throttle that did nothing gives about 1.
         for rank, s in rec["slowdown"].items():
-            assert s["ratio"] is not None, f"rank {rank}: {s}"
+            assert s["ratio"] is not None and s["ratio"] >= 1.5, f"rank {rank}: {s}"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

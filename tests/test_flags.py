@@ -9,7 +9,7 @@ import pytest
 from tuning.harness import cli
 from tuning.harness.commands import bench
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.flags import JobFlags, RunFlags
+from tuning.harness.spec.flags import RunFlags
 
 
 def parsed(*args: str) -> RunFlags:
@@ -33,7 +33,7 @@ def test_bad_numbers_name_their_variable():
     with pytest.raises(HarnessError, match="PIDS=8 must be at least 16"):
         parsed("--pids", "8")
     with pytest.raises(HarnessError, match="TIMEOUT='soon' is not a whole number"):
-        JobFlags.of(cli.parser().parse_args(["kube", "--timeout", "soon"]))
+        RunFlags.of(cli.parser().parse_args(["kube", "--timeout", "soon"]))
 
 
 def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):

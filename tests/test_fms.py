@@ -23,7 +23,7 @@ from tuning.harness.rundirs import runs
 from tuning.harness.spec import trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import LAUNCH_DIR, LAUNCHER, RANK_RECORD, Layout, LayoutError
-from tuning.harness.spec.options import job_for
+from tuning.harness.spec.options import job_of_file, load_job
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 STEPS = 12
@@ -64,7 +64,7 @@ def test_foreign_launch_command_runs_the_recorder_then_the_entry():
 
 
 def test_fms_job_is_fms_json_with_the_layout_filled_in():
-    job = job_for(fms_layout(), FMS_JOB, 5, 3, 40, resume=True)
+    job = job_of_file(fms_layout(), FMS_JOB, 5, 3, 40, resume=True)
     assert job["max_steps"] == 5 and job["seed"] == 3 and job["ddp_timeout"] == 40
     assert job["output_dir"] == "/output" and job["logging_strategy"] == "steps"
     assert "resume_from_checkpoint" not in job  # fms resumes from output_dir by itself
@@ -98,7 +98,7 @@ def test_bad_foreign_job_files(tmp_path):
     with pytest.raises(HarnessError, match="not valid json"):
         trainers.load_job(tmp_path / "broken.json")
     with pytest.raises(HarnessError, match="no such file"):
-        job_for(fms_layout(), tmp_path / "missing.json", None, None, None, False)
+        load_job(tmp_path / "missing.json", foreign=True)
 
 
 def test_fms_training_logs_become_rank0_steps(tmp_path):

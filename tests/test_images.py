@@ -62,22 +62,33 @@ from tuning.harness.spec import image_recipes
 from tuning.harness.backends import images
 with images._one_build_at_a_time(lambda m: print(m, flush=True)):
     print("in", time.time(), flush=True)
-    time.sleep(float(sys.argv[1]))
+    sys.stdin.readline()  # held until the test says go
     print("out", time.time(), flush=True)
 """
 
 
 def test_two_builds_never_stage_at_once():
-    first = subprocess.Popen([sys.executable, "-c", HOLD, "2"], cwd=ROOT, stdout=subprocess.PIPE,
-                             text=True)  # fmt: skip
-    assert first.stdout.readline().startswith("in ")
-    second = subprocess.run([sys.executable, "-c", HOLD, "0"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
-    out_first = float(first.stdout.read().split()[1])
-    first.wait()
-    lines = second.stdout.splitlines()
-    assert lines[0] == "image: another image build is running here; waiting for it"
-    assert float(lines[1].split()[1]) >= out_first  # it entered only once the first had left
+    """The first holds the lock until the second has said it waits (events, not sleeps)."""
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True, "cwd": ROOT}
+    first = subprocess.Popen([sys.executable, "-c", HOLD], **pipes)
+    second = None
+    try:
+        assert first.stdout.readline().startswith("in ")
+        second = subprocess.Popen([sys.executable, "-c", HOLD], **pipes)
+        waits = second.stdout.readline().strip()
+        assert waits == "image: another image build is running here; waiting for it"
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        out_first = float(first.stdout.readline().split()[1])
+        entered = second.stdout.readline()
+        second.stdin.write("go\n")
+        second.stdin.flush()
+        assert entered.startswith("in ") and float(entered.split()[1]) >= out_first
+        assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    finally:
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.kill()
 
 
 @pytest.mark.docker

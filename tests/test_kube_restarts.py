@@ -55,7 +55,7 @@ def test_rehearsal_knobs_are_added_to_the_pods_environment_only():
 
 
 def test_a_kill_needs_the_rehearsal(tmp_path):
-    out = harness("kube", "--gpus", "0", "--kill-rank", "1", runs=tmp_path, timeout=120)
+    out = harness("kube", "--gpus", "0", "--kill", "1", runs=tmp_path, timeout=120)
     assert out.returncode == 2 and "add REHEARSE=1" in out.stderr, out.stderr
 
 
@@ -84,7 +84,7 @@ def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
     run_id = f"kr-{kind[:2]}-" + runs.new_run_id()
     out = harness("kube", "--kind", kind, "--rehearse", "--gpus", "0", "--nodes", "2",
                   "--nproc", "1", "--name", "kr", "--steps", "14", "--timeout", "20",
-                  "--rdzv-timeout", "20", "--kill-rank", "1", "--kill-at-step", "11",
+                  "--rdzv-timeout", "20", "--kill", "1", "--at-step", "11",
                   "--max-restarts", "1", "--image", IMAGE, "--run-id", run_id, *flags,
                   runs=tmp_path, timeout=400)  # fmt: skip
     run_dir = tmp_path / run_id

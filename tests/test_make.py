@@ -34,4 +34,4 @@ def test_a_switch_set_to_on_is_on(target, var, flag, value):
 
 @pytest.mark.parametrize("target", ["up", "bench", "fault", "kube", "image"])
 def test_cuda_reaches_every_command_that_picks_a_gpu_image(target):
-    assert "--cuda 12.8" in harness_line(target, "CUDA=12.8")
+    assert "--cuda '12.8'" in harness_line(target, "CUDA=12.8")

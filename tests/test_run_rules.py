@@ -17,10 +17,11 @@ from pathlib import Path
 import docker.errors
 import pytest
 from conftest import ROOT, harness
+from test_torn import tree
 
 from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import lifecycle
+from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import gpu_locks, ranks_user
 from tuning.harness.spec.layout import Layout
@@ -82,10 +83,7 @@ def fake_run(root: Path, run_id: str, ckpts: dict[str, list[str]], status="faile
     """A previous run with checkpoints holding the named files."""
     d = root / run_id
     (d / "output").mkdir(parents=True)
-    for name, files in ckpts.items():
-        (d / "output" / name).mkdir()
-        for f in files:
-            (d / "output" / name / f).write_text("x")
+    tree(d / "output", ckpts)  # each file whole in its format (test_torn)
     (d / "summary.json").write_text(json.dumps({"status": status}))
     runs.point_latest(root, run_id)
     return d
@@ -152,7 +150,7 @@ def test_resume_never_changes_the_earlier_runs_files(tmp_path):
     }
     out = tmp_path / "after/output"
     out.mkdir(parents=True)
-    lifecycle._take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+    output_dir.take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
     after = {
         f.name: (f.stat().st_uid, f.stat().st_mode)
         for f in (prev / "output/checkpoint-10").iterdir()
@@ -161,7 +159,8 @@ def test_resume_never_changes_the_earlier_runs_files(tmp_path):
     taken = list((out / "checkpoint-10").iterdir())
     assert sorted(f.name for f in taken) == sorted(COMPLETE)
     assert all(f.stat().st_uid == 1000 for f in [out / "checkpoint-10", *taken])
-    assert all(f.read_text() == "x" for f in taken)
+    original = prev / "output/checkpoint-10"
+    assert all(f.read_bytes() == (original / f.name).read_bytes() for f in taken)
 
 
 @contextlib.contextmanager
@@ -195,7 +194,7 @@ def test_resume_as_a_normal_user_links_and_changes_nothing():
         with as_a_normal_user(tree):
             before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
             layout = Layout(kind="single", **ranks_user.for_ranks("single"))
-            lifecycle._take_checkpoints(prev, out, layout)
+            output_dir.take_checkpoints(prev, out, layout)
         assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
         taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}
         assert taken == {f.name: f.stat().st_ino for f in files}  # the same inodes: links
@@ -222,7 +221,7 @@ def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness.spec import gpu_locks, ranks_user
+from tuning.harness.spec import gpu_locks
 held = gpu_locks.take(["0", "1"], "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(600)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, harness
+from test_gpu_lock_users import _tool  # useradd/userdel, retried while another holds the lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NAME, UID = "harness-second", 1500
@@ -62,7 +63,7 @@ def _remove_user() -> None:
     t0, left = time.monotonic(), _their_processes()
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    subprocess.run(["userdel", "-r", NAME], capture_output=True, text=True)
+    _tool("userdel", "-r", NAME)
     TIMES["userdel -r"] = round(time.monotonic() - t0, 1)
     for p in Path("/tmp").iterdir():  # what they left outside their home
         if p.lstat().st_uid != UID:
@@ -122,8 +123,8 @@ def second_user(harness_image, tiny_model, demo_data):
         _remove_user()
     elif taken:
         pytest.fail(f"uid {UID} is taken by {taken}: this test makes its own user with it")
-    subprocess.run(["useradd", "-m", "-u", str(UID), "-G", "docker", "-s", "/bin/bash", NAME],
-                   check=True)  # fmt: skip
+    made = _tool("useradd", "-m", "-u", str(UID), "-G", "docker", "-s", "/bin/bash", NAME)
+    assert made.returncode == 0, f"useradd {NAME}: {made.stderr}"
     try:
         home = Path(pwd.getpwnam(NAME).pw_dir)
         home.chmod(0o750)

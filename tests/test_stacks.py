@@ -97,10 +97,15 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
         while log.read_text().count("hang_entry: rank") < 2:
             assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        time.sleep(1)  # into the collectives
-        taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+        # Printed just before the collectives: dump until both ranks are seen inside them
+        # (a dump is harmless; each one reads what the ranks show at that moment).
+        while True:
+            taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+            s0, s1 = taken["summaries"]
+            if "waiting in" in s0 and "waiting in" in s1:
+                break
+            assert agent.poll() is None and time.monotonic() < deadline, taken["summaries"]
         entry = TESTS / "hang_entry.py"
-        s0, s1 = taken["summaries"]
         assert s0.startswith(
             f"rank 0: waiting in all_reduce (gloo, seq 2, pending) at {entry}:"
             f"{_line(entry, '# HANG_RANK0')} (torch/distributed/distributed_c10d.py:"

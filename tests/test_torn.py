@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,12 +28,38 @@ COMPLETE = ["trainer_state.json", "model.safetensors", "optimizer.pt", "rng_stat
 TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
 
 
+def safetensors(path: Path, tensors: int = 2) -> None:
+    """A whole safetensors file, written by its spec (8-byte header length, JSON, data)."""
+    header = {f"w{i}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
+              for i in range(tensors)}  # fmt: skip
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8 * tensors))
+
+
+def torch_zip(path: Path) -> None:
+    """A zip as torch.save writes one (archive/data.pkl, archive/data/0)."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/data/0", bytes(4096))
+
+
 def tree(root: Path, ckpts: dict[str, list[str]]) -> Path:
+    """Checkpoint folders with the named files, each whole in its format (text otherwise)."""
     for name, files in ckpts.items():
         (root / name).mkdir(parents=True)
         for f in files:
-            (root / name / f).write_text(f)
+            path = root / name / f
+            if f.endswith(".safetensors"):
+                safetensors(path)
+            elif f.endswith((".pt", ".pth", ".bin")):
+                torch_zip(path)
+            else:
+                path.write_text(f)
     return root
+
+
+def cut(path: Path, keep: float = 0.5) -> None:
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
 
 
 def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
@@ -54,6 +82,42 @@ def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
     assert torn.missing(fsdp) is None and torn.missing(lora / "c") is None
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "rng_state_1.pth",
+                                  "training_args.bin"])  # fmt: skip
+@pytest.mark.parametrize("keep", [0.0, 0.3, 0.9])
+def test_a_checkpoint_with_every_file_but_one_cut_short_is_incomplete(name, keep, tmp_path):
+    """Every file present, one cut short (a full disk, an interrupted copy): as incomplete as
+    one that lacks a file, and the reason names the file."""
+    files = [*COMPLETE, "rng_state_1.pth", "training_args.bin"]
+    out = tree(tmp_path, {"checkpoint-10": files, "checkpoint-20": files})
+    cut(out / "checkpoint-20" / name, keep)
+    assert torn.missing(out / "checkpoint-10") is None
+    why = torn.missing(out / "checkpoint-20")
+    assert why is not None and why.startswith(f"{name} is cut short: "), why
+    assert [p.name for p, _ in torn.incomplete(out)] == ["checkpoint-20"]
+
+
+def test_a_safetensors_file_whose_data_ends_early_is_cut_short(tmp_path):
+    out = tree(tmp_path, {"checkpoint-1": COMPLETE})
+    f = out / "checkpoint-1/model.safetensors"
+    f.write_bytes(f.read_bytes()[:-3])  # the header whole, the last tensor three bytes short
+    assert torn.unreadable(f).startswith("is cut short: ") and "header says" in torn.unreadable(f)
+
+
+def test_dcp_shards_need_their_metadata_written_last(tmp_path):
+    """FSDP's SHARDED_STATE_DICT (torch.distributed.checkpoint): shards, then .metadata."""
+    out = tree(tmp_path, {"checkpoint-1": ["trainer_state.json"]})
+    dcp = out / "checkpoint-1/pytorch_model_fsdp_0"
+    dcp.mkdir()
+    (dcp / "__0_0.distcp").write_bytes(b"x" * 64)
+    (dcp / "__1_0.distcp").write_bytes(b"x" * 64)
+    assert "no .metadata" in torn.missing(out / "checkpoint-1")
+    (dcp / ".metadata").write_bytes(b"m" * 16)
+    assert torn.missing(out / "checkpoint-1") is None
+    (dcp / "__1_0.distcp").write_bytes(b"")
+    assert torn.missing(out / "checkpoint-1").endswith("has empty shards: __1_0.distcp")
+
+
 def test_move_aside_renames_never_deletes(tmp_path, capsys):
     out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": ["model.safetensors"],
                           "tmp-checkpoint-30": ["model.safetensors"]})  # fmt: skip
@@ -66,7 +130,7 @@ def test_move_aside_renames_never_deletes(tmp_path, capsys):
     assert [p.name for p in torn.checkpoints(out)] == ["checkpoint-10"]
     assert torn.moved(out) == sorted(m["moved_to"] for m in moved)
     kept = out / moved[0]["moved_to"] / "model.safetensors"
-    assert kept.read_text() == "model.safetensors"  # every file still there
+    assert torn.unreadable(kept) is None  # every file still there, as it was
     said, first = capsys.readouterr().out, moved[0]["moved_to"]
     assert f"checkpoint-20 is incomplete (no trainer_state.json): moved aside to {first}" in said
     assert torn.move_aside(out) == []  # nothing left: a second start moves nothing
@@ -205,3 +269,25 @@ def test_a_torn_newest_checkpoint_is_moved_aside_and_the_run_resumes(
     assert sorted(losses) == list(range(21, 31))  # from checkpoint-20, the newest complete
     assert all(abs(losses[s] - whole[s]) < 1e-5 for s in losses), (losses, whole)
     assert torn.missing(out / "checkpoint-30") is None  # saved again, whole
+
+
+@pytest.mark.slow
+def test_a_newest_checkpoint_whose_files_are_cut_short_is_moved_aside(
+    whole_run, tiny_model, demo_data, tmp_path
+):
+    """Every file of checkpoint-30 present, its weights and optimizer cut short: before, the
+    restart loaded it and died ("PytorchStreamReader failed reading zip archive"); now it is
+    set aside like a torn one and the run resumes from checkpoint-20."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("checkpoint-10", "checkpoint-20", "checkpoint-30"):
+        subprocess.run(["cp", "-a", str(whole_run / name), str(out / name)], check=True)
+    for name in ("model.safetensors", "optimizer.pt"):
+        cut(out / "checkpoint-30" / name, 0.6)
+    why = torn.missing(out / "checkpoint-30")
+    assert why.startswith("model.safetensors is cut short: "), why
+    resumed = train(tiny_model, demo_data, out)
+    check(resumed)
+    (moved,) = torn.moved(out)
+    assert f"checkpoint-30 is incomplete ({why}): moved aside to {moved}" in resumed.stdout
+    assert sorted(step_losses(out, 0)) == list(range(21, 31))

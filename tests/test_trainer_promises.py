@@ -78,6 +78,16 @@ def test_evaluation_runs_on_the_validation_data(hf_run):
     assert evals == [2], state["log_history"]
 
 
+def test_evaluations_and_saves_are_timed_in_the_metrics(hf_run):
+    """What the timeouts check reads (tuning/harness/spec/timeouts.py): each evaluation's and
+    each save's own time, apart from the step's; steps 2 and 4 evaluate, 3 and 4 save."""
+    lines = read_metrics(hf_run, 0)
+    evals = [(x["step"], x["eval_s"]) for x in lines if x["event"] == "evaluation"]
+    saves = [(x["step"], x["save_s"]) for x in lines if x["event"] == "checkpoint"]
+    assert [s for s, _ in evals] == [2, 4] and [s for s, _ in saves] == [3, 4], lines
+    assert all(t > 0 for _, t in evals + saves)
+
+
 def test_training_logs_are_in_fms_format(hf_run):
     raw = (hf_run / "training_logs.jsonl").read_text().splitlines()
     lines = [json.loads(x) for x in raw]

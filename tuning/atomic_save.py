@@ -8,8 +8,10 @@ takes the highest N, hands it to every restart (fms-hf-tuning issue #432).
 Here every rank writes into `tmp-checkpoint-N/checkpoint-N` (a name that regex and
 rotate_checkpoints' glob pass by), waits until every rank has written (as DCP writes its
 metadata last), and then the process that saves renames it `checkpoint-N` in one step and
-rotates (save_total_limit) among the finished ones only. A staging dir a kill leaves behind is
-moved aside by tuning/torn.py at the next start.
+rotates (save_total_limit) among the finished ones only. The files are fsynced before the
+rename and the folder after it, so a power loss or a node crash cannot leave `checkpoint-N`
+naming data still in the page cache. A staging dir a kill leaves behind is moved aside by
+tuning/torn.py at the next start.
 
 HARNESS_SAVE_SLEEP=s (set only by `make fault FAULT=save-kill`) holds every rank s seconds
 inside the save, after the weights and before the optimizer, so a kill lands in it every time.
@@ -52,8 +54,10 @@ class AtomicSaveMixin:
             )
             if os.path.isdir(final):  # the same step saved again: the Trainer overwrites it
                 shutil.rmtree(final)
+            _fsync_tree(staged)  # the files on disk before the name says they are whole
             os.rename(staged, final)
             os.rmdir(os.path.dirname(staged))
+            _fsync(run_dir)  # ... and the rename itself
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint,
                                use_mtime=True)  # fmt: skip
@@ -63,3 +67,19 @@ class AtomicSaveMixin:
         if pause and self._staging:
             time.sleep(pause)  # the save-kill fault's window: weights written, the rest not
         super()._save_optimizer_and_scheduler(output_dir)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    """Every file and folder under `root` (the ranks' files are written when this runs)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync(os.path.join(folder, name))
+        _fsync(folder)

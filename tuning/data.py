@@ -218,33 +218,29 @@ def tokenize_example(
     return {"input_ids": input_ids, "labels": labels, "index": example.index}
 
 
-class TokenizedDataset:
-    """A map-style dataset of tokenized records (a list; no `datasets` dependency)."""
-
-    def __init__(self, rows: list[dict]):
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.rows[i]
-
-
 def tokenize_examples(
     examples: list[Example],
     tokenizer,
     max_seq_length: int,
     path="",
     response_template: str | None = None,
-) -> TokenizedDataset:
-    rows = [tokenize_example(e, tokenizer, max_seq_length, response_template) for e in examples]
-    if not any(any(x != IGNORE_INDEX for x in r["labels"][1:]) for r in rows):
+    node=None,
+    name: str = "training",
+):
+    """A tuning.tokenized.TokenizedDataset (compact arrays) of the examples. `node`
+    (tuning.tokenized.Node): this rank tokenizes its slice and maps its node's other slices."""
+    from tuning.tokenized import build
+
+    def tokenize(example):
+        return tokenize_example(example, tokenizer, max_seq_length, response_template)
+
+    dataset = build(examples, tokenize, node, name)
+    if not dataset.learnable:
         raise DataError(
             f"{path}: no record has a response token within max_seq_length={max_seq_length};"
             " nothing to learn"
         )
-    return TokenizedDataset(rows)
+    return dataset
 
 
 class Collator:

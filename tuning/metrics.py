@@ -151,9 +151,10 @@ class StepMetricsCallback(TrainerCallback):
         self.steps: list[dict] = []
         self._lr = None
         self._t0 = None
+        self._mark = None  # when the last step, evaluation or save ended
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._t0 = time.perf_counter()
+        self._t0 = self._mark = time.perf_counter()
         if self.trainer is not None:
             self.trainer._reset_step_record()
 
@@ -176,12 +177,19 @@ class StepMetricsCallback(TrainerCallback):
         self.writer.log("step", **step, **memory_peaks())
         self.steps.append({**step, "loss_sum": rec["loss_sum"], "loss_tokens": rec["loss_tokens"]})
         self.trainer._reset_step_record()
-        self._t0 = time.perf_counter()
+        self._t0 = self._mark = time.perf_counter()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        now = time.perf_counter()  # the Trainer evaluates after the step, before it saves
+        self.writer.log("evaluation", step=state.global_step, eval_s=round(now - self._mark, 3))
+        self._t0 = self._mark = now
 
     def on_save(self, args, state, control, **kwargs):
+        now = time.perf_counter()
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        self.writer.log("checkpoint", step=state.global_step, path=path)
-        self._t0 = time.perf_counter()  # saving is not part of the next step's time
+        self.writer.log("checkpoint", step=state.global_step, path=path,
+                        save_s=round(now - self._mark, 3))  # fmt: skip
+        self._t0 = self._mark = time.perf_counter()  # saving is not part of the next step's time
 
 
 def summarize(steps: list[dict], world_size: int, status: str, device_type: str = "cpu") -> dict:

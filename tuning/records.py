@@ -1,23 +1,33 @@
 """A data path read into records, as fms-hf-tuning 3.2.2 reads it (its tuning/data/
-data_processors.py ``_try_load_dataset`` and utils.py ``get_loader_for_filepath``):
+data_processors.py ``_try_load_dataset`` and utils.py ``get_loader_for_filepath``), in time
+linear in the file:
 
 - ``.json``/``.jsonl``: JSON Lines or a JSON array of objects. Read here, so a malformed file is
-  refused with its line and column; the records are those datasets' json builder gives fms. A
-  UTF-8 byte-order mark and Windows line endings are accepted, as datasets accepts them.
-  Any other suffix that holds JSON is read the same way (fms would refuse the suffix).
-- ``.parquet``, ``.arrow``, ``.txt``/``.md`` (one ``text`` record a line): through datasets'
-  own builders, as fms loads them.
+  refused with its line and column; the records are those datasets' json builder gives fms.
+  JSON Lines are split on ``\\n`` only (``\\r\\n`` too), as datasets (pyarrow) splits them:
+  U+2028, U+2029 and U+0085 inside a string are text. Each line is parsed once by ``json``; a
+  JSON array is parsed once, element after element (``raw_decode``), the record's line counted
+  on as it goes. A UTF-8 byte-order mark is accepted, as datasets accepts it. Any other suffix
+  that holds JSON is read the same way (fms would refuse the suffix).
+- ``.parquet``, ``.arrow``: pyarrow's own readers, batch by batch, rows as datasets gives them
+  (its parquet and arrow builders read them with pyarrow; ``to_list`` is pyarrow's
+  ``to_pylist``). The host reads them too: pyarrow is a host dependency, datasets is not.
+- ``.txt``/``.md`` (one ``text`` record a line): through datasets' text builder, as fms.
 - a directory: datasets.load_dataset_builder picks its files and format, as fms's
   ``load_dataset(directory)`` does; its ``train`` split is read, file by file, as above.
 
 Each record comes with ``where`` (``file:line`` for JSON, ``file row N`` for tables), for errors.
-``datasets`` is imported only for what needs it: the host (preflight) reads JSON without it.
+``datasets`` is imported only for what needs it (text files and directories).
 """
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import json
+import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +42,10 @@ ACCEPTED = (
 MAGIC = {b"PAR1": "a Parquet file (name it *.parquet)",
          b"ARROW1": "an Arrow file (name it *.arrow)",
          b"\xff\xff\xff\xff": "an Arrow stream (name it *.arrow)"}  # fmt: skip
+BOM = b"\xef\xbb\xbf"
+_WS = re.compile(r"[ \t\r\n]*")  # JSON's whitespace
+_WS_BYTES = re.compile(rb"[ \t\r\n\x0b\x0c]*")
+BATCH_ROWS = 65536  # table rows turned into Python at a time
 
 
 class DataError(ValueError):
@@ -42,6 +56,20 @@ class Record(NamedTuple):
     where: str  # "file:line" or "file row N"
     line: int  # the line (JSON) or row (tables) it starts on, from 1
     data: dict
+
+
+@contextmanager
+def gc_paused():
+    """Python's cyclic collector off while records are built: they hold no cycles, and its
+    full passes over every live record, run as their number grows, cost 1.5x per record at a
+    million records. Back on (if it was) afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _decode(path: Path, parse, line: int | None = None):
@@ -58,36 +86,60 @@ def _object(where: str, record, inside: str = "") -> None:
         raise DataError(f"{where}: expected a JSON object{inside}, got {type(record).__name__}")
 
 
+class _Lines:
+    """The line an offset of a text is on, for offsets that only grow: each character is
+    counted once, however many records ask (a count from the start for every record made
+    JSON arrays quadratic)."""
+
+    def __init__(self, text: str):
+        self.text, self.pos, self.line = text, 0, 1
+
+    def at(self, pos: int) -> int:
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return self.line
+
+
 def _read_array(path: Path, text: str) -> list[Record]:
     """A JSON array of objects, each with the line its object starts on."""
     decoder = json.JSONDecoder()
-    records = []
-
-    def skip(p):
-        while p < len(text) and text[p] in " \t\r\n":
-            p += 1
-        return p
-
-    def line_of(p):
-        return text.count("\n", 0, p) + 1
-
-    pos = skip(text.index("[") + 1)
-    if pos < len(text) and text[pos] == "]":
+    lines, records = _Lines(text), []
+    pos = _WS.match(text, text.index("[") + 1).end()
+    if text.startswith("]", pos):
         return records
     while True:
         record, end = _decode(path, lambda at=pos: decoder.raw_decode(text, at))
-        where = f"{path}:{line_of(pos)}"
+        line = lines.at(pos)
+        where = f"{path}:{line}"
         _object(where, record, " in the array")
-        records.append(Record(where, line_of(pos), record))
-        pos = skip(end)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip(pos + 1)
+        records.append(Record(where, line, record))
+        pos = _WS.match(text, end).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
             continue
-        if pos < len(text) and text[pos] == "]":
-            if skip(pos + 1) != len(text):
-                raise DataError(f"{path}:{line_of(pos)}: text after the end of the JSON array")
+        if text.startswith("]", pos):
+            if _WS.match(text, pos + 1).end() != len(text):
+                raise DataError(f"{path}:{lines.at(pos)}: text after the end of the JSON array")
             return records
-        raise DataError(f"{path}:{line_of(pos)}: malformed JSON array: expected ',' or ']'")
+        raise DataError(f"{path}:{lines.at(pos)}: malformed JSON array: expected ',' or ']'")
+
+
+def _read_lines(path: Path, text: str) -> list[Record]:
+    """JSON Lines, split on "\\n" alone (a "\\r" before it is JSON whitespace), as datasets'
+    reader splits them: U+2028, U+2029 and U+0085 are text (str.splitlines split on them).
+    Each line parsed on its own, so an error names its line and column."""
+    records, number, start, size = [], 1, 0, len(text)
+    while start < size:
+        end = text.find("\n", start)
+        end = size if end < 0 else end
+        line = text[start:end]
+        if line.strip():
+            where = f"{path}:{number}"
+            record = _decode(path, lambda line=line: json.loads(line), number)
+            _object(where, record)
+            records.append(Record(where, number, record))
+        start, number = end + 1, number + 1
+    return records
 
 
 def _not_ours(path: Path, raw: bytes) -> DataError:
@@ -101,26 +153,20 @@ def _not_ours(path: Path, raw: bytes) -> DataError:
 def read_json(path: Path) -> list[Record]:
     """JSON Lines or a JSON array, refused with the file, line and column of what is wrong."""
     raw = read_or_refuse(path, lambda why: DataError(f"{path}: cannot read data file: {why}"), True)
-    try:
-        text = raw.decode("utf-8-sig")  # datasets (pyarrow's reader) skips a byte-order mark too
-    except UnicodeDecodeError as exc:
-        if any(raw.startswith(m) for m in MAGIC):
-            raise _not_ours(path, raw) from None
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
-    head = text.lstrip()[:1]
-    if head and head not in "[{" and path.suffix.lower() not in JSON_SUFFIXES:
+    if any(raw.startswith(m) for m in MAGIC):
         raise _not_ours(path, raw)
-    if head == "[":
-        return _read_array(path, text)
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            where = f"{path}:{number}"
-            record = _decode(path, lambda line=line: json.loads(line), number)
-            _object(where, record)
-            records.append(Record(where, number, record))
-    return records
+    start = len(BOM) if raw.startswith(BOM) else 0  # datasets (pyarrow) skips it too
+    first = _WS_BYTES.match(raw, start).end()
+    head = raw[first : first + 1]
+    if head and head not in b"[{" and path.suffix.lower() not in JSON_SUFFIXES:
+        raise _not_ours(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
+    del raw  # the text alone from here: one copy of the file in memory
+    return _read_array(path, text) if head == b"[" else _read_lines(path, text)
 
 
 def _datasets(path: Path):
@@ -135,18 +181,45 @@ def _datasets(path: Path):
     return datasets
 
 
-def read_table(path: Path, builder: str) -> list[Record]:
-    """A Parquet, Arrow or text file through datasets' builder of that name, as fms loads it."""
+def _table_rows(path: Path, builder: str):
+    """A Parquet or Arrow file's rows, batch by batch, read as datasets' builders read them
+    (an Arrow stream, else the Arrow IPC file format)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if builder == "parquet":
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+            yield from batch.to_pylist()
+        return
+    with pa.memory_map(str(path)) as source:
+        try:
+            batches = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:  # not a stream: the IPC file format
+            reader = pa.ipc.open_file(source)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        for batch in batches:
+            batch.validate(full=True)  # mapped, not decoded: checked as datasets checks it
+            yield from batch.to_pylist()
+
+
+def _text_rows(path: Path) -> list[dict]:
+    """A text file through datasets' own builder (its way of splitting lines), as fms."""
     datasets = _datasets(path)
     with tempfile.TemporaryDirectory(prefix="tuning-data-") as cache:
-        try:
-            ds = datasets.load_dataset(builder, data_files=[str(path)], split="train",
-                                       cache_dir=cache)  # fmt: skip
-            rows = ds.to_list()
-        except Exception as exc:  # datasets wraps pyarrow's reasons in its own errors
-            reason = f"{exc}; {exc.__cause__}" if exc.__cause__ else str(exc)
-            raise DataError(f"{path}: cannot read as {builder}: {reason}") from None
-    return [Record(f"{path} row {n}", n, row) for n, row in enumerate(rows, start=1)]
+        ds = datasets.load_dataset("text", data_files=[str(path)], split="train", cache_dir=cache)
+        return ds.to_list()
+
+
+def read_table(path: Path, builder: str) -> list[Record]:
+    """A Parquet, Arrow or text file, its rows as datasets gives them to fms."""
+    try:
+        rows = _text_rows(path) if builder == "text" else _table_rows(path, builder)
+        return [Record(f"{path} row {n}", n, row) for n, row in enumerate(rows, start=1)]
+    except DataError:
+        raise
+    except Exception as exc:  # pyarrow's reasons, and datasets' wrapping of them
+        reason = f"{exc}; {exc.__cause__}" if exc.__cause__ else str(exc)
+        raise DataError(f"{path}: cannot read as {builder}: {reason}") from None
 
 
 def directory_files(path: Path) -> tuple[str, list[Path]]:
@@ -170,10 +243,18 @@ def directory_files(path: Path) -> tuple[str, list[Path]]:
     return builder.name, [Path(f) for f in splits["train"]]
 
 
-def needs_datasets(path: str | Path) -> bool:
-    """Whether reading this path takes datasets (all but JSON files)."""
+def reader_missing(path: str | Path) -> str | None:
+    """The package reading this path takes that this environment lacks (the host has no
+    datasets: text files and directories), else None."""
     path = Path(path)
-    return path.is_dir() or path.suffix.lower() in BUILDERS
+    builder = BUILDERS.get(path.suffix.lower())
+    if path.is_dir() or builder == "text":
+        needed = "datasets"
+    elif builder:
+        needed = "pyarrow"
+    else:
+        return None
+    return needed if importlib.util.find_spec(needed) is None else None
 
 
 def table_columns(path: str | Path) -> list[str] | None:

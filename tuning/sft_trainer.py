@@ -46,6 +46,8 @@ from tuning.metrics import (
     StepMetricsCallback,
     summarize,
 )
+from tuning.records import gc_paused
+from tuning.tokenized import Node
 
 EXIT_REFUSED = 2
 # SFTConfig fields handed to TrainingArguments under the same name, unchanged.
@@ -77,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     status, error = "failed", None
     try:
         gpu_guard.check()  # told it has GPUs and cannot use them: fail now, never train on CPU
-        examples, eval_examples = _load_data(cfg)
-        status = _train(cfg, writer, examples, eval_examples)
+        data = _load_data(cfg)
+        status = _train(cfg, writer, data)
         return 0
     except (ConfigError, DataError, fsdp_gloo.NotSharded) as exc:
         status, error = "refused", str(exc)
@@ -103,18 +105,36 @@ def main(argv: list[str] | None = None) -> int:
         writer.close()
 
 
-def _load_data(cfg: SFTConfig):
+def _load_data(cfg: SFTConfig) -> dict:
+    """Every record read and checked, on every rank, before any rendezvous: bad data is refused
+    by each rank alike. A dict, so _train can drop the examples once they are tokenized."""
     fmt = dict(
         dataset_text_field=cfg.dataset_text_field,
         response_template=cfg.response_template,
         data_formatter_template=cfg.data_formatter_template,
     )
-    train = load_examples(cfg.training_data_path, **fmt)
-    val = load_examples(cfg.validation_data_path, **fmt) if cfg.validation_data_path else None
-    return train, val
+    with gc_paused():
+        train = load_examples(cfg.training_data_path, **fmt)
+        val = load_examples(cfg.validation_data_path, **fmt) if cfg.validation_data_path else None
+    return {
+        "training": (cfg.training_data_path, train),
+        "validation": (cfg.validation_data_path, val),
+    }
 
 
-def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> str:
+def _tokenize(cfg: SFTConfig, data: dict, tokenizer, name: str):
+    """One data set tokenized (each rank of a node a slice: tuning/tokenized.py); its examples
+    dropped from `data` as they are done with, so training holds the compact arrays alone."""
+    path, examples = data.pop(name)
+    if examples is None:
+        return None
+    node = Node.from_env(cfg.output_dir)
+    return tokenize_examples(
+        examples, tokenizer, cfg.max_seq_length, path, cfg.response_template, node, name
+    )
+
+
+def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
     # 2. Rendezvous. Without a GPU, accelerate must be told to use gloo (ACCELERATE_USE_CPU=1),
     # and the collective timeout (ddp_timeout) is set here, because accelerate's CPU path drops it.
     # (HARNESS_DEVICE=gpu without CUDA never gets here: gpu_guard.check() in main.)
@@ -160,19 +180,9 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         model = get_peft_model(model, lora)
     writer.phase("model_loaded")
 
-    # 4. Data: tokenized with prompt and padding masked to -100.
-    train_ds = tokenize_examples(
-        examples, tokenizer, cfg.max_seq_length, cfg.training_data_path, cfg.response_template
-    )
-    eval_ds = None
-    if eval_examples is not None:
-        eval_ds = tokenize_examples(
-            eval_examples,
-            tokenizer,
-            cfg.max_seq_length,
-            cfg.validation_data_path,
-            cfg.response_template,
-        )
+    # 4. Data: tokenized with prompt and padding masked to -100, once per node.
+    train_ds = _tokenize(cfg, data, tokenizer, "training")
+    eval_ds = _tokenize(cfg, data, tokenizer, "validation")
     writer.phase("data_ready")
 
     # 5. Train.

@@ -9,8 +9,13 @@ checkpoint `torn-<name>-<utc>`: no longer `checkpoint-N` (transformers' regex
 trainer resumes from the newest complete one and nothing of the torn one is lost.
 
 The one rule for "complete" (the host's RESUME checks use it too): trainer_state.json, which
-the Trainer writes last, and weights in one of the shapes HF writes. A staging dir
-(`tmp-checkpoint-N`, our trainer's atomic save) that is still there was never finished.
+the Trainer writes last, weights in one of the shapes HF writes, and every file readable as
+far as a cheap look tells: a safetensors file's header and its length, a torch file's zip
+directory (torch.save's format; the directory is at the end, so a file cut short has none),
+a DCP folder's `.metadata` beside non-empty `.distcp` files. A checkpoint whose files are all
+there but cut short (a disk filling, a copy interrupted) would kill every restart with
+"PytorchStreamReader failed reading zip archive". A staging dir (`tmp-checkpoint-N`, our
+trainer's atomic save) that is still there was never finished.
 
 Standalone on purpose (standard library only), like fsdp_gloo.py: our launcher and trainer
 import it, and the harness mounts it beside the rank recorder into a user's image (fms), so a
@@ -19,10 +24,13 @@ trainer we cannot edit gets the same. `python torn.py OUTPUT_DIR` moves aside wh
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import struct
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers' PREFIX_CHECKPOINT_DIR-<step>
@@ -47,7 +55,66 @@ def missing(path: Path) -> str | None:
         return "no trainer_state.json"
     if not any(any(path.glob(g)) for g in WEIGHTS):
         return f"no weights ({', '.join(WEIGHTS)})"
+    for f in sorted(path.rglob("*")):
+        why = unreadable(f)
+        if why:
+            return f"{f.relative_to(path)} {why}"
     return None
+
+
+def unreadable(f: Path) -> str | None:
+    """Why a checkpoint file cannot be what it says it is, by a cheap look (None: fine)."""
+    try:
+        if f.suffix == ".safetensors":
+            return _safetensors(f)
+        if f.suffix in (".pt", ".pth", ".bin"):
+            return _torch_zip(f)
+        if f.is_dir() and any(f.glob("*.distcp")):
+            return _dcp(f)
+    except OSError as e:
+        return f"cannot be read ({e})"
+    return None
+
+
+def _safetensors(f: Path) -> str | None:
+    """8 bytes of header length, the JSON header, then the tensors up to the last offset."""
+    size = f.stat().st_size
+    with open(f, "rb") as fh:
+        raw = fh.read(8)
+        n = struct.unpack("<Q", raw)[0] if len(raw) == 8 else None
+        if n is None or n > size - 8:
+            return f"is cut short: {size} bytes, no whole safetensors header"
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:
+            return "is cut short: its safetensors header is not whole JSON"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    want = 8 + n + max(ends, default=0)
+    if size != want:
+        return f"is cut short: {size} bytes where its safetensors header says {want}"
+    return None
+
+
+def _torch_zip(f: Path) -> str | None:
+    """torch.save writes a zip; every member must lie inside the file."""
+    size = f.stat().st_size
+    try:
+        with zipfile.ZipFile(f) as z:
+            members = z.infolist()
+    except zipfile.BadZipFile as e:
+        return f"is cut short: {size} bytes, its zip directory unreadable ({e})"
+    for m in members:
+        if m.header_offset + m.compress_size > size:
+            return f"is cut short: {m.filename} ends past its {size} bytes"
+    return None
+
+
+def _dcp(d: Path) -> str | None:
+    """torch.distributed.checkpoint writes the shards, then `.metadata` last."""
+    if not (d / ".metadata").is_file() or (d / ".metadata").stat().st_size == 0:
+        return "has shards but no .metadata: DCP writes it last, so the save never finished"
+    empty = [p.name for p in sorted(d.glob("*.distcp")) if p.stat().st_size == 0]
+    return f"has empty shards: {', '.join(empty)}" if empty else None
 
 
 def incomplete(output: Path) -> list[tuple[Path, str]]:

@@ -1,6 +1,6 @@
 """`python -m tuning.harness <command>`: what the Makefile's targets call. The parser and the
-dispatch only: each command (commands/) adds its subcommand, and its flags become values in
-spec/flags.py.
+dispatch only: each command (commands/) adds its subcommand, every subcommand takes every flag
+of spec/flag_table.py (refusing by name those it does not honour), and spec/flags.py types them.
 """
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ import sys
 
 from tuning.harness.commands import bench, examples, fault, housekeeping, image, kube, stacks, up
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import devices, options
+from tuning.harness.spec import devices, flag_table, options
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
     for command in (up, bench, fault, kube, examples, devices, housekeeping, image, stacks):
-        command.register(sub)  # each adds its subcommand, with add_run_flags where it runs jobs
+        command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():
-        options.add_common_flags(s)
+        flag_table.add(s)  # every flag everywhere: one a command cannot honour is refused
+        s.add_argument("--runs", default=str(options.RUNS), help="where runs are recorded")
     return p
 
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     options.load_env_file()
     try:
+        flag_table.refuse_unused(a, a.command)
         return a.fn(a)
     except HarnessError as e:
         print(f"harness: error: {e}", file=sys.stderr)

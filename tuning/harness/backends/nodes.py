@@ -1,6 +1,6 @@
 """The backends a run's nodes run on: `ComposeNodes` (Compose starts and stops, the SDK
-watches) and `HostNodes` (processes on the host). Both follow `Nodes`; `run.py` drives them
-and knows nothing else of either, and fault injection reaches a node's container only through
+watches) and `HostNodes` (processes on the host). Both follow `Nodes`; run/lifecycle.py drives
+them and knows nothing else of either, and fault injection reaches a node's container only through
 `container()`.
 """
 
@@ -22,11 +22,11 @@ from tuning import affinity
 from tuning.harness.backends import compose as compose_mod
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, NodeLost
-from tuning.harness.spec.layout import LABEL, Layout
+from tuning.harness.spec.layout import RUNS_LABEL, Layout
 
 
 class Nodes(Protocol):
-    """What `run.execute` needs of a backend."""
+    """What `lifecycle.execute` needs of a backend."""
 
     issued_at: float | None  # when the start was issued (bench: container start)
     restarts_left: int  # group restarts the harness may still make
@@ -85,10 +85,12 @@ class ComposeNodes:
         self._find()
 
     def _find(self) -> None:
-        for ctr in self.client.containers.list(
-            all=True, filters={"label": f"{LABEL}={self.layout.run_id}"}
-        ):
+        for ctr in engine.labelled(self.client, self.layout.run_id, runs=self.runs)["containers"]:
             self.containers[ctr.labels["harness.node"]] = ctr
+
+    @property
+    def runs(self) -> str:  # this run's RUNS folder, as its labels say it
+        return self.layout.labels[RUNS_LABEL]
 
     def poll(self) -> dict[str, int | None]:
         state = {}
@@ -142,7 +144,7 @@ class ComposeNodes:
     def stop(self) -> None:
         engine.compose(self.file, "down", "--volumes", "--remove-orphans", "--timeout", "10",
                        check=False, capture=True)  # fmt: skip
-        engine.remove_labelled(self.client, self.layout.run_id)
+        engine.remove_labelled(self.client, self.layout.run_id, runs=self.runs)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

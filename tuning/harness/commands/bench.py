@@ -62,20 +62,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "bench", help="the layouts side by side: host, single, per-rank isolated and shared"
     )
-    options.add_run_flags(p)  # --layout and --network are ignored: bench runs every --layouts
-    p.add_argument("--repeat", help="rounds over the layouts (default 5), or auto: rounds until "
-                   "every goal is resolved or --budget runs out")  # fmt: skip
-    p.add_argument("--budget", help="REPEAT=auto's time budget: 900s, 15m, 1h (default 15m)")
-    p.add_argument("--layouts", default=",".join(LAYOUTS),
-                   help=f"comma-separated, in run order (default {','.join(LAYOUTS)})")  # fmt: skip
-    p.add_argument("--threads",
-                   help="OMP_NUM_THREADS of every rank (default: cores // world size)")  # fmt: skip
+    # The run flags are flag_table's; the probe's sizes are the bench's alone.
     p.add_argument("--probe-min-bytes", type=int, default=PROBE_MIN_BYTES)
     p.add_argument("--probe-max-bytes", type=int, default=PROBE_MAX_BYTES,
                    help="largest all_reduce of the probe (default 256 MiB)")  # fmt: skip
     p.add_argument("--probe-seconds", type=float, default=PROBE_SECONDS,
                    help="the probe's time budget per size (--max-seconds-per-size)")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     p.set_defaults(fn=main)
 
 
@@ -146,7 +138,7 @@ def _sigterm(signum, _frame):
 
 
 def main(a: argparse.Namespace) -> int:
-    names = _layout_names(a.layouts)
+    names = _layout_names(a.layouts or ",".join(LAYOUTS))
     f = RunFlags.of(a)
     if f.entry and "host" in names:
         print(f"bench: {FOREIGN_NO_HOST}")
@@ -156,11 +148,6 @@ def main(a: argparse.Namespace) -> int:
     if f.entry:
         print(f"bench: probe {FOREIGN_NO_PROBE}")
     rounds = Rounds(a.repeat, a.budget)
-    if f.resume or f.resume_from:
-        raise HarnessError("RESUME does not apply to bench: every layout run starts afresh")
-    if f.layout != "single" or f.network != "isolated":
-        print(f"harness: bench runs the layouts {', '.join(names)}; LAYOUT/NETWORK are ignored "
-              "(use --layouts)")  # fmt: skip
     bench_id = options.checked_run_id(f.run_id)
     bench_dir = Path(f.runs).resolve() / bench_id
     existed = bench_dir.exists()

@@ -17,7 +17,7 @@ from tuning.harness.backends import compose
 from tuning.harness.errors import ROOT
 from tuning.harness.spec import devices, trainers
 from tuning.harness.spec.layout import CONTAINER_KINDS, Layout
-from tuning.harness.spec.options import job_for
+from tuning.harness.spec.options import job_of_file
 
 DIR = ROOT / "compose/examples"
 GPU_COUNTS = (2, 4, 8)
@@ -41,7 +41,7 @@ def rendered() -> dict[Path, str]:
     files = {DIR / name: compose.dump(compose.render(lay, relative_to=DIR))
              for name, lay in layouts().items()}  # fmt: skip
     any_gpu = next(iter(layouts().values()))
-    job = job_for(any_gpu, trainers.DEFAULT_JOB, None, None, None, False)
+    job = job_of_file(any_gpu, trainers.DEFAULT_JOB)
     files[DIR / "run/job/job.yaml"] = yaml.safe_dump(job, sort_keys=False)
     files[DIR / "run/job/accelerate.yaml"] = devices.accelerate_default("gpu").read_text()
     return files

@@ -25,7 +25,16 @@ from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, flags, nvidia, options
+from tuning.harness.spec import (
+    devices,
+    flags,
+    job_paths,
+    nvidia,
+    options,
+    preflight,
+    save_interval,
+    timeouts,
+)
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import (
     CONTAINER_UID,
@@ -202,65 +211,67 @@ def pods_of(objects: tuple) -> tuple[str, str, list[Node], str]:
 def register(sub) -> None:
     p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob or TrainJob "
                                     "(and rehearse it)")  # fmt: skip
-    p.add_argument(
-        "--kind",
-        default=JOB_KINDS[0],
-        choices=KINDS,
-        help="pytorchjob (Training Operator V1, default) or trainjob (Trainer v2)",
-    )
-    p.add_argument("--gpus", help="GPUs per pod (default: all visible here; 0 = CPU ranks)")
-    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
-    p.add_argument("--nodes", help="pods: Master + NODES-1 Workers, or NODES TrainJob nodes")
-    p.add_argument("--nproc", help="CPU ranks per pod when GPUS=0 (default 2 in one pod, else 1)")
-    p.add_argument("--name", default="sft", help="the job's name (pods <name>-master-0...)")
-    options.add_job_flags(p)
-    p.add_argument("--max-restarts", help="PyTorchJob backoffLimit; TrainJob maxRestarts")
-    p.add_argument("--restart-policy", choices=kube_restarts.V1_POLICIES,
-                   help="PyTorchJob: Never (default without restarts) | OnFailure | ExitCode "
-                        "(default with MAX_RESTARTS)")  # fmt: skip
-    p.add_argument("--rehearse", action="store_true",
-                   help="then run it here as the operator would: Compose services named as its "
-                        "pods, with the environment it injects")  # fmt: skip
-    p.add_argument("--kill-rank", help="rehearsal: SIGKILL this rank's pod at --kill-at-step; "
-                   "then act as the operator (restarts.json, restarts.md)")  # fmt: skip
-    p.add_argument("--kill-at-step", help="the step to kill it at (default 12)")
-    p.add_argument("--rdzv-timeout", help="rehearsal with a kill: the static rendezvous timeout "
-                   "in seconds (default: TIMEOUT)")  # fmt: skip
-    p.add_argument("--grace", type=float, default=flags.GRACE_S,
-                   help="rehearsal: seconds to wait for peers after a pod fails")  # fmt: skip
-    p.add_argument("--run-id")
+    # KIND (default pytorchjob), NODES, NAME (default sft), RESTART_POLICY (PyTorchJob: Never
+    # without restarts, ExitCode with MAX_RESTARTS), REHEARSE, KILL and AT_STEP (default 12),
+    # RDZV_TIMEOUT (default TIMEOUT), GRACE, and the job's flags: flag_table
     p.set_defaults(fn=main)
 
 
 def main(a: argparse.Namespace) -> int:
     from tuning.harness.commands import kube_rehearse
 
+    kind = a.kind or JOB_KINDS[0]
+    if kind not in KINDS:
+        raise HarnessError(f"KIND={kind} is unknown; use one of {', '.join(KINDS)}")
+    if a.restart_policy and a.restart_policy not in kube_restarts.V1_POLICIES:
+        raise HarnessError(f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
+                           f"{', '.join(kube_restarts.V1_POLICIES)}")  # fmt: skip
+    f = flags.RunFlags.of(a)
+    if f.gpu_names:
+        raise HarnessError(f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
+                           "cluster's scheduler picks a pod's GPUs: GPUS=N per pod")  # fmt: skip
     nodes = flags.int_arg("NODES", a.nodes, 1) or 1
-    gpus = flags.int_arg(
-        "GPUS", a.gpus, 0
-    )  # per pod, on a cluster; unset: as many as this host shows
-    gpus = len(nvidia.visible(nvidia.inventory())) if gpus is None else gpus
-    nproc = flags.int_arg("NPROC", a.nproc, 1) or (2 if nodes == 1 else 1)
-    max_restarts = flags.int_arg("MAX_RESTARTS", a.max_restarts, 0) or 0
-    if a.restart_policy and a.kind == "trainjob":
+    # GPUS per pod, on a cluster; unset: as many as this host shows
+    gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus
+    nproc = f.nproc if a.nproc else (2 if nodes == 1 else 1)  # CPU ranks per pod
+    if a.restart_policy and kind == "trainjob":
         raise HarnessError("RESTART_POLICY is a PyTorchJob's; a TrainJob restarts every pod "
                            "(MAX_RESTARTS = JobSet failurePolicy.maxRestarts)")  # fmt: skip
-    kill = flags.int_arg("KILL", a.kill_rank, 0)
+    kill = flags.int_arg("KILL", a.kill, 0)
     if kill is not None and not a.rehearse:
         raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
-    run_id = options.checked_run_id(a.run_id)
-    runs_root = Path(a.runs).resolve()
-    layout = job_layout(gpus, nproc, nodes, a.cuda, name=a.name, image=a.image, run_id=run_id,
-                        run_dir=str(runs_root / run_id), user=CONTAINER_UID)  # fmt: skip
+    if f.entry:
+        raise HarnessError(
+            f"ENTRY={f.entry} (TRAINER={f.trainer}): a foreign trainer is not "
+            "rendered for a cluster yet; make kube renders this repo's trainer"
+        )
+    run_id = options.checked_run_id(f.run_id)
+    runs_root = Path(f.runs).resolve()
+    layout = job_layout(gpus, nproc, nodes, f.cuda, name=a.name or "sft", image=f.image,
+                        run_id=run_id, run_dir=str(runs_root / run_id),
+                        user=CONTAINER_UID)  # fmt: skip
+    base = options.load_job(Path(f.job), False)
+    model, data = (job_paths.for_cluster(v, getattr(f, v.lower()), base, f"JOB={f.job}")
+                   for v in ("MODEL", "DATA"))  # fmt: skip
+    for src in (model, data):
+        if src.where == "claim":
+            raise HarnessError(f"{src.var}={getattr(f, src.var.lower())}: claims are not "
+                               "rendered yet; name a path inside the image")  # fmt: skip
     # With restarts, every (re)start resumes from the newest checkpoint in /output.
-    job_flags = flags.JobFlags.of(a)
-    job = options.job_from(job_flags, layout, max_restarts > 0)
-    accelerate_config = options.accelerate_config(job_flags, layout)
-    if a.kind == "trainjob":
-        objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), max_restarts)
+    job = options.job_for(layout, base, model, data, f.steps, f.seed, f.timeout,
+                          f.max_restarts > 0)  # fmt: skip
+    accelerate_config = options.accelerate_config(f, layout)
+    if f.config:
+        preflight.check_world_size(accelerate_config, layout.world_size)
+    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    rate = float(a.gpu_hours_per_failure or save_interval.LLAMA3_GPU_HOURS)
+    job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
+                               a.save_advised)  # fmt: skip
+    if kind == "trainjob":
+        objects = kube_trainjob.render(layout, job, accelerate_config.read_text(), f.max_restarts)
         manifest_name = kube_trainjob.MANIFEST
     else:
-        objects = render(layout, job, accelerate_config.read_text(), max_restarts,
+        objects = render(layout, job, accelerate_config.read_text(), f.max_restarts,
                          a.restart_policy)  # fmt: skip
         manifest_name = MANIFEST
     text = dump(*objects)
@@ -270,7 +281,7 @@ def main(a: argparse.Namespace) -> int:
     manifest = run_dir / manifest_name
     manifest.write_text(text)
     per_pod = f"{gpus} x nvidia.com/gpu" if gpus else f"{nproc} CPU rank(s), no GPU"
-    if a.kind == "trainjob":
+    if kind == "trainjob":
         shape = f"numNodes {nodes}; numProcPerNode {layout.per_pod}"
         what = "a ConfigMap, the TrainingRuntime and the TrainJob"
     else:
@@ -279,13 +290,20 @@ def main(a: argparse.Namespace) -> int:
         what = "a ConfigMap and the PyTorchJob"
     print(f"harness: {objects[-1].kind} {layout.name}: {shape} ({per_pod} per pod); "
           f"world size {layout.world_size}; image {layout.image}")  # fmt: skip
+    print(f"harness: model {model.describe()}; data {data.describe()}; accelerate config "
+          f"{accelerate_config}")  # fmt: skip
+    if measured_in:  # what the job measured here, against the cluster's timeouts
+        rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1)
+        t = timeouts.Timeouts.of(job, rdzv, grace_period_s=timeouts.K8S_GRACE_S)
+        timeouts.say(timeouts.check(t, timeouts.measured(measured_in)), "on the cluster")
     print(f"harness: apply with `kubectl apply -f {manifest}` ({what})")
     print(manifest, flush=True)
     if not a.rehearse:
         return 0
     made = pods_of(objects)
     if kill is None:
-        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, a.grace,
+        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, f.grace,
                                          accelerate_config)  # fmt: skip
         return lifecycle.EXIT_CODES.get(summary["status"], 1)
-    return kube_rehearse.rehearse_kill(a, layout, run_dir, objects, made, accelerate_config, kill)
+    return kube_rehearse.rehearse_kill(a, f, layout, run_dir, objects, made, accelerate_config,
+                                       kill)  # fmt: skip

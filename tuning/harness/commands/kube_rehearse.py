@@ -54,24 +54,24 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made: tuple, grac
     return lifecycle.start(spec, on_tick)
 
 
-def rehearse_kill(a, layout: JobLayout, run_dir: Path, objects: tuple, made: tuple,
-                  accelerate_config: Path, rank: int) -> int:  # fmt: skip
+def rehearse_kill(a, f: flags.RunFlags, layout: JobLayout, run_dir: Path, objects: tuple,
+                  made: tuple, accelerate_config: Path, rank: int) -> int:  # fmt: skip
     """The rehearsal with rank `rank`'s pod SIGKILLed at a step; the operator's rules act on
     every pod's exit, and restarts.json / restarts.md record it. The exit code is the job's."""
     kind, image, pods, manifest = made
     if not 0 <= rank < layout.world_size:
         raise HarnessError(f"KILL={rank} is outside the {layout.world_size} rank(s)")
-    timeout = flags.int_arg("TIMEOUT", a.timeout, 1) or int(yaml.safe_load(
+    timeout = f.timeout or int(yaml.safe_load(
         objects[0].data["job.yaml"])["ddp_timeout"])  # fmt: skip
     rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
-    at_step = flags.int_arg("AT_STEP", a.kill_at_step, 1) or 12
+    at_step = flags.int_arg("AT_STEP", a.at_step, 1) or 12
     pods = kube_faults.rehearsal_env(pods, timeout, rdzv)
     rules = kube_restarts.rules(kind, objects[-1] if kind == "PyTorchJob" else objects[1])
     deadline = timeout + rdzv + kube_faults.SLACK_S
     op = kube_faults.Operator(kind, rules, pods, rank, at_step, layout.run_id, deadline)
     # The operator decides when the job ends; the harness's own grace must not cut it first.
     summary = rehearse(layout, run_dir, objects, (kind, image, pods, manifest),
-                       max(a.grace, deadline), accelerate_config, op)  # fmt: skip
+                       max(f.grace, deadline), accelerate_config, op)  # fmt: skip
     rec = kube_faults.record(op, summary, replace(layout, pods=tuple(pods)), run_dir)
     kube_faults.write(run_dir, rec)
     print(f"harness: {kind} with rank {rank}'s pod killed at step {op.kill_step}: "

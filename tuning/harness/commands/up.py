@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+import yaml
+
 from tuning.harness.run import lifecycle, stall
-from tuning.harness.spec import options, preflight
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import flags, options, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
 
 
 def register(sub) -> None:
     p = sub.add_parser("up", help="train one layout to the end")
-    options.add_run_flags(p)
-    p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    p.add_argument("--stall", type=_seconds, default=None,
-                   help="seconds without progress before every rank's stack is dumped "
-                   "(default: max(60, 10 x the median step time); 0: never)")  # fmt: skip
     p.set_defaults(fn=main)
 
 
 def main(a: argparse.Namespace) -> int:
+    # STALL: seconds without progress (default: max(60, 10 x the median step time); 0: never)
+    after = flags.seconds("STALL", a.stall) if a.stall is not None else None
     spec = options.spec_from(RunFlags.of(a))
     if a.dry_run:
         if spec.plan and spec.plan.chosen:
@@ -27,18 +27,23 @@ def main(a: argparse.Namespace) -> int:
         if spec.user_config:  # as a real run checks it, with accelerate's own loader
             preflight.check_accelerate_config(spec.accelerate_config, None)
         lifecycle.dry_run(spec.layout, spec.accelerate_config)
+        # The job every rank reads, as a second YAML document (kube's ConfigMap holds the same)
+        print(f"---\n# {spec.layout.job_dir}/{spec.layout.job_file}: {spec.sources_said()}; "
+              f"accelerate config {spec.accelerate_config}")  # fmt: skip
+        print(yaml.safe_dump(spec.job, sort_keys=False), end="")
         return 0
     # A stalled run prints where every rank is (run/stall.py); it goes on, as it would without.
-    watch = stall.StallWatch(a.stall, spec.summary_extra) if a.stall != 0 else None
+    watch = stall.StallWatch(after, spec.summary_extra) if after != 0 else None
+    limit = after if after is not None else stall.FLOOR_S
+    timeouts.say(timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), None),
+                 "before the run")  # fmt: skip
     summary = lifecycle.start(spec, on_tick=watch)
+    run_dir = spec.runs_root / spec.layout.run_id
+    m = timeouts.measured(run_dir)
+    if m is not None:  # the stall time the watch used: set, or the default from this run's steps
+        steps = [m.median_step_s] if m.median_step_s else []
+        limit = after if after is not None else stall.default_limit(steps)
+        found = timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), m)
+        timeouts.say(found, "what this run measured")
+        runs.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
     return lifecycle.EXIT_CODES.get(summary["status"], 1)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (STALL=120)")
-    return value

@@ -8,9 +8,7 @@ is every file a run writes before its nodes start, which is also what a dry run 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,9 +22,10 @@ from tuning.harness.errors import ROOT, HarnessError, NodeLost
 from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks, preflight, ranks_user
-from tuning.harness.spec.layout import Layout
-from tuning.harness.spec.options import HOST_ASSETS, Spec
+from tuning.harness.spec import gpu_locks, preflight
+from tuning.harness.spec.job_paths import HOST_ASSETS
+from tuning.harness.spec.layout import RUNS_LABEL, Layout
+from tuning.harness.spec.options import Spec
 
 EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
 
@@ -91,6 +90,8 @@ def start(spec: Spec, on_tick=None) -> dict:
     layout = spec.layout
     client = prepare(layout)
     leftovers.reap(client, spec.runs_root)  # runs whose harness died: their GPUs, ports back
+    if client:  # a run id going in another RUNS folder: refused before anything is written
+        engine.refuse_shared_project(client, layout.project, layout.labels[RUNS_LABEL])
     if spec.user_config:
         preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
     held = gpu_locks.take(sorted({g for n in layout.nodes() for g in n.gpu_ids}), layout.run_id)
@@ -114,7 +115,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     for key, text in (spec.job_files or {}).items():
         (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
     if spec.resume_from:
-        _take_checkpoints(spec.resume_from, run_dir / "output", layout)
+        output_dir.take_checkpoints(spec.resume_from, run_dir / "output", layout)
         torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
     for path, text in render(layout, commands).items():
         (run_dir / path).write_text(text)
@@ -125,6 +126,8 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
               f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
               f"{run_dir}")  # fmt: skip
+        if spec.sources:  # what trains, said: never the demo's without a word
+            print(f"harness: {spec.sources_said()}")
     status, details, reason = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
     )
@@ -156,7 +159,7 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
     output = run_dir / "output"
     try:
         nodes.start()
-        failed_at = None
+        failed_at = ended_at = None
         while True:
             metrics = runs.read_metrics(output)
             progress.update(metrics)
@@ -177,6 +180,16 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             if all(code is not None for code in state.values()):
                 status, reason = runs.status_of(state, runs.read_metrics(output))
                 break
+            # Every trainer returned, a node runs on: torchrun's exit takes seconds (20-30 s
+            # throttled); past GRACE a process hung on its way out (destroy_process_group, an
+            # atexit handler) and would hold the run for ever.
+            if len(runs.returned_now(metrics)) == layout.world_size:
+                ended_at = ended_at or time.monotonic()
+                if time.monotonic() - ended_at > grace:
+                    reason = _hung_on_exit(nodes, state, metrics, grace)
+                    break
+            else:
+                ended_at = None
             if failed_at is None and failed:
                 failed_at = time.monotonic()  # peers should fail too; don't wait forever
             if failed_at and time.monotonic() - failed_at > grace:
@@ -212,6 +225,21 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
     return status, details, reason
 
 
+def _hung_on_exit(nodes, state: dict, metrics: dict, grace: float) -> str:
+    """Every rank's trainer returned, a node did not exit: where it hangs, said and kept."""
+    from tuning.harness.run import stacks
+
+    running = sorted(n for n, code in state.items() if code is None)
+    ends = sorted({e.get("status", "?") for e in runs.ends_seen(metrics).values()})
+    taken = stacks.take(nodes, "hung after every rank's trainer returned")
+    where = "; ".join(taken["summaries"]) if taken else "its stacks could not be dumped"
+    reason = (f"{', '.join(running)} still running {grace:.0f} s after every rank's "
+              f"trainer returned (end lines: {', '.join(ends)}): a process hung on its way out "
+              f"({where}); the harness stopped it")  # fmt: skip
+    print(f"harness: {reason}", file=sys.stderr)
+    return reason
+
+
 def _safe(nodes) -> bool:
     try:
         nodes.poll()
@@ -239,34 +267,6 @@ def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0:
     summary.update(extra or {})
     runs.write_json(run_dir / "summary.json", summary)
     return summary
-
-
-def _take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
-    """RESUME: the previous run's checkpoints into this run's output, where the trainer's
-    resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
-    owns it already, else copied (and the copy given to them under root): the earlier run's own
-    files never change owner or mode (a link shares both), and what lands in this run is the
-    ranks' (a user's run: the user's, to delete)."""
-    ranks = ranks_user.ids(layout.user)[0]
-    uid, gid = output_dir.owner(layout)
-    for ckpt in torn.checkpoints(previous / "output"):
-        shutil.copytree(
-            ckpt, output / ckpt.name, copy_function=lambda s, d: _take(s, d, ranks, uid, gid)
-        )
-        for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
-            if uid is not None:
-                os.chown(d, uid, gid)  # new directories, this run's own
-
-
-def _take(src: str, dst: str, ranks: int, uid: int | None, gid: int | None) -> None:
-    if os.stat(src).st_uid == ranks:
-        try:
-            return os.link(src, dst)
-        except OSError:
-            pass  # another file system: copy
-    shutil.copy2(src, dst)
-    if uid is not None:
-        os.chown(dst, uid, gid)
 
 
 def explain_failure(run_dir: Path, summary: dict) -> None:

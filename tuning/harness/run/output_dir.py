@@ -10,8 +10,10 @@ here first.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from tuning import torn
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.ranks_user import ids
@@ -40,3 +42,31 @@ def give(path: Path, layout: Layout) -> None:
     uid, gid = owner(layout)
     if uid is not None:
         os.chown(path, uid, gid)
+
+
+def take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
+    """RESUME: the previous run's checkpoints into this run's output, where the trainer's
+    resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
+    owns it already, else copied (and the copy given to them under root): the earlier run's own
+    files never change owner or mode (a link shares both), and what lands in this run is the
+    ranks' (a user's run: the user's, to delete)."""
+    ranks = ids(layout.user)[0]
+    uid, gid = owner(layout)
+    for ckpt in torn.checkpoints(previous / "output"):
+        shutil.copytree(
+            ckpt, output / ckpt.name, copy_function=lambda s, d: _take(s, d, ranks, uid, gid)
+        )
+        for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
+            if uid is not None:
+                os.chown(d, uid, gid)  # new directories, this run's own
+
+
+def _take(src: str, dst: str, ranks: int, uid: int | None, gid: int | None) -> None:
+    if os.stat(src).st_uid == ranks:
+        try:
+            return os.link(src, dst)
+        except OSError:
+            pass  # another file system: copy
+    shutil.copy2(src, dst)
+    if uid is not None:
+        os.chown(dst, uid, gid)

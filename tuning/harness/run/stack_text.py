@@ -83,3 +83,38 @@ def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
     at = f" at {_where(user)}" if user else ""
     inner = dist["file"][dist["file"].find(_DIST) :]
     return f"rank {rank}: waiting in {dist['func']}{fr}{at} ({inner}:{dist['line']})"
+
+
+# Slow phases a healthy rank can spend minutes in, by the functions on its main thread (the
+# innermost match wins): the HF Trainer's and torch's own names.
+PHASES = (
+    ("saving a checkpoint", {"_save_checkpoint", "save_model", "_save", "save_pretrained",
+                             "_save_optimizer_and_scheduler", "save_state", "save_file"}),
+    ("evaluating", {"evaluate", "evaluation_loop", "prediction_step"}),
+    ("loading the model", {"from_pretrained", "_load_pretrained_model", "load_state_dict",
+                           "load_checkpoint", "_load_from_checkpoint"}),
+    ("preparing the data", {"map", "load_dataset", "tokenize_examples", "load_examples"}),
+    ("in a training step", {"training_step"}),
+)  # fmt: skip
+
+
+def phase(parsed: dict, ident: int | None = None) -> tuple[str, dict] | None:
+    """(phase, its frame) of a rank's main thread, innermost first; None outside them all."""
+    thread = main_thread(parsed, ident)
+    for frame in thread["frames"] if thread else ():
+        for name, funcs in PHASES:
+            if frame["func"] in funcs:
+                return name, frame
+    return None
+
+
+def slow_phases(taken: dict) -> str:
+    """For a stall dump: the ranks found in a slow phase ("rank 0 saving a checkpoint (in
+    _save_checkpoint at trainer.py:3100)"), "" when none is: then it may be a hang."""
+    out = []
+    for r, x in sorted(taken["ranks"].items()):
+        found = phase(x) if x.get("threads") else None
+        if found:
+            name, frame = found
+            out.append(f"rank {r} {name} (in {frame['func']} at {_where(frame)})")
+    return "; ".join(out)

@@ -2,11 +2,12 @@
 rank's stack summary (run/stacks.py) and keep the dump in the run (output/stacks/, and
 summary.json's "stall").
 
-Progress is a new step in the metrics; before a trainer's first step (or for one that logs
-none), any new line in the metrics or any new output in the nodes' logs. The run goes on
-after the dump: a step can be slow and still healthy (a big save, an evaluation), and a truly
-stuck collective ends by its own timeout (ddp_timeout) or by Ctrl-C, as it would without
-the watch; the dump only says where each rank is.
+Progress is a new line in any rank's metrics (a step, a replayed step after a restart, a
+phase before the first step); a node's log output is not (c10d prints rendezvous retries while
+a peer is missing). Exited nodes are past watching; the live ones stay watched. The run goes
+on after the dump: a step can be slow and still healthy (a big save, an evaluation, a long
+first step), and the dump then names that phase from the ranks' stacks; a truly stuck
+collective ends by its own timeout (ddp_timeout) or by Ctrl-C, as it would without the watch.
 """
 
 from __future__ import annotations
@@ -14,79 +15,89 @@ from __future__ import annotations
 import statistics
 import time
 
-from tuning.harness.run import stacks
+from tuning.harness.run import stack_text, stacks
 from tuning.harness.rundirs import runs
 
 FLOOR_S = 60.0  # the default stall time is never below this
-STEPS_PER_STALL = 10  # ... nor below this many median steps
-LOG_EVERY_S = 5.0  # how often the nodes' logs are asked for new output
+STEPS_PER_STALL = 10  # ... nor below this many median gaps between logged steps
 
 
 def default_limit(step_times: list[float]) -> float:
-    """max(FLOOR_S, STEPS_PER_STALL x the median step time measured so far)."""
+    """max(FLOOR_S, STEPS_PER_STALL x the median of `step_times`: the wall time between two
+    logged steps, which is N steps' time for a trainer that logs every N steps)."""
     return max(FLOOR_S, STEPS_PER_STALL * statistics.median(step_times)) if step_times else FLOOR_S
+
+
+def step_gaps(metrics) -> list[float]:
+    """Seconds between successive step lines of each rank (a trainer logging every N steps,
+    fms's logging_steps, shows N steps' time between its lines)."""
+    gaps = []
+    for lines in metrics.values():
+        times = [s["time"] for s in runs.steps(lines) if s.get("time") is not None]
+        gaps += [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
+    return gaps
 
 
 class StallWatch:
     """lifecycle's on_tick for `up`: never stops the run; `summary_extra` gets "stall"."""
 
-    def __init__(self, limit_s: float | None, summary_extra: dict):
+    def __init__(self, limit_s: float | None, summary_extra: dict, clock=time.monotonic):
         self.limit_s, self.extra = limit_s, summary_extra  # limit None: the default
+        self.clock = clock
         self.mark: tuple | None = None  # what progress looked like last
-        self.last = time.monotonic()  # when it last changed
-        self.logs_at = time.time()  # output newer than this is progress
-        self.logs_checked = 0.0
+        self.last = clock()  # when it last changed
         self.dumped = False  # one dump per quiet spell
 
     def limit(self, metrics) -> float:
-        if self.limit_s is not None:
-            return self.limit_s
-        times = [s["step_s"] for lines in metrics.values() for s in runs.steps(lines)
-                 if s.get("step_s") is not None]  # fmt: skip
-        return default_limit(times)
+        return self.limit_s if self.limit_s is not None else default_limit(step_gaps(metrics))
 
-    def progressed(self, metrics, nodes) -> bool:
-        steps = {r: max((s["step"] for s in runs.steps(x)), default=0) for r, x in metrics.items()}
-        lines = sum(map(len, metrics.values()))
-        mark = (steps,) if any(steps.values()) else (steps, lines)
-        moved = mark != self.mark
+    def progressed(self, metrics) -> bool:
+        """Progress is a new line in any rank's metrics: a step (a step replayed after a
+        restart counts: it is new work), or before the first step a phase (imports,
+        rendezvous, model loaded, data ready). A node's log output is not: c10d prints its
+        rendezvous retries for as long as a peer is missing. Until a rank has written its
+        first line the nodes are starting (containers, the launcher), not yet watched."""
+        mark = tuple(sorted((r, len(lines)) for r, lines in metrics.items()))
+        moved = mark != self.mark or not any(n for _, n in mark)
         self.mark = mark
-        if not moved and not any(steps.values()) and self._new_output(nodes):
-            moved = True
         return moved
 
-    def _new_output(self, nodes) -> bool:
-        now = time.time()
-        if now - self.logs_checked < LOG_EVERY_S:
-            return False
-        since, self.logs_checked, self.logs_at = self.logs_at, now, now
-        if hasattr(nodes, "all_containers"):
-            return any(c.logs(since=since) for c in nodes.all_containers())
-        log = nodes.run_dir / "logs/host.log"
-        return log.is_file() and log.stat().st_mtime > since
-
-    def __call__(self, metrics, state, nodes):
-        now = time.monotonic()
-        if self.progressed(metrics, nodes) or any(c is not None for c in state.values()):
-            self.last, self.dumped = now, False  # moving, or ending / restarting: not a stall
+    def due(self, metrics, state) -> float | None:
+        """The quiet time when a dump is due now (None: not yet). Exited nodes are past
+        watching; the live ones are watched still."""
+        now = self.clock()
+        live = [n for n, code in state.items() if code is None]
+        if self.progressed(metrics) or not live:
+            self.last, self.dumped = now, False
             return None
-        quiet, limit = now - self.last, self.limit(metrics)
-        if self.dumped or quiet < limit:
+        quiet = now - self.last
+        if self.dumped or quiet < self.limit(metrics):
             return None
         self.dumped = True
-        how = "set by --stall" if self.limit_s is not None else (
-            f"max({FLOOR_S:.0f} s, {STEPS_PER_STALL} x the median step time)")  # fmt: skip
-        print(f"harness: no rank has made progress for {quiet:.0f} s (stall time {limit:.0f} s, "
+        return quiet
+
+    def __call__(self, metrics, state, nodes):
+        quiet = self.due(metrics, state)
+        if quiet is None:
+            return None
+        limit = self.limit(metrics)
+        how = "set by STALL" if self.limit_s is not None else (
+            f"max({FLOOR_S:.0f} s, {STEPS_PER_STALL} x the median time between logged steps)"
+        )  # fmt: skip
+        print(f"harness: no rank has logged progress for {quiet:.0f} s (stall time {limit:.0f} s, "
               f"{how}); the ranks' stacks follow. The run goes on: the collective timeout "
               "ends a stuck one, Ctrl-C stops it.")  # fmt: skip
-        taken = stacks.take(nodes, f"stalled {quiet:.0f} s")
+        taken = stacks.take(nodes, f"no progress for {quiet:.0f} s")
         if taken is None:
             return None
+        busy = stack_text.slow_phases(taken)
+        if busy:
+            print(f"harness: a slow phase, not necessarily a hang: {busy}")
         first = self.extra.get("stall")
         self.extra["stall"] = first or {
             "quiet_s": round(quiet, 1), "stall_s": round(limit, 1), "set_by": how,
             "time": taken["time"], "dump_s": taken["dump_s"], "summaries": taken["summaries"],
-            "stacks_dir": "output/stacks",
+            "phases": busy, "stacks_dir": "output/stacks",
         }  # fmt: skip
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
         return None

@@ -223,6 +223,13 @@ def ends_seen(metrics: dict[int, list[dict]]) -> dict[int, dict]:
     return out
 
 
+def returned_now(metrics: dict[int, list[dict]]) -> list[int]:
+    """The ranks whose latest start (attempts) has ended: its trainer returned. An end line of
+    an earlier attempt (before a restart) does not count."""
+    latest = {r: attempts(lines)[-1] for r, lines in metrics.items() if lines}
+    return sorted(r for r, xs in latest.items() if any(x.get("event") == "end" for x in xs))
+
+
 def status_of(
     exits: dict[str, int | None], metrics: dict[int, list[dict]]
 ) -> tuple[str, str | None]:

@@ -1,7 +1,7 @@
-"""The flags of a run, typed once into frozen values: `JobFlags` (what every command that
-renders a job takes, kube included) and `RunFlags` (up, bench and fault). Whole numbers and
-sizes are checked here, with the Makefile's variable names in the messages; a command that
-needs a variant (bench's layouts, fault's knobs) makes one with `dataclasses.replace`.
+"""The flags of a job command (up, bench, fault, kube), typed once into a frozen `RunFlags`.
+Which flags exist and who honours them is flag_table.py's; whole numbers and sizes are
+checked here, with the Makefile's variable names in the messages; a command that needs a
+variant (bench's layouts, fault's knobs) makes one with `dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -41,27 +41,19 @@ def memory(raw: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class JobFlags:
-    """STEPS, SEED, TIMEOUT, CONFIG and JOB: the job's flags."""
+class RunFlags:
+    """Every flag of a job command (up, bench, fault, kube: flag_table.JOB), typed; TRAINER's
+    preset filled in. A flag left unset keeps the default here."""
 
     steps: int | None = None
     seed: int | None = None
     timeout: int | None = None
     config: str | None = None
     job: str = str(trainers.DEFAULT_JOB)
-
-    @classmethod
-    def of(cls, a: argparse.Namespace) -> JobFlags:
-        return cls(**_typed(a, cls))
-
-
-@dataclass(frozen=True)
-class RunFlags(JobFlags):
-    """Every flag of a run (options.add_run_flags), typed; TRAINER's preset filled in."""
-
     layout: str = "single"
     network: str = "isolated"
     gpus: int | None = None  # None: every visible GPU (devices.for_host)
+    gpu_names: tuple[str, ...] = ()  # GPUS=device=i,j: these host GPUs (indices or UUIDs)
     cuda: str | None = None
     nproc: int = 2  # CPU ranks when GPUS=0
     model: str | None = None
@@ -90,7 +82,17 @@ _WHOLE = {"steps": ("STEPS", 1), "seed": ("SEED", 0), "timeout": ("TIMEOUT", 1),
 
 
 def _typed(a: argparse.Namespace, cls: type) -> dict:
-    values = {f.name: getattr(a, f.name) for f in fields(cls) if hasattr(a, f.name)}
+    values = {f.name: getattr(a, f.name) for f in fields(cls)
+              if getattr(a, f.name, None) is not None}  # fmt: skip
+    raw = str(values.get("gpus", ""))
+    if raw.startswith(DEVICE):
+        values["gpu_names"] = gpu_names(raw)
+        values["gpus"] = len(values["gpu_names"])
+    elif raw and not re.fullmatch(r"\s*-?[0-9]+\s*", raw):
+        raise HarnessError(
+            f"GPUS={raw!r} is not a whole number (GPUS=2: that many GPUs), nor GPUs by name "
+            f"(GPUS=device={raw.strip()}: nvidia-smi's indices or UUIDs)"
+        )
     for name, (var, minimum) in _WHOLE.items():
         if name in values:
             values[name] = int_arg(var, values[name], minimum)
@@ -99,7 +101,31 @@ def _typed(a: argparse.Namespace, cls: type) -> dict:
             values[name] = values[name] or default
     if "memory" in values:
         values["memory"] = memory(values["memory"])
+    if "grace" in values:
+        values["grace"] = seconds("GRACE", values["grace"])
     return values
+
+
+DEVICE = "device="  # GPUS=device=2,3: docker run --gpus's way to name GPUs, not count them
+
+
+def gpu_names(raw: str) -> tuple[str, ...]:
+    """GPUS=device=i,j,...: the host GPUs named by nvidia-smi index or UUID."""
+    names = tuple(x.strip() for x in raw.removeprefix(DEVICE).split(",") if x.strip())
+    if not names or len(set(names)) != len(names):
+        raise HarnessError(f"GPUS={raw!r} names no GPU, or one twice; e.g. GPUS=device=2,3 "
+                           "(nvidia-smi's indices or UUIDs)")  # fmt: skip
+    return names
+
+
+def seconds(name: str, raw: str | float) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise HarnessError(f"{name}={raw!r} is not a number of seconds >= 0; e.g. {name}=60")
+    return value
 
 
 def _trainer_preset(f: RunFlags) -> RunFlags:

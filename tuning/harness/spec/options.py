@@ -1,13 +1,11 @@
 """Where flag strings become typed values: GPUS, NPROC, paths, the layout, the accelerate
 config, the job and the `Spec` every command starts a run from (up, bench, fault, kube).
 
-The flags themselves (`add_run_flags`, the Makefile's variables) are declared here too, so a
-command that runs jobs takes the same ones and reads them the same way.
+The flags themselves are declared in flag_table.py, once for every command.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from collections.abc import Callable
@@ -19,16 +17,16 @@ import yaml
 from tuning import torn
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, preflight, ranks_user, trainers
+from tuning.harness.spec import devices, job_paths, preflight, ranks_user, trainers
 from tuning.harness.spec.devices import GpuPlan
-from tuning.harness.spec.flags import GRACE_S, JobFlags, RunFlags
-from tuning.harness.spec.layout import IMAGE, KINDS, PORT, Layout, LayoutError, output_dir_of
+from tuning.harness.spec.flags import RunFlags
+from tuning.harness.spec.job_paths import Source
+from tuning.harness.spec.layout import PORT, Layout, LayoutError, output_dir_of
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
 DUMP_BATCHES = "HARNESS_DUMP_BATCHES"  # =1: each rank dumps its batches to output/batches/
 SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
-HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
 RUNS = ROOT / "runs"
 
 
@@ -56,7 +54,7 @@ def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
 def plan_from(f: RunFlags) -> GpuPlan:
     """GPUS, IMAGE and CUDA as the host's GPUs, image, dtype and accelerate default: the one
     place a run's GPUs are decided."""
-    return devices.for_host(f.gpus, f.image, f.cuda)
+    return devices.for_host(f.gpus, f.image, f.cuda, names=f.gpu_names)
 
 
 def threads_per_rank(world_size: int) -> int:
@@ -66,27 +64,21 @@ def threads_per_rank(world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // world_size)
 
 
-def existing(name: str, raw: str | None, kind: str) -> str | None:
-    if not raw:
-        return None
-    path = Path(raw).expanduser().resolve()
-    ok = {"directory": path.is_dir, "file": path.is_file, "file or directory": path.exists}[kind]()
-    if not ok:
-        raise HarnessError(f"{name}={raw}: no such {kind}")
-    return str(path)
-
-
 def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
-                env: Env | None = None) -> Layout:  # fmt: skip
+                env: Env | None = None, model: Source | None = None,
+                data: Source | None = None) -> Layout:  # fmt: skip
     """The run's Layout, made once with all it needs: `env(world size, output dir)` gives the
-    variables a command adds for its ranks (bench's probe, fault's pacing)."""
+    variables a command adds for its ranks (bench's probe, fault's pacing); `model` and `data`
+    where the ranks find them (job_paths; host paths are bound into the containers)."""
     nproc = f.nproc
     ranks = ranks_user.for_ranks(f.layout)  # the invoking user's uid:gid, or 1000 under root
-    model = existing("MODEL", f.model, "directory")
-    data = existing("DATA", f.data, "file or directory")
-    for name, path in (("MODEL", model), ("DATA", data)):
-        ranks_user.check_readable(name, path, ranks["user"], f.layout)
-    preflight.check_model(model)
+    model = model or job_paths.for_run("MODEL", f.model, {}, "JOB", False)
+    data = data or job_paths.for_run("DATA", f.data, {}, "JOB", False)
+    for src in (model, data):
+        if src.where == "host":  # bound into the containers: the ranks must read it
+            ranks_user.check_readable(src.said_by, src.path, ranks["user"], f.layout)
+    if model.where == "host":
+        preflight.check_model(model.path, model.said_by)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
     output = output_dir_of(f.layout, str(run_dir))
     extra = tuple(env(plan.count or nproc, output).items()) if env else ()
@@ -96,8 +88,9 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
         return Layout(
             secrets=secrets, extra_env=extra,
             kind=f.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
+            gpu_uuids=tuple(g.uuid for g in plan.chosen),
             image=plan.image, port=free_port() if f.layout == "host" else PORT,
-            network=f.network, model=model, data=data,
+            network=f.network, model=_host(model), data=_host(data),
             run_dir=str(run_dir), max_restarts=f.max_restarts,
             entry=f.entry, memory=f.memory, pids=f.pids, **ranks,
         )  # fmt: skip
@@ -105,7 +98,11 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
         raise HarnessError(str(e)) from None
 
 
-def accelerate_config(f: JobFlags, layout: Layout) -> Path:
+def _host(src: Source) -> str | None:
+    return src.path if src.where == "host" else None
+
+
+def accelerate_config(f: RunFlags, layout: Layout) -> Path:
     if not f.config:
         return devices.accelerate_default(layout.device)
     path = Path(f.config)
@@ -116,38 +113,50 @@ def accelerate_config(f: JobFlags, layout: Layout) -> Path:
     return path
 
 
-def job_for(layout: Layout, base_job: Path, steps: int | None, seed: int | None,
-            timeout: int | None, resume: bool) -> dict:  # fmt: skip
-    """The trainer's job: the job file, with the layout's paths and the run's flags."""
-    if not base_job.is_file():
+def load_job(path: Path, foreign: bool) -> dict:
+    """The job file as a dict: YAML for this repo's trainer, a foreign trainer's own format
+    (fms: JSON)."""
+    if not path.is_file():
         known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(trainers.CONFIGS.glob("jobs/*")))
-        raise HarnessError(f"JOB={base_job}: no such file; known fixtures: {known}")
-    if layout.entry:  # a foreign trainer's own format (fms: JSON), and it resumes by itself
-        job, resume = trainers.load_job(base_job), False
-    else:
-        job = yaml.safe_load(base_job.read_text()) or {}
+        raise HarnessError(f"JOB={path}: no such file; known fixtures: {known}")
+    if foreign:
+        return trainers.load_job(path)
+    job = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(job, dict):
+        raise HarnessError(f"JOB={path}: must hold a mapping of trainer arguments, not "
+                           f"{type(job).__name__}")  # fmt: skip
+    return job
+
+
+def job_for(layout: Layout, base: dict, model: Source, data: Source, steps: int | None,
+            seed: int | None, timeout: int | None, resume: bool) -> dict:  # fmt: skip
+    """The trainer's job: the job file's, with the paths where the ranks find the model, the
+    data and the output, and the run's flags. A foreign trainer resumes by itself (fms)."""
+    job = dict(base)
     job.setdefault("torch_dtype", devices.DTYPE[layout.device])
-    job.update(
-        model_name_or_path=layout.model_path(str(HOST_ASSETS / "tiny-model")),
-        training_data_path=layout.data_path(str(HOST_ASSETS / "demo.jsonl")),
-        output_dir=layout.output_dir,
-    )
+    job.update(model_name_or_path=job_paths.rank_path(model, layout),
+               training_data_path=job_paths.rank_path(data, layout),
+               output_dir=layout.output_dir)  # fmt: skip
     for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
         if value is not None:
             job[key] = value
-    if resume:
+    if resume and not layout.entry:
         job["resume_from_checkpoint"] = True
     return job
 
 
-def job_from(f: JobFlags, layout: Layout, resume: bool = False) -> dict:
-    """job_for with STEPS, SEED and TIMEOUT from the flags."""
-    return job_for(layout, Path(f.job), f.steps, f.seed, f.timeout, resume)
+def job_of_file(layout: Layout, path: Path, steps: int | None = None, seed: int | None = None,
+                timeout: int | None = None, resume: bool = False) -> dict:  # fmt: skip
+    """job_for of a job file run here with no MODEL or DATA: its own paths, else the demo's."""
+    base = load_job(path, bool(layout.entry))
+    model, data = (job_paths.for_run(v, None, base, f"JOB={path}", bool(layout.entry))
+                   for v in ("MODEL", "DATA"))  # fmt: skip
+    return job_for(layout, base, model, data, steps, seed, timeout, resume)
 
 
 @dataclass
 class Spec:
-    """Everything a run needs, checked: what `run.start` runs for up, bench, fault and kube."""
+    """Everything a run needs, checked: what lifecycle.start runs for up, bench, fault, kube."""
 
     layout: Layout
     job: dict
@@ -167,6 +176,10 @@ class Spec:
     explain: bool = True  # say why ranks failed, from their logs
     quiet: bool = False  # no start, step or closing lines (bench off a terminal: one per run)
     plan: GpuPlan | None = None  # the host GPUs it runs on (devices.for_host)
+    sources: tuple[Source, ...] = ()  # where the ranks find the model and data (job_paths)
+
+    def sources_said(self) -> str:
+        return "; ".join(f"{s.var.lower()} {s.describe()}" for s in self.sources)
 
 
 def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) -> Spec:
@@ -174,10 +187,15 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     plan = plan_from(f)
-    layout = layout_from(f, run_id, runs_root / run_id, plan, env)
+    base = load_job(Path(f.job), bool(f.entry))
+    own_image = bool(f.entry)  # a path not here may be inside the user's own image
+    model, data = (job_paths.for_run(v, getattr(f, v.lower()), base, f"JOB={f.job}", own_image)
+                   for v in ("MODEL", "DATA"))  # fmt: skip
+    layout = layout_from(f, run_id, runs_root / run_id, plan, env, model, data)
     preflight.check_runs_dir(runs_root)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
-    job = job_from(f, layout, bool(f.resume or f.resume_from) or layout.max_restarts > 0)
+    resume = bool(f.resume or f.resume_from) or layout.max_restarts > 0
+    job = job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {f.job}")
         preflight.check_data(layout.data, cfg)
@@ -185,9 +203,13 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     config = accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(config, layout.world_size)
+    extra = {"job_file": str(Path(f.job).resolve()), "model": model.describe(),
+             "data": data.describe()}  # fmt: skip
+    if plan.chosen:
+        extra["gpus"] = plan.record()
     return Spec(layout, job, config, runs_root, f.grace, resume_from=resume_from,
-                user_config=bool(f.config), plan=plan,
-                summary_extra={"gpus": plan.record()} if plan.chosen else {})  # fmt: skip
+                user_config=bool(f.config), plan=plan, sources=(model, data),
+                summary_extra=extra)  # fmt: skip
 
 
 def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
@@ -231,40 +253,3 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def add_job_flags(p: argparse.ArgumentParser) -> None:
-    """The job's flags, shared by every command that renders one (kube included)."""
-    p.add_argument("--steps", help="max_steps")
-    p.add_argument("--seed")
-    p.add_argument("--timeout", help="collective timeout in seconds (ddp_timeout)")
-    p.add_argument("--config", help="accelerate config fixture")
-    p.add_argument("--job", default=str(trainers.DEFAULT_JOB), help="job fixture")
-
-
-def add_run_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of a run, shared by up, bench and fault (the Makefile's variables)."""
-    p.add_argument("--layout", default="single", help=f"one of {', '.join(KINDS)}")
-    p.add_argument("--gpus", help="GPUs to use (default: all visible; 0 = CPU ranks)")
-    p.add_argument("--cuda", help="the GPU image's CUDA: 13.0 (default) or 12.8")
-    p.add_argument("--nproc", help="CPU ranks when GPUS=0 (default 2)")
-    p.add_argument("--model", help="local model directory (default: the tiny model)")
-    p.add_argument("--data", help="training data: a file or directory (default: the demo data)")
-    add_job_flags(p)
-    p.add_argument("--network", default="isolated", help="per-rank: isolated or shared")
-    p.add_argument("--max-restarts")
-    p.add_argument("--resume", action="store_true", help="resume from the last run's checkpoint")
-    p.add_argument("--resume-from", help="resume from this run's newest checkpoint (a run id)")
-    p.add_argument("--grace", type=float, default=GRACE_S,
-                   help="seconds to wait for peers after a rank fails")  # fmt: skip
-    p.add_argument("--run-id")
-    p.add_argument("--trainer", default="harness", help="harness (default) | fms")
-    p.add_argument("--memory", help="memory limit per container (e.g. 8g)")
-    p.add_argument("--pids", help="process limit per container (e.g. 4096)")
-    p.add_argument("--entry", help="module to run in IMAGE, a trainer of your own")
-
-
-def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """What every command takes: where runs live and which image."""
-    p.add_argument("--runs", default=str(RUNS))
-    p.add_argument("--image", default=IMAGE)

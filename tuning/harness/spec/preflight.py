@@ -18,7 +18,7 @@ import yaml
 from tuning.config import ConfigError, SFTConfig, coerce
 from tuning.data import DataError, load_examples
 from tuning.harness.errors import HarnessError
-from tuning.records import describe, needs_datasets, table_columns
+from tuning.records import describe, gc_paused, reader_missing, table_columns
 from tuning.shapes import check_columns
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -38,34 +38,38 @@ def check_job(job: dict, source: str) -> SFTConfig:
         raise HarnessError(f"{e}; fix the job file (JOB=...) or its variable") from None
 
 
-def check_model(path: str | None) -> None:
+def check_model(path: str | None, said: str = "MODEL") -> None:
+    """A model directory on this machine; `said` is what named it (MODEL, the job file)."""
     if not path:
         return
     model = Path(path)
     if not (model / "config.json").is_file():
-        raise HarnessError(f"MODEL={path} has no config.json: not a Hugging Face model dir")
+        raise HarnessError(f"{said}={path} has no config.json: not a Hugging Face model dir")
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         raise HarnessError(
-            f"MODEL={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
+            f"{said}={path} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save one with "
             "tokenizer.save_pretrained(MODEL), or set tokenizer_name_or_path in the job"
         )
 
 
 def check_data(path: str | None, cfg: SFTConfig) -> None:
-    """Every record where this environment reads them (JSON always; the rest with datasets);
-    else a table's columns from its schema (pyarrow), and the rest is the trainer's to check."""
+    """Every record where this environment reads them (JSON always, Parquet and Arrow with
+    pyarrow, text and directories with datasets); else a table's columns from its schema
+    where pyarrow reads it, and the rest is the trainer's to check."""
     if not path:
         return
     fmt = (cfg.dataset_text_field, cfg.response_template, cfg.data_formatter_template)
     try:
-        if not needs_datasets(path) or importlib.util.find_spec("datasets") is not None:
-            load_examples(path, *fmt)
+        missing = reader_missing(path)
+        if missing is None:
+            with gc_paused():
+                load_examples(path, *fmt)
             return
         columns = table_columns(path)
         if columns is not None:
             check_columns(path, columns, *fmt)
         checked = "its columns checked" if columns is not None else "not read here"
-        print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `datasets` in this"
+        print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `{missing}` in this"
               " environment); the trainer checks its records before training")  # fmt: skip
     except DataError as e:
         raise HarnessError(f"DATA: {e}") from None

@@ -1,0 +1,141 @@
+"""Timeouts that fit the job (issue 30, item 4): the run's timeouts against each other and
+against what a run of the job measured, each finding with what goes wrong and the value to set.
+Runs are written as a trainer writes them (metrics lines), then read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from conftest import harness
+
+from tuning.harness.spec import timeouts
+from tuning.harness.spec.timeouts import Measured, Timeouts
+
+
+def a_run(runs: Path, run_id: str, job_file: Path, *, step_s=0.5, save_s=2.0, eval_s=None,
+          joined=(100.0, 100.4)) -> Path:  # fmt: skip
+    """A finished run of `job_file`: two ranks' metrics and its summary."""
+    out = runs / run_id / "output/metrics"
+    out.mkdir(parents=True)
+    for rank, t_join in enumerate(joined):
+        lines = [{"event": "phase", "name": "rendezvous", "rank": rank, "time": t_join}]
+        for step in range(1, 11):
+            t = 100.0 + step
+            lines.append({"event": "step", "rank": rank, "step": step, "step_s": step_s,
+                          "time": t})  # fmt: skip
+            if eval_s is not None and step == 5:
+                lines.append({"event": "evaluation", "rank": rank, "step": 5, "eval_s": eval_s})
+            if step % 5 == 0:
+                lines.append({"event": "checkpoint", "rank": rank, "step": step,
+                              "save_s": save_s, "time": t + save_s})  # fmt: skip
+        (out / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    summary = {"job_file": str(job_file), "steps": 10, "status": "succeeded"}
+    (runs / run_id / "summary.json").write_text(json.dumps(summary))
+    return runs / run_id
+
+
+def test_timeouts_that_fit_say_nothing(tmp_path):
+    m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "job.yaml"))
+    assert (m.median_step_s, m.slowest_step_s, m.save_s, m.rendezvous_spread_s) == (
+        0.5, 0.5, 2.0, 0.4)  # fmt: skip
+    assert timeouts.check(Timeouts.of({"ddp_timeout": 300}, stall_s=60), m) == []
+
+
+def test_a_collective_timeout_shorter_than_the_slowest_save_says_the_value(tmp_path):
+    m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "j", save_s=42.0))
+    (finding,) = timeouts.check(Timeouts.of({"ddp_timeout": 100}), m)
+    assert finding == (
+        "your slowest save took 42.0 s (run r) and the collective timeout is 100 s: ranks "
+        "waiting in the next collective while one rank is that slow (a save a little slower on "
+        "a cluster) time out and the job fails; set TIMEOUT=180 (ddp_timeout)"
+    )
+
+
+def test_the_stall_watch_against_the_collective_timeout_and_a_slow_evaluation(tmp_path):
+    t = Timeouts.of({"ddp_timeout": 60}, stall_s=90)
+    assert timeouts.check(t, None) == [
+        "the stall watch waits 90 s, the collective timeout only 60 s: a stuck collective fails "
+        "the ranks before the watch can say where they are; set STALL=30"
+    ]
+    m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "j", eval_s=75.0))
+    found = timeouts.check(Timeouts.of({}, stall_s=60), m)  # ddp_timeout unset: HF's 1800 s
+    assert found == [
+        "your slowest evaluation took 75.0 s (run r), longer than the stall time 60 s: the "
+        "watch will dump every rank's stack during a healthy evaluation; set STALL=240"
+    ]
+
+
+def test_ranks_that_joined_far_apart_against_the_rendezvous_timeout(tmp_path):
+    m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "j", joined=(100.0, 330.0)))
+    (finding,) = timeouts.check(Timeouts.of({}, rdzv_s=600), m)
+    assert finding.startswith("the ranks joined 230.0 s apart (run r) and the rendezvous waits "
+                              "600 s") and finding.endswith("set RDZV_TIMEOUT=720")  # fmt: skip
+
+
+def test_a_save_longer_than_a_pods_grace_period():
+    m = Measured("r", 4.8, 5.2, 42.0, None, None)
+    (finding,) = timeouts.check(Timeouts.of({}, grace_period_s=30), m)
+    assert finding == (
+        "a preempted pod gets 30 s (terminationGracePeriodSeconds) and your save took 42.0 s "
+        "after a step of 5.2 s (run r): it will be killed mid-save; set "
+        "terminationGracePeriodSeconds: 180 in the pod spec"
+    )
+
+
+def test_kube_warns_from_the_newest_run_of_the_same_job(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"max_steps": 10, "ddp_timeout": 600, "save_steps": 5}))
+    runs = tmp_path / "runs"
+    a_run(runs, "older", job, save_s=50.0)
+    newest = a_run(runs, "newer", job, save_s=41.5)
+    other = a_run(runs, "other-job", tmp_path / "other.yaml", save_s=2.0)
+    import os
+
+    os.utime(newest, (2e9, 2e9))  # newer than both
+    os.utime(other, (2.1e9, 2.1e9))  # the newest of all, but another job
+    out = harness("kube", "--gpus", "0", "--job", str(job), runs=runs)
+    assert out.returncode == 0, out.stderr
+    assert ("harness: timeouts (on the cluster): a preempted pod gets 30 s "
+            "(terminationGracePeriodSeconds) and your save took 41.5 s after a step of 0.5 s "
+            "(run newer): it will be killed mid-save; set terminationGracePeriodSeconds: 180 in "
+            "the pod spec") in out.stdout  # fmt: skip
+
+
+def test_the_save_interval_of_the_issues_example():
+    """Young/Daly: tau = sqrt(2 C M), ETT = 1 - C/tau - (tau/2 + R)/M, worked by hand:
+    M = 50,000 h / 512 = 351,562 s; tau = sqrt(2 x 40 x 351,562) = 5,303 s = 1 h 28 min;
+    ETT = 1 - 40/5,303 - (2,652 + 180)/351,562 = 98.4 %."""
+    from tuning.harness.spec.save_interval import Advice
+
+    advice = Advice(512, 50_000, 40.0, 180.0, 4.8)
+    assert round(advice.tau_s) == 5303 and advice.save_steps == 1105
+    assert advice.sentence() == (
+        "512 GPUs at one failure per 50,000 GPU-hours: a failure every 98 h; your save takes 40 s "
+        "and a restart 3 min: save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT 98.4 %"
+    )
+
+
+def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"max_steps": 10, "save_steps": 5}))
+    runs = tmp_path / "runs"
+    a_run(runs, "measured", job, step_s=4.8, save_s=40.0)
+    args = ("--gpus", "8", "--nodes", "64", "--job", str(job), "--gpu-hours-per-failure", "50000")
+    kept = harness("kube", *args, runs=runs)
+    assert kept.returncode == 0, kept.stderr
+    assert ("harness: save interval: 512 GPUs at one failure per 50,000 GPU-hours: a failure "
+            "every 98 h; your save takes 40 s and a restart 3 min (assumed; run measured measured "
+            "the save and the step): save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT "
+            "98.4 %") in kept.stdout  # fmt: skip
+
+    def rendered_job(out) -> dict:
+        manifest = Path(out.stdout.strip().splitlines()[-1])
+        cm = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ConfigMap")
+        return yaml.safe_load(cm["data"]["job.yaml"])
+
+    assert rendered_job(kept)["save_steps"] == 5  # the user's job as it is, by default
+    taken = harness("kube", *args, "--save-advised", runs=runs)
+    assert taken.returncode == 0, taken.stderr
+    assert rendered_job(taken)["save_steps"] == 1105

@@ -1,0 +1,304 @@
+"""The one table of the harness's flags: every Makefile variable, the flag it becomes, what it
+means, and which commands honour it. Every subcommand's parser takes every flag of the table,
+so a flag a command cannot honour reaches it and is refused by name, with the reason
+(`refuse_unused`), never dropped. The Makefile passes exactly the variables typed on its
+command line (`$(origin)`), so an environment variable that shares a name is never a flag.
+
+Typing the values (whole numbers, sizes, TRAINER's preset) is flags.py's; what they mean for a
+run is options.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+RUN = ("up", "bench", "fault")  # the commands that run a job here
+JOB = (*RUN, "kube")  # ... and the one that renders it for a cluster
+
+
+@dataclass(frozen=True)
+class Flag:
+    var: str  # the Makefile's variable; the flag is --var-in-lower-case
+    help: str
+    commands: tuple[str, ...]
+    metavar: str = ""  # what the value is, in `make help`
+    switch: bool = False  # on or off (DRY_RUN=1); else it takes a value
+    why_not: dict[str, str] = field(default_factory=dict)  # command -> why it is refused there
+
+    @property
+    def option(self) -> str:
+        return "--" + self.var.lower().replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.var.lower()
+
+
+_KUBE_SHAPE = ("a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "
+               "container per pod")  # fmt: skip
+_BENCH_LAYOUTS = "bench runs every layout side by side; choose them with LAYOUTS=single,..."
+_FRESH = "every fault run starts afresh, so that what the fault did is all that happened"
+
+TABLE = (
+    # The job: what trains, the same in every command that runs or renders it.
+    Flag(
+        "JOB", "job file: trainer arguments in YAML (a foreign trainer's: its JSON)", JOB, "file"
+    ),  # fmt: skip
+    Flag(
+        "MODEL",
+        "model directory (default: the job file's model_name_or_path, else the demo's "
+        "tiny model); kube: pvc:<claim>/<path> or a path inside the image",
+        JOB,
+        "dir",
+    ),
+    Flag(
+        "DATA",
+        "training data: a JSON/JSONL/Parquet/Arrow file or a directory of them "
+        "(default: the job file's training_data_path, else the demo data); kube: as MODEL",
+        JOB,
+        "path",
+    ),  # fmt: skip
+    Flag(
+        "CONFIG",
+        "accelerate config (default configs/accelerate/fsdp.yaml; fsdp-cpu.yaml on CPU ranks)",
+        JOB,
+        "file",
+    ),  # fmt: skip
+    Flag("SEED", "seed for init, data order and dropout", JOB, "s"),
+    Flag("STEPS", "training steps (max_steps)", JOB, "k"),
+    Flag("TIMEOUT", "collective timeout in seconds (ddp_timeout)", JOB, "s"),
+    Flag(
+        "TRAINER",
+        "harness (this repo's trainer, default) | fms (fms-hf-tuning 3.2.2 in its own image)",
+        (*JOB, "image"),
+        "name",
+    ),  # fmt: skip
+    Flag(
+        "IMAGE",
+        "the image the ranks run (a trainer of your own: with ENTRY)",
+        (*JOB, "image", "gpus"),
+        "img",
+    ),  # fmt: skip
+    Flag(
+        "ENTRY",
+        "the module of your own IMAGE that trains (README: a trainer of your own)",
+        JOB,
+        "module",
+    ),  # fmt: skip
+    # Where, and how many ranks.
+    Flag(
+        "GPUS",
+        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo), or device=i,j "
+        "(indices or UUIDs: those, busy or not); kube: N per pod",
+        JOB,
+        "N",
+    ),  # fmt: skip
+    Flag("NPROC", "CPU ranks when GPUS=0 (default 2); kube: per pod", JOB, "n"),
+    Flag(
+        "CUDA",
+        "the GPU image's CUDA: 13.0 (default, driver R580+) or 12.8 (R525-R570)",
+        (*JOB, "image", "gpus"),
+        "12.8",
+    ),  # fmt: skip
+    Flag(
+        "LAYOUT",
+        "single (default) | per-rank | host",
+        ("up", "fault"),
+        "name",
+        why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
+    ),  # fmt: skip
+    Flag(
+        "NETWORK",
+        "per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)",
+        ("up", "fault"),
+        "mode",
+        why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
+    ),  # fmt: skip
+    Flag(
+        "MEMORY",
+        "memory limit per container, e.g. 8g (default: none)",
+        RUN,
+        "size",
+        why_not={"kube": "a pod's memory is its requests per rank (kube_pod.py)"},
+    ),  # fmt: skip
+    Flag("PIDS", "process limit per container, e.g. 4096 (default: none)", RUN, "n"),
+    # Restarts and resumes.
+    Flag(
+        "MAX_RESTARTS",
+        "restart the group up to n times, from its newest checkpoint",
+        ("up", "fault", "kube"),
+        "n",
+        why_not={"bench": "a bench measures runs that are not restarted"},
+    ),  # fmt: skip
+    Flag(
+        "RESUME",
+        "resume from RUNS/latest's newest checkpoint (checked and named first)",
+        ("up",),
+        switch=True,
+        why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
+    ),
+    Flag(
+        "RESUME_FROM",
+        "resume from that run's newest checkpoint",
+        ("up",),
+        "id",
+        why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
+    ),
+    Flag(
+        "GRACE",
+        "seconds to wait for peers after a rank fails, and for a node to exit "
+        "once every trainer returned (default 60)",
+        JOB,
+        "s",
+    ),
+    # The run and its record.
+    Flag(
+        "RUN_ID",
+        "the run's id (default: a new one); down, logs, stacks: which run",
+        (*JOB, "down", "logs", "stacks"),
+        "id",
+    ),  # fmt: skip
+    Flag(
+        "DRY_RUN",
+        "print what would run, run nothing",
+        ("up", "bench", "image"),
+        switch=True,
+        why_not={"kube": "kube renders and runs nothing unless REHEARSE=1"},
+    ),  # fmt: skip
+    Flag(
+        "STALL",
+        "dump every rank's stack after s s without progress (default max(60, 10 x step); 0: off)",
+        ("up",),
+        "s",
+    ),  # fmt: skip
+    # bench
+    Flag(
+        "REPEAT",
+        "rounds over the layouts (default 5); auto: until every goal is resolved",
+        ("bench",),
+        "r",
+    ),  # fmt: skip
+    Flag("BUDGET", "REPEAT=auto's time budget: 900s, 15m, 1h (default 15m)", ("bench",), "t"),
+    Flag(
+        "LAYOUTS",
+        "the layouts, comma-separated, in run order (default: all four)",
+        ("bench",),
+        "a,b",
+    ),  # fmt: skip
+    Flag(
+        "THREADS", "OMP_NUM_THREADS of every rank (default: cores // world size)", ("bench",), "n"
+    ),  # fmt: skip
+    # fault
+    Flag("FAULT", "the failure to reproduce (docs/faults.md), or all", ("fault",), "kind"),
+    Flag(
+        "RANK",
+        "the rank to hit (default 1)",
+        ("fault",),
+        "i",
+        why_not={"kube": "the rehearsal kills a pod: KILL=i"},
+    ),  # fmt: skip
+    Flag("AT_STEP", "the step to hit it at (default 12)", ("fault", "kube"), "k"),
+    Flag(
+        "RDZV_TIMEOUT",
+        "seconds ranks wait for a missing peer at start (default TIMEOUT)",
+        ("fault", "kube"),
+        "s",
+    ),  # fmt: skip
+    Flag(
+        "LATE",
+        "late-master: seconds rank 0's node starts after the others (default 10)",
+        ("fault",),
+        "s",
+    ),  # fmt: skip
+    # kube
+    Flag("NODES", "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes", ("kube",), "m"),
+    Flag("NAME", "the job's name (default sft; pods <name>-master-0, ...)", ("kube",), "job"),
+    Flag("KIND", "pytorchjob (default) | trainjob (Trainer v2)", ("kube",), "kind"),
+    Flag(
+        "RESTART_POLICY",
+        "PyTorchJob: Never | OnFailure | ExitCode (MAX_RESTARTS: backoffLimit)",
+        ("kube",),
+        "p",
+    ),  # fmt: skip
+    Flag(
+        "REHEARSE", "also run the job's pods here, as Compose services", ("kube",), switch=True
+    ),  # fmt: skip
+    Flag(
+        "GPU_HOURS_PER_FAILURE",
+        "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
+        "~50,700 GPU-hours)",
+        ("kube",),
+        "h",
+    ),
+    Flag("SAVE_ADVISED", "the rendered job saves at the advised interval", ("kube",), switch=True),
+    Flag(
+        "KILL",
+        "rehearsal: SIGKILL rank i's pod at AT_STEP; the operator's rules act",
+        ("kube",),
+        "i",
+        why_not={"fault": "make fault hits RANK=i with FAULT=kill"},
+    ),
+    # image
+    Flag(
+        "DEVICE", "cpu | gpu: which image (default: gpu when GPUs are visible)", ("image",), "d"
+    ),  # fmt: skip
+    Flag("REBUILD", "build the image even if it is up to date", ("image",), switch=True),
+    # down, ps: this checkout's runs (its RUNS folder), unless ALL=1
+    Flag(
+        "ALL",
+        "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
+        ("down", "ps"),
+        switch=True,
+    ),  # fmt: skip
+)
+BY_VAR = {f.var: f for f in TABLE}
+BY_DEST = {f.dest: f for f in TABLE}
+SWITCHES = tuple(f.var for f in TABLE if f.switch)
+VALUES = tuple(f.var for f in TABLE if not f.switch)
+
+
+def add(p: argparse.ArgumentParser) -> None:
+    """Every flag of the table, unset by default (None, or False for a switch): what a command
+    does with an unset flag is its own default, and a set one it does not honour is refused."""
+    for f in TABLE:
+        if f.switch:
+            p.add_argument(f.option, dest=f.dest, action="store_true", help=f.help)
+        else:
+            p.add_argument(f.option, dest=f.dest, metavar=f.var, help=f.help)
+
+
+def typed(a: argparse.Namespace) -> list[Flag]:
+    """The flags the user set."""
+    return [f for f in TABLE if getattr(a, f.dest, None) not in (None, False)]
+
+
+def refuse_unused(a: argparse.Namespace, command: str) -> None:
+    """A flag set for a command that does not honour it: refused by name, with the reason."""
+    from tuning.harness.errors import HarnessError
+
+    wrong = [f for f in typed(a) if command not in f.commands]
+    if not wrong:
+        return
+    lines = []
+    for f in wrong:
+        where = ", ".join(f"make {c}" for c in f.commands if c != "gpus") or "no make target"
+        why = f.why_not.get(command) or f"it is for {where}"
+        value = "1" if f.switch else getattr(a, f.dest)
+        lines.append(f"{f.var}={value} does not apply to `make {command}`: {why}")
+    raise HarnessError("; ".join(lines) + ". Drop it and run again.")
+
+
+def usage() -> str:
+    """The variables for `make help`: each with what it means and who takes it."""
+    out = ["Variables (typed on make's command line; a target refuses one it does not take):"]
+    for f in TABLE:
+        name = f"{f.var}=1" if f.switch else f"{f.var}={f.metavar}"
+        takes = " ".join(c for c in f.commands if c != "gpus")
+        out.append(f"  {name:<17}{f.help} [{takes}]")
+    out.append(f"  {'RUNS=dir':<17}where runs are recorded (default runs/) [every target]")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # `make help`, with any Python: the table needs no package
+    print(usage())
