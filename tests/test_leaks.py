@@ -40,11 +40,13 @@ def test_running_containers_are_locked_down_and_ctrl_c_cleans_up(tmp_path, harne
         wait_training(tmp_path, run_id, proc)
         found = inspect(run_id)
         assert len(found) == containers
+        # the image's user under root; the user who typed `make up` otherwise (their files)
+        uid, gid = (1000, 1000) if os.geteuid() == 0 else (os.geteuid(), os.getegid())
         for ctr in found:
             host = ctr["HostConfig"]
-            assert ctr["Config"]["User"] == "1000:1000"
-            uid = subprocess.check_output(["docker", "exec", ctr["Id"], "id", "-u"], text=True)
-            assert uid.strip() == "1000"
+            assert ctr["Config"]["User"] == f"{uid}:{gid}"
+            ids = subprocess.check_output(["docker", "exec", ctr["Id"], "id", "-u"], text=True)
+            assert ids.strip() == str(uid)
             assert host["Privileged"] is False and host["CapDrop"] == ["ALL"]
             assert not host["CapAdd"]
             assert "no-new-privileges:true" in host["SecurityOpt"]

@@ -23,7 +23,7 @@ from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks
+from tuning.harness.spec import gpu_locks, ranks_user
 from tuning.harness.spec.layout import Layout
 
 
@@ -179,8 +179,9 @@ def as_a_normal_user(tree: Path):
 
 
 def test_resume_as_a_normal_user_links_and_changes_nothing():
-    """The path every non-root user takes: the earlier run's files are hard-linked, never
-    chowned or chmodded. Under root it runs as uid 65534, so it runs everywhere."""
+    """The path every non-root user takes: the ranks run as the user (ranks_user.for_ranks),
+    the earlier run's files are the user's and are hard-linked, never chowned or chmodded.
+    Under root it runs as uid 65534, so it runs everywhere."""
     tree = Path(tempfile.mkdtemp(prefix="resume-user-"))  # not under root's 0700 pytest dir
     try:
         tree.chmod(0o755)
@@ -192,7 +193,8 @@ def test_resume_as_a_normal_user_links_and_changes_nothing():
             f.chmod(0o600)  # as the Trainer leaves model.safetensors
         with as_a_normal_user(tree):
             before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
-            output_dir.take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+            layout = Layout(kind="single", **ranks_user.for_ranks("single"))
+            output_dir.take_checkpoints(prev, out, layout)
         assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
         taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}
         assert taken == {f.name: f.stat().st_ino for f in files}  # the same inodes: links

@@ -99,6 +99,8 @@ def users(tmp_path, tiny_model, demo_data) -> tuple[Path, Path, Path]:
     model, data = tmp_path / "mine/model", tmp_path / "mine/train.jsonl"
     shutil.copytree(tiny_model, model)
     shutil.copy(demo_data, data)
+    for f in model.iterdir():  # the ranks run as uid 1000 under root; save_pretrained writes 0600
+        f.chmod(0o644)
     return user_job(tmp_path, model, data), model, data
 
 

@@ -19,6 +19,7 @@ from tuning.harness.spec.layout import (
     TMP_DIR,
     launch_files,
 )
+from tuning.harness.spec.ranks_user import ids
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
@@ -149,7 +150,7 @@ def container(layout: JobLayout, name: str, tmp: str = "tmp", **kw):
     """A training container: the launcher with the job's arguments (None: the image's own
     ENTRYPOINT, python -m tuning.launch, as under Compose); `kw` replaces any field."""
     c = k8s()
-    uid, gid = (int(x) for x in layout.user.split(":"))
+    uid, gid = ids(layout.user)
     fields = dict(
         name=name,
         image=layout.image,

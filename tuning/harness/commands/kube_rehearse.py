@@ -25,7 +25,7 @@ from tuning.harness.backends import kube_manifest, kube_restarts
 from tuning.harness.commands import kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle, output_dir
-from tuning.harness.spec import devices, flags, options
+from tuning.harness.spec import devices, flags, options, ranks_user
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import MODEL_DIR, OUTPUT_DIR
 
@@ -51,27 +51,17 @@ def claims_here(layout: JobLayout, runs_root: Path) -> dict:
                 f"by the folder {claim_folder(runs_root, m.claim)}, and {path} is not there; "
                 f"copy it in (cp -r <yours> {path}), or rehearse without the claim"
             )
-        unreadable = unreadable_by(path, *(int(x) for x in layout.user.split(":")))
+        user = ranks_user.for_ranks(layout.kind)["user"]  # who the rehearsal's ranks run as
+        uid, gid = ranks_user.ids(user)
+        unreadable = ranks_user.first_unreadable(path, uid, {gid})
         if unreadable:
             raise HarnessError(
                 f"{m.said_by}=pvc:{m.claim}/{m.path}: {unreadable} in the claim's stand-in is "
-                f"not readable by the ranks' user ({layout.user}), as on a claim whose files "
+                f"not readable by the ranks' user ({user}), as on a claim whose files "
                 f"the pod's fsGroup does not reach; `chmod -R a+rX {path}`"
             )
         here["model" if m.target == MODEL_DIR else "data"] = str(path)
     return here
-
-
-def unreadable_by(path: Path, uid: int, gid: int) -> Path | None:
-    """The first file or folder under `path` that uid:gid cannot read (a folder: list and
-    enter), by its mode bits; None when all can be read."""
-    for p in [path, *sorted(path.rglob("*"))] if path.is_dir() else [path]:
-        st = p.stat()
-        bits = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0  # owner, group, other
-        need = 0o5 if p.is_dir() else 0o4
-        if (st.st_mode >> bits) & need != need:
-            return p
-    return None
 
 
 def empty_dir(run_dir: Path, pod: str) -> Path:
@@ -138,10 +128,12 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: floa
         launch.mkdir()
         for key, text in (maps[-1].data or {}).items():
             (launch / key).write_text(text)
-    # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes
+    # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
+    # the rendered uid 1000 under root; as the user who rehearses it otherwise, who could not
+    # give uid 1000 the output folder, nor delete what it wrote there (spec/ranks_user.py)
     layout = replace(layout, image=made.image, pods=tuple(pods), node_outputs=outputs,
                      launch_dir=launch and str(launch), model=here.get("model"),
-                     data=here.get("data"))  # fmt: skip
+                     data=here.get("data"), **ranks_user.for_ranks(layout.kind))  # fmt: skip
     files = dict(kube_manifest.job_config_map(objects).data or {})
     names = ", ".join(p.name for p in pods)
     banner = (f"harness: rehearsing {made.kind} {layout.name}: "

@@ -1,8 +1,10 @@
-"""A run's output dir, readied for its ranks: theirs to write, as the image's user.
+"""A run's output dir, readied for its ranks: theirs to write.
 
-The ranks run as the image's non-root user and must write their output there. When /output is
-a Docker volume instead (fault disk-full: Layout.output_volume), what the harness follows the
-ranks by (their metrics, fms's step log) is still bound from here, so it is made here first.
+The ranks run as the invoking user (spec/ranks_user.py), who made the folder: it is theirs
+already. Under root they run as the image's user, 1000:1000, and are given it here. When
+/output is a Docker volume instead (fault disk-full: Layout.output_volume), what the harness
+follows the ranks by (their metrics, fms's step log) is still bound from here, so it is made
+here first.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from tuning import torn
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.ranks_user import ids
 
 
 def prepare(output: Path, layout: Layout) -> None:
@@ -30,10 +33,11 @@ def prepare(output: Path, layout: Layout) -> None:
 
 
 def owner(layout: Layout) -> tuple[int | None, int | None]:
-    """The ranks' uid and gid when the harness must give them files (root, containers)."""
-    if layout.kind == "host" or os.geteuid() != 0:
+    """The ranks' uid and gid when the harness must give them files: they are not the harness's
+    own, and the harness is root (the only one who can; a user's runs are the user's)."""
+    uid, gid = ids(layout.user)
+    if uid == os.geteuid() or os.geteuid() != 0:
         return None, None
-    uid, gid = (int(x) for x in layout.user.split(":"))
     return uid, gid
 
 
@@ -46,20 +50,22 @@ def give(path: Path, layout: Layout) -> None:
 def take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
     """RESUME: the previous run's checkpoints into this run's output, where the trainer's
     resume_from_checkpoint=true finds the newest. A file is hard-linked when the ranks' user
-    owns it already, else copied and the copy given to them: the earlier run's own files never
-    change owner or mode (a link shares both)."""
+    owns it already, else copied (and the copy given to them under root): the earlier run's own
+    files never change owner or mode (a link shares both), and what lands in this run is the
+    ranks' (a user's run: the user's, to delete)."""
+    ranks = ids(layout.user)[0]
     uid, gid = owner(layout)
     for ckpt in torn.checkpoints(previous / "output"):
         shutil.copytree(
-            ckpt, output / ckpt.name, copy_function=lambda src, dst: _take(src, dst, uid, gid)
+            ckpt, output / ckpt.name, copy_function=lambda s, d: _take(s, d, ranks, uid, gid)
         )
         for d in [output / ckpt.name, *(p for p in (output / ckpt.name).rglob("*") if p.is_dir())]:
             if uid is not None:
                 os.chown(d, uid, gid)  # new directories, this run's own
 
 
-def _take(src: str, dst: str, uid: int | None, gid: int | None) -> None:
-    if uid is None or os.stat(src).st_uid == uid:
+def _take(src: str, dst: str, ranks: int, uid: int | None, gid: int | None) -> None:
+    if os.stat(src).st_uid == ranks:
         try:
             return os.link(src, dst)
         except OSError:

@@ -142,7 +142,8 @@ class Layout:
     model: str | None = None  # host path of a model dir; None = the image's tiny model
     data: str | None = None  # host path of a data file or directory; None = the demo data
     run_dir: str = "runs/example"  # host path; job/ and output/ live under it
-    user: str = CONTAINER_UID
+    user: str = CONTAINER_UID  # the ranks' uid:gid (spec/ranks_user.py: who runs the harness)
+    login: str | None = None  # their name (USER, LOGNAME) when the image may not know the uid
     max_restarts: int = 0
     extra_env: tuple[tuple[str, str], ...] = ()  # harness variables for the ranks
     # Secrets (HF_TOKEN, ...) travel by NAME: rendered files say `NAME: null`, and Compose
@@ -192,7 +193,7 @@ class Layout:
     def record(self) -> dict:
         """What summary.json says of the layout."""
         return {"layout": self.kind, "network": self.network, "device": self.device,
-                "world_size": self.world_size}  # fmt: skip
+                "world_size": self.world_size, "ranks_user": self.user}  # fmt: skip
 
     @property
     def shared_namespaces(self) -> bool:
@@ -271,8 +272,11 @@ class Layout:
     def container_env(self, node: Node) -> dict[str, str]:
         """The node's environment in its container. per-rank with NETWORK=shared: the ranks
         after rank 0 live in rank 0's network namespace and reach it on loopback. HOME is
-        /tmp: the root is read-only (caches: ~/.cache, ~/.triton)."""
+        /tmp: the root is read-only (caches: ~/.cache, ~/.triton). USER and LOGNAME: the
+        ranks' name, for getpass.getuser() under a uid the image's /etc/passwd lacks."""
         env = {**node.env, "HOME": TMP_DIR}
+        if self.login:
+            env["USER"] = env["LOGNAME"] = self.login
         if self.kind == "per-rank" and self.network == "shared" and node.node_rank:
             env["MASTER_ADDR"] = env["PET_MASTER_ADDR"] = "127.0.0.1"
         return env

@@ -17,7 +17,7 @@ import yaml
 from tuning import torn
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, job_paths, own_trainer, preflight, trainers
+from tuning.harness.spec import devices, job_paths, own_trainer, preflight, ranks_user, trainers
 from tuning.harness.spec.devices import GpuPlan
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import Source
@@ -79,8 +79,12 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     variables a command adds for its ranks (bench's probe, fault's pacing); `model` and `data`
     where the ranks find them (job_paths; host paths are bound into the containers)."""
     nproc = f.nproc
+    ranks = ranks_user.for_ranks(f.layout)  # the invoking user's uid:gid, or 1000 under root
     model = model or job_paths.for_run("MODEL", f.model, {}, "JOB", False)
     data = data or job_paths.for_run("DATA", f.data, {}, "JOB", False)
+    for src in (model, data):
+        if src.where == "host":  # bound into the containers: the ranks must read it
+            ranks_user.check_readable(src.said_by, src.path, ranks["user"], f.layout)
     if model.where == "host":
         preflight.check_model(model.path, model.said_by)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
@@ -97,7 +101,7 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
             image=plan.image, port=free_port() if f.layout == "host" else PORT,
             network=f.network, model=_host(model), data=_host(data),
             run_dir=str(run_dir), max_restarts=f.max_restarts,
-            memory=f.memory, pids=f.pids,
+            memory=f.memory, pids=f.pids, **ranks,
             entry=own and own.entry, src=own and own.src, args=own and own.args,
             recorder_steps=not trainers.logs_own_steps(f.trainer),
         )  # fmt: skip
