@@ -1,10 +1,15 @@
 """The rank recorder (tuning/rank_record.py, mounted as harness_rank) around a foreign trainer
-that returns with its process group still open, as fms 3.2.2 does: real torch, a real gloo
-group of one. Left to interpreter exit, gloo can abort the rank after its training completed
-(SIGABRT, seen once in CI with fms's torch 2.8); the recorder destroys the group first, after a
-trainer that returned 0 only (on a failure its peers may still be inside a collective)."""
+that returns with its process group still open, as fms 3.2.2 does: real torch, real gloo
+groups. The recorder destroys the group after a trainer that returned 0 only (on a failure its
+peers may still be inside a collective), and ends the process without finalizing the
+interpreter (rank_record.leave): a gloo thread that lets go of the trainer's tensors while
+Python 3.11 finalizes aborts the rank after a completed training (SIGABRT, "terminate called
+without an active exception", seen twice in CI with fms's torch 2.8)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 from conftest import free_port, read_metrics, recorder
@@ -40,3 +45,61 @@ def test_no_group_no_close(mounted, tmp_path):
     marker, env = mounted
     assert recorder(env, "cpu").returncode == 0 and marker.exists()
     assert read_metrics(tmp_path / "out", 0)[-1]["closed_group"] is False
+
+
+# Rank 0's last collective is still in gloo's hands when its trainer returns, and gloo's worker
+# thread holds the only references to its tensors (fms: the all_gather of transformers'
+# Trainer.store_flos, seen not yet retired at return). Made certain instead of likely: rank 1
+# joins that all_gather only once rank 0 runs its exit handlers, and the last of them keeps the
+# GIL (foreign calls through ctypes.PyDLL keep it; a 30 s switch interval asks for it late), so
+# the gloo thread, done, waits for the GIL to free the tensors while the interpreter would be
+# finalized next (its decref: pytorch/pytorch#190489's AsyncAllgatherWork path).
+LATE_RELEASE = """import atexit, ctypes, os, sys, time
+import torch, torch.distributed as dist
+marks = os.environ["MARKS"]
+sys.setswitchinterval(30)
+dist.init_process_group("gloo")
+held = dist.group.WORLD  # held elsewhere, as FSDP2 holds fms's group: destroy cannot free it
+if dist.get_rank() == 0:
+    outs = [torch.zeros(4), torch.zeros(4)]
+    work = dist.all_gather(outs, torch.ones(4), async_op=True)
+    del outs, work  # gloo's work holds the only references to these tensors now
+    libc = ctypes.PyDLL(None)
+
+    def exiting():
+        print("exit handlers ran", flush=True)
+        open(os.path.join(marks, "exiting"), "w").close()
+        while libc.access(os.path.join(marks, "joined").encode(), os.F_OK):
+            pass
+        libc.usleep(500000)  # keeps the GIL while the gloo thread asks for it
+
+    atexit.register(exiting)
+else:
+    while not os.path.exists(os.path.join(marks, "exiting")):
+        time.sleep(0.01)
+    dist.all_gather([torch.zeros(4), torch.zeros(4)], torch.ones(4))
+    open(os.path.join(marks, "joined"), "w").close()
+"""
+
+
+def test_a_gloo_thread_still_holding_tensors_at_exit_does_not_abort_the_rank(mounted, tmp_path):
+    _, env = mounted
+    (tmp_path / "user/foreign_trainer.py").write_text(LATE_RELEASE)
+    (tmp_path / "marks").mkdir()
+    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
+           "MARKS": str(tmp_path / "marks"), "HARNESS_DEVICE": "cpu"}  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-m", "harness_rank"], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    (out0, err0), (_, err1) = outs
+    assert "terminate called" not in err0, err0[-3000:]
+    assert [p.returncode for p in procs] == [0, 0], err0[-3000:] + err1[-3000:]
+    assert "exit handlers ran" in out0  # the trainer's atexit handlers still run
+    for rank in (0, 1):
+        end = read_metrics(tmp_path / "out", rank)[-1]
+        assert (end["event"], end["status"], end["closed_group"]) == ("end", "completed", True)
