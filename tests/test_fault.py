@@ -19,8 +19,11 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_save
+from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault import KINDS, LAYOUTS
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds import save_kill as fault_save
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}

@@ -20,7 +20,7 @@ from safetensors import safe_open
 
 from tuning import fs_errors, torn
 from tuning.harness.backends import compose
-from tuning.harness.commands import fault_disk
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
 from tuning.harness.rundirs import runs as run_files
 from tuning.harness.spec.layout import Layout
 

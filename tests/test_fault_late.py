@@ -1,4 +1,5 @@
-"""The late-master fault (commands/fault_late.py): rank 0's node starts LATE s after the others.
+"""The late-master fault (commands/fault_kinds/late_master.py): rank 0's node starts LATE s
+after the others.
 
 Quick tests need no engine: what a waiting node's log says (lines as torch 2.13 writes them,
 taken from a run), the signature of the rendezvous timeout, fault.md's lines, and the refusal
@@ -12,8 +13,9 @@ import json
 import pytest
 from conftest import harness, leftovers
 
-from tuning.harness.commands import fault_late, fault_record
-from tuning.harness.commands.fault_late import Late
+from tuning.harness.commands import fault_record
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds.late_master import Late
 
 # rank1's log from a per-rank run with LATE=40, RDZV_TIMEOUT=8 (torch 2.13, Docker's DNS)
 WAITED = """\

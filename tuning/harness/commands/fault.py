@@ -17,9 +17,12 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.backends import engine, images
-from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_save, fault_write
+from tuning.harness.commands import fault_record, fault_write
 from tuning.harness.commands.fault_follow import Follow
 from tuning.harness.commands.fault_inject import NETEM
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds import save_kill as fault_save
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs

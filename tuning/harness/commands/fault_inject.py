@@ -12,9 +12,10 @@ import time
 
 import docker.errors
 
-from tuning.harness.commands import fault_disk, fault_late
-from tuning.harness.commands.fault_save import KIND as SAVE_KILL
-from tuning.harness.commands.fault_save import files_in, under_way
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds.save_kill import KIND as SAVE_KILL
+from tuning.harness.commands.fault_kinds.save_kill import files_in, under_way
 from tuning.harness.rundirs import runs
 from tuning.harness.spec.layout import NETWORK
 

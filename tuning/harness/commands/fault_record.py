@@ -14,7 +14,10 @@ import statistics
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.commands import fault_disk, fault_late, fault_save, fault_stacks
+from tuning.harness.commands import fault_stacks
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds import save_kill as fault_save
 from tuning.harness.rundirs import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.harness.commands import fault_disk, fault_late, fault_save
+from tuning.harness.commands.fault_kinds import disk_full as fault_disk
+from tuning.harness.commands.fault_kinds import late_master as fault_late
+from tuning.harness.commands.fault_kinds import save_kill as fault_save
 from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 

@@ -1,0 +1,1 @@
+"""The fault kinds, a module per kind or family."""
