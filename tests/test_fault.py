@@ -21,9 +21,7 @@ from conftest import PYTHON, ROOT, harness, leftovers
 from tuning import launch
 from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault import KINDS, LAYOUTS
-from tuning.harness.commands.fault_kinds import disk_full as fault_disk
-from tuning.harness.commands.fault_kinds import late_master as fault_late
-from tuning.harness.commands.fault_kinds import save_kill as fault_save
+from tuning.harness.commands.fault_kinds import disk_full, late_master, save_kill
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
@@ -112,7 +110,7 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
 
 
 # save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
-CASES = [(k, lay) for k in KINDS if k not in (fault_save.KIND, fault_disk.KIND, fault_late.KIND)
+CASES = [(k, lay) for k in KINDS if k not in (save_kill.KIND, disk_full.KIND, late_master.KIND)
          for lay in LAYOUTS]  # fmt: skip
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
@@ -294,7 +292,7 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(lay
     md = rec["_md"]
     assert "while `tmp-checkpoint-20` was being written; files there at the kill: " in md
     assert f"- moved aside before the restart: {moved}; resumed from step 10, 10 step(s) lost" in md
-    assert f"- on a cluster: {fault_save.CLUSTER}" in md.splitlines()
+    assert f"- on a cluster: {save_kill.CLUSTER}" in md.splitlines()
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["torn_checkpoints"] == [moved] and summary["steps"] == steps
     plain = plain_losses(layout, tmp_path, steps)

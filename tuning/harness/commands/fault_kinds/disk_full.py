@@ -14,10 +14,14 @@ import json
 import re
 import tarfile
 import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.backends import images
+from tuning.harness.backends import engine, images
+from tuning.harness.commands.fault_kinds.kind import FAILS, Kind
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import LABEL, OUTPUT_DIR, TORN
 
@@ -143,3 +147,36 @@ def lines(rec: dict) -> list[str]:
         f"- checkpoints left complete: {', '.join(disk['complete']) or 'none'}; torn by the "
         f"failed save (never resumed: tuning/torn.py): {', '.join(disk['torn']) or 'none'}",
     ]
+
+
+def inject(inj, nodes, ctr, pid) -> str | None:
+    """Past AT_STEP, once a checkpoint is complete: fill the volume (every rank's) from `ctr`."""
+    inj.state["filled"] = filled = fill(ctr)
+    inj.when = time.time()  # the fault is in place once the filler is written
+    return how(filled) if filled else None
+
+
+@contextmanager
+def on_volume(spec):
+    """The run's /output on its own volume; once the ranks are gone, what they wrote into the
+    run's dir, then the volume and its keeper are removed."""
+    volume = Volume(engine.client(), spec.layout)
+    spec.layout = replace(spec.layout, output_volume=volume.name)
+    try:
+        yield
+    finally:
+        volume.copy_out(spec.runs_root / spec.layout.run_id / "output")
+        volume.remove()
+
+
+KINDS = (
+    Kind(
+        KIND, 30, inject=inject, pid="never", staged=on_volume, expect=FAILS, cluster=CLUSTER,
+        # it must fail by the full volume, not by anything else
+        goal=lambda rec: bool((rec.get("disk") or {}).get("enospc")) and FAILS.goal(rec),
+        signatures=(("ENOSPC", ENOSPC.pattern),),
+        facts=lambda follow, seen: {"disk": facts(follow.inject.state.get("filled"),
+                                                  seen.ranks, seen.output)},
+        lines=lines,
+    ),
+)  # fmt: skip
