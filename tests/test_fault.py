@@ -62,6 +62,20 @@ def test_rdzv_timeout_reaches_torchrun():
     assert "--rdzv_conf" not in argv
 
 
+def test_layout_unset_is_the_default_single(tmp_path):
+    """`make fault FAULT=partition` with no LAYOUT runs in LAYOUT=single, where partition does
+    not apply: its record says so, with nothing started (no engine needed)."""
+    out = subprocess.run(["make", "--no-print-directory", "fault", "FAULT=partition",
+                          "RUN_ID=no-layout", f"RUNS={tmp_path}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads((tmp_path / "no-layout" / "fault.json").read_text())
+    assert (rec["layout"], rec["status"]) == ("single", "not applicable"), rec
+    assert "harness: fault partition (single): not applicable: every rank of a single " in (
+        out.stdout
+    )
+
+
 # --- on the engine ------------------------------------------------------------------------
 def run_fault(kind: str, layout: str, runs: Path, *extra: str) -> dict:
     out = harness("fault", "--fault", kind, "--layout", layout, "--timeout", str(TIMEOUT),

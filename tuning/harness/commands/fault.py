@@ -46,10 +46,11 @@ def main(a: argparse.Namespace) -> int:
     if a.fault not in (*KINDS, "all"):
         said = f"FAULT={a.fault} is unknown" if a.fault else "FAULT is not set"
         raise HarnessError(f"{said}; use one of {', '.join(KINDS)}, or all")
-    if a.fault != "all" and a.layout not in LAYOUTS:
-        raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {a.layout}")
+    layout = a.layout or RunFlags.layout  # LAYOUT not typed: the default, as for make up
+    if a.fault != "all" and layout not in LAYOUTS:
+        raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {layout}")
     kinds = KINDS if a.fault == "all" else (a.fault,)
-    layouts = LAYOUTS if a.fault == "all" else (a.layout,)
+    layouts = LAYOUTS if a.fault == "all" else (layout,)
     f = RunFlags.of(a)
     base = options.checked_run_id(f.run_id)
     k = _knobs(a, f)
