@@ -69,6 +69,8 @@ def test_the_modules_that_run_a_fault_name_no_kind():
 
 def test_the_table_is_in_its_order_and_refuses_a_kind_without_its_parts():
     assert [TABLE[n].order for n in NAMES] == sorted(TABLE[n].order for n in NAMES)
+    with pytest.raises(TypeError, match="lower-case letters"):
+        Kind("Toy_1", 1, inject=lambda *a: "", expect=FAILS)
     with pytest.raises(TypeError, match="exactly one of inject and due"):
         Kind("toy", 1, expect=FAILS)
     with pytest.raises(TypeError, match="give expect or goal"):

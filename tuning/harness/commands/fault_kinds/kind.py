@@ -6,6 +6,7 @@ fault_record.py and fault_write.py read only these fields; none names a kind.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,8 @@ class Kind:
 
     def __post_init__(self) -> None:
         bad = set(self.not_here) - set(WHERE)
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.name):  # FAULT=all's run ids
+            raise TypeError(f"fault kind {self.name!r}: lower-case letters, digits and '-'")
         if (self.inject is None) == (self.due is None):
             raise TypeError(f"fault kind {self.name}: give exactly one of inject and due")
         if self.expect is None and self.goal is None:
