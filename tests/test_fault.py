@@ -62,6 +62,21 @@ def test_rdzv_timeout_reaches_torchrun():
     assert "--rdzv_conf" not in argv
 
 
+def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
+    """The follow is made before `lifecycle.start` builds the image (minutes on a fresh
+    machine): the ranks' time to reach AT_STEP counts from the first tick, once they run."""
+    from tuning.harness.commands.fault_follow import START_DEADLINE_S, Follow
+
+    knobs = {"rank": 1, "at_step": 12, "timeout_s": TIMEOUT, "world_size": 2}
+    follow = Follow("kill", "per-rank", "rank1", knobs, "r")
+    follow.t0 -= START_DEADLINE_S + 60  # the image took that long to build
+    state = {"rank0": None, "rank1": None}
+    assert follow({}, state, nodes=None) is None and follow.stopped_by is None
+    follow.first_tick -= START_DEADLINE_S + 1  # then the ranks never got to the step
+    assert follow({}, state, nodes=None) == "stop"
+    assert follow.stopped_by == "never reached the step"
+
+
 def test_layout_unset_is_the_default_single(tmp_path):
     """`make fault FAULT=partition` with no LAYOUT runs in LAYOUT=single, where partition does
     not apply: its record says so, with nothing started (no engine needed)."""

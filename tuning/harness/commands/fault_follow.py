@@ -15,7 +15,7 @@ from tuning.harness.commands.fault_stacks import HangStacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
-START_DEADLINE_S = 300  # the target must reach its step by then
+START_DEADLINE_S = 300  # the target must reach its step this long after the first tick
 LONG_DEADLINE_S = 180  # kinds that let the job go on (kind.LONG, SINCE_STEP): fault + this
 
 
@@ -28,6 +28,7 @@ class Follow:
         self.inject = Injector(kind, layout_kind, target, knobs, run_id)
         self.kind = self.inject.kind
         self.t0 = time.time()
+        self.first_tick: float | None = None  # the nodes are up (an image build came before)
         self.injected_at: float | None = None
         self.inject_step: int | None = None
         self.how = ""
@@ -51,6 +52,7 @@ class Follow:
 
     def __call__(self, metrics, state, nodes):
         now = time.time()
+        self.first_tick = self.first_tick or now
         self.nodes = nodes  # stop() dumps the ranks' stacks through it
         for name, code in state.items():
             if code is not None and (name not in self.ended or self.running.get(name)):
@@ -74,7 +76,7 @@ class Follow:
                 self.event(f"injection failed: {e.explanation or e}")
                 self.stopped_by = "injection failed"
                 return "stop"
-            if self.injected_at is None and now - self.t0 > START_DEADLINE_S:
+            if self.injected_at is None and now - self.first_tick > START_DEADLINE_S:
                 self.stopped_by = "never reached the step"
                 return "stop"
             return None
