@@ -39,7 +39,9 @@ CLUSTER = (
 )
 
 # Run in a rank's container: the newest complete checkpoint's size (torn.py's rule), then a
-# filler leaves half of it free. Prints {} while no complete checkpoint exists yet.
+# filler leaves half of it free. Prints {} while no complete checkpoint exists yet, or while a
+# save is under way (fms's unpaced steps save about every 0.7 s here): filled in the middle of a
+# save, its partial files made the room left uneven and the rank's error was not named ENOSPC.
 _FILL = f"""
 import json, os, sys
 sys.path.append(os.path.dirname({TORN!r}))
@@ -49,7 +51,7 @@ except ImportError:
     import torn
 from pathlib import Path
 done = [p for p in torn.checkpoints({OUTPUT_DIR!r}) if torn.missing(p) is None]
-if not done:
+if not done or torn.incomplete({OUTPUT_DIR!r}):
     print("{{}}")
     raise SystemExit
 size = sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
@@ -66,7 +68,8 @@ print(json.dumps({{"checkpoint": done[-1].name, "checkpoint_bytes": size,
 
 
 def fill(ctr) -> dict | None:
-    """Fill the volume from `ctr` (a rank's container); None until a checkpoint is complete."""
+    """Fill the volume from `ctr` (a rank's container); None until a checkpoint is complete
+    and no save is under way."""
     out = ctr.exec_run(["python3", "-c", _FILL])
     text = out.output.decode(errors="replace").strip().splitlines()
     facts = json.loads(text[-1]) if out.exit_code == 0 and text else {}
