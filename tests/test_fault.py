@@ -19,8 +19,9 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness.commands import fault_disk, fault_late, fault_record, fault_save
+from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault import KINDS, LAYOUTS
+from tuning.harness.commands.fault_kinds import disk_full, late_master, save_kill
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
@@ -59,6 +60,35 @@ def test_rdzv_timeout_reaches_torchrun():
     assert argv[argv.index("--rdzv_conf") + 1] == "timeout=17"
     argv, _ = launch.command({k: v for k, v in env.items() if k != "HARNESS_RDZV_TIMEOUT"}, [])
     assert "--rdzv_conf" not in argv
+
+
+def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
+    """The follow is made before `lifecycle.start` builds the image (minutes on a fresh
+    machine): the ranks' time to reach AT_STEP counts from the first tick, once they run."""
+    from tuning.harness.commands.fault_follow import START_DEADLINE_S, Follow
+
+    knobs = {"rank": 1, "at_step": 12, "timeout_s": TIMEOUT, "world_size": 2}
+    follow = Follow("kill", "per-rank", "rank1", knobs, "r")
+    follow.t0 -= START_DEADLINE_S + 60  # the image took that long to build
+    state = {"rank0": None, "rank1": None}
+    assert follow({}, state, nodes=None) is None and follow.stopped_by is None
+    follow.first_tick -= START_DEADLINE_S + 1  # then the ranks never got to the step
+    assert follow({}, state, nodes=None) == "stop"
+    assert follow.stopped_by == "never reached the step"
+
+
+def test_layout_unset_is_the_default_single(tmp_path):
+    """`make fault FAULT=partition` with no LAYOUT runs in LAYOUT=single, where partition does
+    not apply: its record says so, with nothing started (no engine needed)."""
+    out = subprocess.run(["make", "--no-print-directory", "fault", "FAULT=partition",
+                          "RUN_ID=no-layout", f"RUNS={tmp_path}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads((tmp_path / "no-layout" / "fault.json").read_text())
+    assert (rec["layout"], rec["status"]) == ("single", "not applicable"), rec
+    assert "harness: fault partition (single): not applicable: every rank of a single " in (
+        out.stdout
+    )
 
 
 # --- on the engine ------------------------------------------------------------------------
@@ -109,7 +139,7 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
 
 
 # save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
-CASES = [(k, lay) for k in KINDS if k not in (fault_save.KIND, fault_disk.KIND, fault_late.KIND)
+CASES = [(k, lay) for k in KINDS if k not in (save_kill.KIND, disk_full.KIND, late_master.KIND)
          for lay in LAYOUTS]  # fmt: skip
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
@@ -291,7 +321,7 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(lay
     md = rec["_md"]
     assert "while `tmp-checkpoint-20` was being written; files there at the kill: " in md
     assert f"- moved aside before the restart: {moved}; resumed from step 10, 10 step(s) lost" in md
-    assert f"- on a cluster: {fault_save.CLUSTER}" in md.splitlines()
+    assert f"- on a cluster: {save_kill.CLUSTER}" in md.splitlines()
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["torn_checkpoints"] == [moved] and summary["steps"] == steps
     plain = plain_losses(layout, tmp_path, steps)

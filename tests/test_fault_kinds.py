@@ -20,7 +20,7 @@ from safetensors import safe_open
 
 from tuning import fs_errors, torn
 from tuning.harness.backends import compose
-from tuning.harness.commands import fault_disk
+from tuning.harness.commands.fault_kinds import disk_full
 from tuning.harness.rundirs import runs as run_files
 from tuning.harness.spec.layout import Layout
 
@@ -104,7 +104,7 @@ def test_disk_full(trainer, layout, harness_image, tmp_path):
     assert "checkpoint-" in hit["path"]
     # Earlier checkpoints are whole and in the run dir (copied out of the volume): loadable
     output = run_dir / "output"
-    assert disk["complete"] and not (output / fault_disk.FILLER).exists()
+    assert disk["complete"] and not (output / disk_full.FILLER).exists()
     for name in disk["complete"]:
         assert torn.missing(output / name) is None
         with safe_open(output / name / "model.safetensors", "pt") as f:
@@ -113,7 +113,7 @@ def test_disk_full(trainer, layout, harness_image, tmp_path):
     assert len(disk["torn"]) == 1 and disk["torn"][0] not in disk["complete"]
     assert [p.name for p, _ in torn.incomplete(output)] == disk["torn"]
     md = (run_dir / "fault.md").read_text().splitlines()
-    assert f"- on a cluster: {fault_disk.CLUSTER}" in md
+    assert f"- on a cluster: {disk_full.CLUSTER}" in md
     assert any(x.startswith(f"- disk: rank {hit['rank']}: ENOSPC (errno 28) writing ") for x in md)
     assert Path(run_dir / "output" / "metrics").is_dir()
 

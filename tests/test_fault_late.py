@@ -1,4 +1,5 @@
-"""The late-master fault (commands/fault_late.py): rank 0's node starts LATE s after the others.
+"""The late-master fault (commands/fault_kinds/late_master.py): rank 0's node starts LATE s
+after the others.
 
 Quick tests need no engine: what a waiting node's log says (lines as torch 2.13 writes them,
 taken from a run), the signature of the rendezvous timeout, fault.md's lines, and the refusal
@@ -12,8 +13,9 @@ import json
 import pytest
 from conftest import harness, leftovers
 
-from tuning.harness.commands import fault_late, fault_record
-from tuning.harness.commands.fault_late import Late
+from tuning.harness.commands import fault_record
+from tuning.harness.commands.fault_kinds import late_master
+from tuning.harness.commands.fault_kinds.late_master import Late
 
 # rank1's log from a per-rank run with LATE=40, RDZV_TIMEOUT=8 (torch 2.13, Docker's DNS)
 WAITED = """\
@@ -41,7 +43,7 @@ def test_the_rendezvous_timeout_is_named():
 def test_what_the_waiting_nodes_saw_is_counted():
     late = Late("rank0", 40)
     late.seen = [(101.0, "name not resolved (Temporary failure in name resolution)")]
-    facts = fault_late.facts(late, 100.0, {"rank0": "", "rank1": WAITED + RETRIED}, {}, 135.16)
+    facts = late_master.facts(late, 100.0, {"rank0": "", "rank1": WAITED + RETRIED}, {}, 135.16)
     assert facts == {
         "late_s": 40, "master_started_t": None, "first_step_t": None, "job_end_t": 35.16,
         "peers_saw": {"rank1": {
@@ -54,7 +56,7 @@ def test_what_the_waiting_nodes_saw_is_counted():
                                                "resolution)"}],
     }  # fmt: skip
     rec = {"late": facts, "rdzv_timeout_s": 8}
-    assert fault_late.lines(rec) == [
+    assert late_master.lines(rec) == [
         "- late master: 40 s late (RDZV_TIMEOUT=8 s); rank0 never started: the other nodes had "
         "given up; the job ended at t=35.16 s without a step",
         "- the other nodes' logs: rank1: 1 name not resolved, 1 connect retries, 1 connect "
@@ -67,9 +69,9 @@ def test_single_is_refused_with_the_reason(tmp_path):
     out = harness("fault", "--fault", "late-master", "--layout", "single", runs=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads((tmp_path / "latest" / "fault.json").read_text())
-    assert rec["status"] == "not applicable" and rec["reason"] == fault_late.SINGLE
+    assert rec["status"] == "not applicable" and rec["reason"] == late_master.SINGLE
     assert rec["rank"] == 0
-    assert f"late-master (single): not applicable: {fault_late.SINGLE}" in out.stdout
+    assert f"late-master (single): not applicable: {late_master.SINGLE}" in out.stdout
 
 
 # --- on the engine ------------------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_late_master(case, harness_image, tmp_path):
     late, ranks = rec["late"], {x["rank"]: x for x in rec["ranks"]}
     saw = late["peers_saw"]["rank1"]
     md = (run_dir / "fault.md").read_text().splitlines()
-    assert f"- on a cluster: {fault_late.CLUSTER}" in md
+    assert f"- on a cluster: {late_master.CLUSTER}" in md
     assert any(x.startswith("- the other nodes' logs: ") for x in md)
     saw_there = [x["saw"] for x in late["waiting_node_saw"]]
     # Before rank0's container exists its name does not resolve (Docker's DNS: EAI_AGAIN)
@@ -114,7 +116,7 @@ def test_late_master(case, harness_image, tmp_path):
     )
     if case.startswith("recovers"):
         # the port accepted once rank0's torchrun listened; the group trained from then on
-        assert saw_there[-1] == fault_late.ACCEPTS and saw["connect timeouts"] == 0
+        assert saw_there[-1] == late_master.ACCEPTS and saw["connect timeouts"] == 0
         assert late["master_started_t"] is not None
         assert late["first_step_t"] > late["master_started_t"]
         assert rec["outcome"] == "finished" and rec["steps_reached"] == 20
@@ -122,7 +124,7 @@ def test_late_master(case, harness_image, tmp_path):
         assert any("no hang detected" in x for x in md), md
     else:
         # rank1 gave up at the rendezvous timeout; rank0 was never started after that
-        assert saw["connect timeouts"] == 1 and fault_late.ACCEPTS not in saw_there
+        assert saw["connect timeouts"] == 1 and late_master.ACCEPTS not in saw_there
         assert ranks[1]["signature"] == "rendezvous timeout" and ranks[1]["exit_code"] == 1
         assert late["master_started_t"] is None and ranks[0]["exit_code"] is None
         assert late["first_step_t"] is None and rec["outcome"] in ("failed fast", "failed slowly")

@@ -64,7 +64,7 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
     harness = ROOT / "tuning/harness"
     readers = set()
     for path in harness.rglob("*.py"):
-        if path.parent.name == "commands":
+        if path.relative_to(harness).parts[0] == "commands":  # and its sub-packages
             continue
         for n in ast.walk(ast.parse(path.read_text())):
             if (isinstance(n, ast.Attribute) and n.attr == "network") or (

@@ -9,22 +9,26 @@ import docker.errors
 
 from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault_inject import Injector
-from tuning.harness.commands.fault_record import HANG_KINDS, SIGNAL_KINDS, SLACK_S
+from tuning.harness.commands.fault_kinds.kind import SHORT, SINCE_STEP
+from tuning.harness.commands.fault_record import SLACK_S
 from tuning.harness.commands.fault_stacks import HangStacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
-START_DEADLINE_S = 300  # the target must reach its step by then
-LONG_DEADLINE_S = 180  # kinds that let the job go on (slow, term, preempt): fault + this
+START_DEADLINE_S = 300  # the target must reach its step this long after the first tick
+LONG_DEADLINE_S = 180  # kinds that let the job go on (kind.LONG, SINCE_STEP): fault + this
 
 
 class Follow:
-    """The on_tick of a fault run: waits for the step, injects, watches, decides when to stop."""
+    """The on_tick of a fault run: waits for the step, injects, watches, decides when to stop.
+    What it does for each kind is the kind's (fault_kinds/): `kind` names one."""
 
     def __init__(self, kind: str, layout_kind: str, target: str, knobs: dict, run_id: str):
-        self.kind, self.rank, self.timeout = kind, knobs["rank"], knobs["timeout_s"]
+        self.rank, self.timeout = knobs["rank"], knobs["timeout_s"]
         self.inject = Injector(kind, layout_kind, target, knobs, run_id)
+        self.kind = self.inject.kind
         self.t0 = time.time()
+        self.first_tick: float | None = None  # the nodes are up (an image build came before)
         self.injected_at: float | None = None
         self.inject_step: int | None = None
         self.how = ""
@@ -48,6 +52,7 @@ class Follow:
 
     def __call__(self, metrics, state, nodes):
         now = time.time()
+        self.first_tick = self.first_tick or now
         self.nodes = nodes  # stop() dumps the ranks' stacks through it
         for name, code in state.items():
             if code is not None and (name not in self.ended or self.running.get(name)):
@@ -71,7 +76,7 @@ class Follow:
                 self.event(f"injection failed: {e.explanation or e}")
                 self.stopped_by = "injection failed"
                 return "stop"
-            if self.injected_at is None and now - self.t0 > START_DEADLINE_S:
+            if self.injected_at is None and now - self.first_tick > START_DEADLINE_S:
                 self.stopped_by = "never reached the step"
                 return "stop"
             return None
@@ -85,20 +90,15 @@ class Follow:
     def watch(self, metrics, state, nodes, now: float):
         if self.finished_at:
             return None
-        if self.inject.late and (started := self.inject.late.tick(nodes, now)):
-            self.event(started)
+        if self.kind.tick:  # the kind's own work after the fault (start a held node, thaw)
+            self.kind.tick(self, metrics, nodes, now)
         newest = max(
             (x["step"] for lines in metrics.values() for x in runs.steps(lines)), default=0
         )
         if newest > self.last_step_seen[0]:
             self.last_step_seen = (newest, now)
         self.hang_stacks.tick(self, nodes, now)
-        if self.kind == "no-show" and self.inject.heals and self.peer_ended(metrics):
-            # The peers gave up; thaw the frozen rank so its launcher can stop it (a frozen
-            # process ignores SIGTERM, and torchrun would wait 30 s before SIGKILL).
-            self.event("a peer gave up at rendezvous; the frozen rank is released")
-            self.inject.release()
-        if self.kind in HANG_KINDS and self.detected_at is None:
+        if self.kind.hangs and self.detected_at is None:
             why = self.hang(metrics, now)
             if why:
                 self.detected_at = now
@@ -107,7 +107,7 @@ class Follow:
                 return self.stop()
         done = self.done_ranks(metrics)
         if (
-            self.kind != "slow"  # a throttled launcher is slow to exit, not stuck
+            not self.kind.slow_exit
             and len(done) == self.world_size
             and now - max(done.values()) > LINGER_S
         ):
@@ -116,14 +116,10 @@ class Follow:
             self.event(f"every rank ended {LINGER_S} s ago but a launcher still runs; stopping it")
             self.stopped_by = "launcher lingered"
             return self.stop()
-        long = self.kind in ("slow", "late-master", *SIGNAL_KINDS) or self.max_restarts > 0
-        # slow: the run is expected to go on, only slower; its deadline runs from its newest
-        # step, so a throttled rank's pace (1-4 s a step here, by load) never cuts it short.
-        since = (
-            max(self.injected_at, self.last_step_seen[1])
-            if self.kind == "slow"
-            else self.injected_at
-        )
+        long = self.kind.deadline != SHORT or self.max_restarts > 0
+        since = self.injected_at
+        if self.kind.deadline == SINCE_STEP:  # the run goes on, slower: from its newest step
+            since = max(self.injected_at, self.last_step_seen[1])
         deadline = since + (LONG_DEADLINE_S if long else self.timeout + SLACK_S)
         if now > deadline:
             self.event(f"deadline (fault + {deadline - self.injected_at:.0f} s): stopping")

@@ -4,36 +4,27 @@ fault.md, the same, readable).
 Per rank: its last step, when it ended, exit code, signal, OOM flag and the error signature
 found in its end line or its log. For the run: the outcome, fault-to-end time against the
 bound (TIMEOUT + 15 s), what a cluster's default timeouts would make of it, what was left
-behind and which checkpoints survive.
+behind and which checkpoints survive. What a kind adds (its signatures, facts, goal, cluster
+line) is its own (fault_kinds/).
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 from tuning import torn
-from tuning.harness.commands import fault_disk, fault_late, fault_save, fault_stacks
+from tuning.harness.commands import fault_stacks
+from tuning.harness.commands.fault_kinds import TABLE
 from tuning.harness.rundirs import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
-FAIL_KINDS = (
-    "kill",
-    "save-kill",
-    "crash",
-    "partition",
-    "oom",
-    "no-show",
-    "disk-full",
-)  # must end within the bound
-HANG_KINDS = ("pause", "delay", "loss")  # must be detected as a hang within the bound
-SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint after the fault
 
-# (label, pattern) in the order they are looked for; the first match is a rank's signature.
+# (label, pattern) in the order they are looked for; the first match is a rank's signature:
+# the kinds' own (an injected crash, ENOSPC), then what any fault can leave.
 SIGNATURES = [
-    ("injected crash", r"injected crash"),
-    ("ENOSPC", fault_disk.ENOSPC.pattern),
+    *(sig for kind in TABLE.values() for sig in kind.signatures),
     ("process-group timeout", r"wait timeout after \d+ms, keys"),
     (
         "rendezvous timeout",
@@ -80,7 +71,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         for r in node.ranks:
             ranks.append(_rank(r, node, d, log, failures, metrics.get(r, []), follow, t0))
     job_end = max([*follow.ended.values(), follow.finished_at or 0]) or None
-    outcome = _outcome(base["kind"], follow, ranks, fault_at, job_end, base["timeout_s"])
+    outcome = _outcome(follow, ranks, fault_at, job_end, base["timeout_s"])
     restarts = summary.get("restarts") or []
     if outcome == "finished" and restarts and summary.get("status") == "succeeded":
         outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
@@ -110,20 +101,15 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "timeline": follow.timeline,
         "leftovers": left,
         "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
-        "on_a_cluster": _cluster_cost(ranks, base),
+        "on_a_cluster": follow.kind.cluster or _cluster_cost(ranks, base),
     }
     timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
     record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
-    if base["kind"] == fault_save.KIND:
-        record["save"] = fault_save.facts(follow.inject.at_kill, run_dir / "output",
-                                          follow.inject_step)  # fmt: skip
-    if base["kind"] == fault_disk.KIND:
-        record["disk"] = fault_disk.facts(follow.inject.filled, ranks, run_dir / "output")
-    if follow.inject.late:
-        record["late"] = fault_late.facts(follow.inject.late, t0, logs, metrics, job_end)
-    if base["kind"] == "slow":
-        record["slowdown"] = _slowdown(metrics, fault_at)
-    record["goal_met"] = _goal(record)
+    if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
+        seen = SimpleNamespace(output=run_dir / "output", ranks=ranks, logs=logs,
+                               metrics=metrics, job_end=job_end)  # fmt: skip
+        record.update(follow.kind.facts(follow, seen))
+    record["goal_met"] = follow.kind.met(record)
     return record
 
 
@@ -171,7 +157,7 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
     }
 
 
-def _outcome(kind, follow, ranks, fault_at, job_end, timeout) -> str:
+def _outcome(follow, ranks, fault_at, job_end, timeout) -> str:
     if fault_at is None:
         return f"not injected ({follow.stopped_by or 'the run ended first'})"
     if follow.stopped_by == "hang detected":
@@ -188,28 +174,6 @@ def _outcome(kind, follow, ranks, fault_at, job_end, timeout) -> str:
     return "failed slowly"
 
 
-def _goal(rec: dict) -> bool | None:
-    kind, outcome, left = rec["kind"], rec["outcome"], not rec["leftovers"]
-    bound = rec["bound_s"]
-    if rec.get("max_restarts") and kind in ("kill", "save-kill", "crash"):
-        return left and outcome == "recovered" and rec["steps_reached"] == rec["steps"]
-    if kind == fault_late.KIND:
-        return fault_late.goal(rec)
-    if kind == fault_disk.KIND and not (rec.get("disk") or {}).get("enospc"):
-        return False  # it must fail by the full volume, not by anything else
-    if kind in FAIL_KINDS:
-        return left and outcome == "failed fast" and rec["fault_to_end_s"] <= bound
-    if kind in HANG_KINDS:
-        t = rec["hang_detected_s"] if rec["hang_detected_s"] is not None else rec["fault_to_end_s"]
-        return left and outcome in ("hung (detected)", "failed fast") and t <= bound
-    if kind in SIGNAL_KINDS:
-        after = [c for c in rec["checkpoints"] if not c["before_fault"] and c["complete"]]
-        return left and outcome == "preempted" and bool(after)
-    if kind == "slow":
-        return left and outcome == "finished"
-    return None
-
-
 def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
     saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
              if x.get("event") == "checkpoint"}  # fmt: skip
@@ -223,36 +187,10 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
     return out
 
 
-def _slowdown(metrics, fault_at) -> dict:
-    """Median step time per rank before and after the fault, and their ratio."""
-    out = {}
-    for r, lines in metrics.items():
-        st = runs.steps(lines)
-        before = [x["step_s"] for x in st if fault_at and x["time"] < fault_at and x["step"] > 2]
-        after = [x["step_s"] for x in st if fault_at and x["time"] > fault_at + 1]
-        b = statistics.median(before) if before else None
-        a = statistics.median(after) if after else None
-        out[str(r)] = {"step_s_before": b, "step_s_after": a,
-                       "ratio": round(a / b, 2) if a and b else None}  # fmt: skip
-    return out
-
-
 def _cluster_cost(ranks, base) -> str:
+    """What the same fault costs on a cluster with default timeouts, by the ranks' signatures
+    (a kind whose cost does not follow from them says its own: Kind.cluster)."""
     sigs = {x["signature"] for x in ranks}
-    if base["kind"] in SIGNAL_KINDS:
-        return (
-            "the ranks agree to stop at the next step and checkpoint; Kubernetes gives a "
-            "pod 30 s (terminationGracePeriodSeconds) before SIGKILL, so the step time plus "
-            "the save must fit in it"
-        )
-    if base["kind"] == fault_save.KIND:
-        return fault_save.CLUSTER
-    if base["kind"] == fault_disk.KIND:
-        return fault_disk.CLUSTER
-    if base["kind"] == fault_late.KIND:
-        return fault_late.CLUSTER
-    if base["kind"] == "slow":
-        return "no timeout is involved: every rank runs at the pace of the slowest"
     if "rendezvous timeout" in sigs:
         return (
             f"peers gave up after RDZV_TIMEOUT={base['rdzv_timeout_s']} s; with "

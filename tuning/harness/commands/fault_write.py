@@ -1,12 +1,12 @@
 """fault.json and fault.md of one fault run, and the matrix of `--fault all`, from the
-records fault_record.py builds."""
+records fault_record.py builds; a kind's own lines are its (fault_kinds/: Kind.lines, table)."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
 
-from tuning.harness.commands import fault_disk, fault_late, fault_save
+from tuning.harness.commands.fault_kinds import TABLE
 from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
@@ -30,6 +30,7 @@ def markdown(rec: dict) -> str:
     head = f"# Fault `{rec['kind']}` on rank {rec['rank']}, layout {rec['layout']}\n\n"
     if rec.get("reason"):
         return head + f"**{rec['status']}**: {rec['reason']}\n"
+    kind = TABLE[rec["kind"]]
     lines = [
         head + f"- run `{rec['run_id']}`, {rec['world_size']} ranks, TIMEOUT={rec['timeout_s']} s, "
         f"RDZV_TIMEOUT={rec['rdzv_timeout_s']} s, "
@@ -47,9 +48,7 @@ def markdown(rec: dict) -> str:
             else f"hang detected after {rec['hang_detected_s']} s"
         )
         + f", bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
-        *fault_save.lines(rec),
-        *fault_disk.lines(rec),
-        *fault_late.lines(rec),
+        *(kind.lines(rec) if kind.lines else []),
         f"- on a cluster: {rec['on_a_cluster']}",
         *([trainer_line(rec)] if rec.get("trainer") else []),
         f"- left behind: {', '.join(rec['leftovers']) or 'nothing'}",
@@ -69,14 +68,7 @@ def markdown(rec: dict) -> str:
         lines.append(f"| {x['rank']} | {x['node']} | {x['last_step']} ({x['last_step_t']}) | "
                      f"{x['end_t']} | {x['ended_by']} | {x['exit_code']} | {x['signal']} | "
                      f"{x['oom_killed']} | {x['end_status']} | {x['signature']} |")  # fmt: skip
-    if rec.get("slowdown"):
-        lines += [
-            "",
-            "| rank | step s before | step s after | ratio |",
-            "| --- | --- | --- | --- |",
-        ]
-        for r, s in rec["slowdown"].items():
-            lines.append(f"| {r} | {s['step_s_before']} | {s['step_s_after']} | {s['ratio']} |")
+    lines += kind.table(rec) if kind.table else []
     lines += stacks.markdown(rec["stacks"]) if rec.get("stacks") else []
     lines += ["", "## Timeline (s since start)", ""]
     lines += [f"- {e['t']:7.2f}  {e['event']}" for e in rec["timeline"]]

@@ -14,10 +14,14 @@ import json
 import re
 import tarfile
 import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.backends import images
+from tuning.harness.backends import engine, images
+from tuning.harness.commands.fault_kinds.kind import FAILS, Kind
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import LABEL, OUTPUT_DIR, TORN
 
@@ -35,7 +39,9 @@ CLUSTER = (
 )
 
 # Run in a rank's container: the newest complete checkpoint's size (torn.py's rule), then a
-# filler leaves half of it free. Prints {} while no complete checkpoint exists yet.
+# filler leaves half of it free. Prints {} while no complete checkpoint exists yet, or while a
+# save is under way (fms's unpaced steps save about every 0.7 s here): filled in the middle of a
+# save, its partial files made the room left uneven and the rank's error was not named ENOSPC.
 _FILL = f"""
 import json, os, sys
 sys.path.append(os.path.dirname({TORN!r}))
@@ -45,7 +51,7 @@ except ImportError:
     import torn
 from pathlib import Path
 done = [p for p in torn.checkpoints({OUTPUT_DIR!r}) if torn.missing(p) is None]
-if not done:
+if not done or torn.incomplete({OUTPUT_DIR!r}):
     print("{{}}")
     raise SystemExit
 size = sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
@@ -62,7 +68,8 @@ print(json.dumps({{"checkpoint": done[-1].name, "checkpoint_bytes": size,
 
 
 def fill(ctr) -> dict | None:
-    """Fill the volume from `ctr` (a rank's container); None until a checkpoint is complete."""
+    """Fill the volume from `ctr` (a rank's container); None until a checkpoint is complete
+    and no save is under way."""
     out = ctr.exec_run(["python3", "-c", _FILL])
     text = out.output.decode(errors="replace").strip().splitlines()
     facts = json.loads(text[-1]) if out.exit_code == 0 and text else {}
@@ -143,3 +150,36 @@ def lines(rec: dict) -> list[str]:
         f"- checkpoints left complete: {', '.join(disk['complete']) or 'none'}; torn by the "
         f"failed save (never resumed: tuning/torn.py): {', '.join(disk['torn']) or 'none'}",
     ]
+
+
+def inject(inj, nodes, ctr, pid) -> str | None:
+    """Past AT_STEP, once a checkpoint is complete: fill the volume (every rank's) from `ctr`."""
+    inj.state["filled"] = filled = fill(ctr)
+    inj.when = time.time()  # the fault is in place once the filler is written
+    return how(filled) if filled else None
+
+
+@contextmanager
+def on_volume(spec):
+    """The run's /output on its own volume; once the ranks are gone, what they wrote into the
+    run's dir, then the volume and its keeper are removed."""
+    volume = Volume(engine.client(), spec.layout)
+    spec.layout = replace(spec.layout, output_volume=volume.name)
+    try:
+        yield
+    finally:
+        volume.copy_out(spec.runs_root / spec.layout.run_id / "output")
+        volume.remove()
+
+
+KINDS = (
+    Kind(
+        KIND, 30, inject=inject, pid="never", staged=on_volume, expect=FAILS, cluster=CLUSTER,
+        # it must fail by the full volume, not by anything else
+        goal=lambda rec: bool((rec.get("disk") or {}).get("enospc")) and FAILS.goal(rec),
+        signatures=(("ENOSPC", ENOSPC.pattern),),
+        facts=lambda follow, seen: {"disk": facts(follow.inject.state.get("filled"),
+                                                  seen.ranks, seen.output)},
+        lines=lines,
+    ),
+)  # fmt: skip

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuning import torn
+from tuning.harness.commands.fault_kinds.kind import FAILS, Kind
+from tuning.harness.commands.fault_kinds.tools import signal
 
 KIND = "save-kill"
 SAVE_SLEEP_S = 4  # HARNESS_SAVE_SLEEP for this fault: the window a kill lands in
@@ -64,3 +66,28 @@ def lines(rec: dict) -> list[str]:
         f"- moved aside before the restart: {', '.join(save['moved_aside']) or 'nothing'}; "
         f"resumed from step {save['resumed_from_step']}, {save['steps_lost']} step(s) lost",
     ]
+
+
+def _saving(inj, nodes) -> bool:
+    """Past AT_STEP, the kill waits for the next save to be under way."""
+    inj.state["saving"] = under_way(nodes.run_dir / "output")
+    return inj.state["saving"] is not None
+
+
+def inject(inj, nodes, ctr, pid) -> str:
+    saving = inj.state["saving"]
+    inj.state["at_kill"] = {"checkpoint": saving.name, "files": files_in(saving)}
+    how = signal(inj, ctr, pid, "KILL")
+    return f"{how}, while {saving.name} was being written"
+
+
+KINDS = (
+    Kind(
+        KIND, 20, inject=inject, ready=_saving, expect=FAILS, recovers=True, cluster=CLUSTER,
+        # our trainer holds each save open this long (atomic_save.py; the recorder: fms's)
+        rank_env=lambda knobs: {"HARNESS_SAVE_SLEEP": str(SAVE_SLEEP_S)},
+        facts=lambda follow, seen: {"save": facts(follow.inject.state.get("at_kill"),
+                                                  seen.output, follow.inject_step)},
+        lines=lines,
+    ),
+)  # fmt: skip

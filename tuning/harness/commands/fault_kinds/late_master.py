@@ -24,6 +24,8 @@ import time
 
 import docker.errors
 
+from tuning.harness.commands.fault_kinds.kind import LONG, Kind, Knob
+
 KIND = "late-master"
 ACCEPTS = "port accepts"  # the probe's last answer: the master's torchrun listens
 PROBE_S = 1.0  # how often the harness asks, from a waiting node, what it sees of the master
@@ -158,3 +160,21 @@ def lines(rec: dict) -> list[str]:
         f"- the other nodes' logs: {saw or 'nothing (torch retries in silence)'}",
         f"- a waiting node saw: {probes or 'nothing (not asked)'}",
     ]
+
+
+def tick(follow, metrics, nodes, now: float) -> None:
+    if started := follow.inject.state["late"].tick(nodes, now):
+        follow.event(started)
+
+
+KINDS = (
+    Kind(
+        KIND, 90, rank=0, held_back=True, knobs=(Knob("late_s", "LATE", LATE_S),),
+        state=lambda target, knobs: {"late": Late(target, knobs["late_s"])},
+        due=lambda inj, metrics, nodes, now: inj.state["late"].due(nodes, now),
+        tick=tick, not_here={"single": SINGLE, "shared": SHARED}, goal=goal, deadline=LONG,
+        cluster=CLUSTER, lines=lines,
+        facts=lambda follow, seen: {"late": facts(follow.inject.state["late"], follow.t0,
+                                                  seen.logs, seen.metrics, seen.job_end)},
+    ),
+)  # fmt: skip
