@@ -7,7 +7,9 @@ module is even imported, gpu_guard.py (mounted beside it too): a rank told it ha
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
 to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`);
-fs_errors.py: a full volume or the read-only root, said plainly. With HARNESS_DUMP_BATCHES
+fs_errors.py: a full volume or the read-only root, said plainly; desync.py, only when
+HARNESS_DESYNC names a fault kind (slow-main, skip-collective, mismatch: make fault's collective
+level desyncs). With HARNESS_DUMP_BATCHES
 set (a debug switch the parity tests use), batch_dump.py dumps every batch the trainer's HF
 Trainer feeds the model.
 
@@ -215,6 +217,8 @@ def main() -> int:
     sweep_torn(record)
     if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
         _beside("batch_dump").install()
+    if os.environ.get("HARNESS_DESYNC"):  # a fault run's desync kinds; off: not even loaded
+        _beside("desync").install(record.rank, lambda line: record.write(**line))
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:

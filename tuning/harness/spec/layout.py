@@ -64,9 +64,10 @@ LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name o
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 # tuning/<name>, mounted beside the rank recorder, which loads each by file (standard library
-# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC
+# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC,
+# desync faults; and torch's flight recorder analysis over the ranks' dumps (fr_check.py)
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
-                   "fs_errors.py")  # fmt: skip
+                   "fs_errors.py", "desync.py", "fr_check.py")  # fmt: skip
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
 NETWORK = "train"  # the Compose network of the isolated layouts
 
