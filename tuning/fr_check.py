@@ -11,6 +11,10 @@ torch gives: the first collective, by sequence number, that not every rank calle
 ranks missing from it, and each rank whose op, sizes or dtypes differ, with torch's reason).
 What it does not, and the host works out by hand: which rank is the odd one out (torch names
 every rank that differs from the one it read first as a "culprit", its own comment says so).
+It also flags collectives every rank recorded alike: gloo records an all_gather's output as
+one [1, n] tensor, which its size rule (output numel = input numel x ranks) refuses; those
+are counted (`alike`), not listed, and the cap on flags is lifted so they cannot hide the
+first real one.
 
 One repair, said in the output (`repaired`): a gloo dump (torch 2.13) lists its process group
 under the name "" with desc "", while its entries name the group "0"/"default_pg", and
@@ -28,6 +32,9 @@ import shutil
 import sys
 import tempfile
 
+CAP = 10_000  # fr_trace stops after --mismatch_cap flags (10): its false ones come first
+SHOWN = 20  # flagged collectives written out
+
 
 def analyse(folder: str, since: float = 0.0) -> dict:
     from torch.distributed.flight_recorder.components.builder import build_db
@@ -39,7 +46,8 @@ def analyse(folder: str, since: float = 0.0) -> dict:
             path = os.path.join(folder, name)
             if name.startswith("rank") and os.path.getmtime(path) >= since:
                 shutil.copy(path, fresh)
-        args = JobConfig().parse_args([fresh, "--allow-incomplete-ranks", "--prefix", "rank"])
+        args = JobConfig().parse_args([fresh, "--allow-incomplete-ranks", "--prefix", "rank",
+                                       "--mismatch_cap", str(CAP)])  # fmt: skip
         details, version = read_dir(args)
     repaired = _repair(details)
     report = io.StringIO()
@@ -51,9 +59,12 @@ def analyse(folder: str, since: float = 0.0) -> dict:
     finally:
         log.removeHandler(handler)
     flagged = [_flagged(c) for c in db.collectives if not c.pass_check or c.missing_ranks]
+    alike = sum(1 for c in flagged if c["alike"])
+    flagged = [c for c in flagged if not c["alike"]][:SHOWN]
     ranks = sorted(int(d["rank"]) for d in details.values())
     return {"ok": True, "version": version, "ranks": ranks,
-            "collectives": len(db.collectives), "flagged": flagged, "repaired": repaired,
+            "collectives": len(db.collectives), "flagged": flagged, "alike": alike,
+            "repaired": repaired,
             "report": report.getvalue().strip()}  # fmt: skip
 
 
@@ -78,9 +89,12 @@ def _flagged(c) -> dict:
                     "out": m.output_sizes, "why": str(m.type_of_mismatch)}
         for rank, m in (c.mismatch_collectives or {}).items()
     }  # fmt: skip
+    same = all((d["op"], d["in"], d["out"]) == (op, c.input_sizes, c.output_sizes)
+               for d in differs.values())  # fmt: skip
     return {"seq": c.collective_seq_id, "op": op, "in": c.input_sizes, "out": c.output_sizes,
             "missing": sorted(c.missing_ranks or []), "differs": differs,
-            "torch_culprits": sorted(int(r) for r in differs)}  # fmt: skip
+            "torch_culprits": sorted(int(r) for r in differs),
+            "alike": bool(differs) and same and not c.missing_ranks}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -230,6 +230,8 @@ def main() -> int:
         code = 1
         error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
         traceback.print_exc()
+    if code != 0:  # what this rank was waiting in when it failed (the host's verdict reads it)
+        _beside("stack_dump").at_failure(os.path.dirname(os.path.dirname(record.path)), record.rank)
     closed = close_group() if code == 0 else False
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
                  error=error, distributed_type=accelerate_distributed_type(),

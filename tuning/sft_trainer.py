@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
+        stack_dump.at_failure(cfg.output_dir, int(os.environ.get("RANK") or 0))
         why = fs_errors.explain(exc, cfg.output_dir)  # torch.save hides ENOSPC: say it
         if why:
             print(f"sft_trainer: error: {why}", file=sys.stderr)

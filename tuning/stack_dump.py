@@ -128,6 +128,23 @@ def collectives(folder: str | None = None) -> list[dict]:
     return out
 
 
+def at_failure(output_dir: str, rank: int) -> None:
+    """The flight recorder as it stands when the rank fails (its trainer raised): written to
+    <output>/stacks/rank<R>.failed.json, so the host can read what every failed rank was waiting
+    in even when no dump was taken (a run that dies within a second). Never raises."""
+    try:
+        folder = os.path.join(output_dir, "stacks")
+        entries = collectives(folder)
+        if not entries:
+            return
+        path = os.path.join(folder, f"rank{rank}.failed.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"rank": rank, "time": round(time.time(), 3), "collectives": entries}, f)
+        os.replace(path + ".tmp", path)
+    except Exception as e:  # a diagnostic must never hide the trainer's own error
+        print(f"stack_dump: no flight recorder at failure: {e}", file=sys.stderr)
+
+
 def _keep(raw: bytes, folder: str, rank: int) -> None:
     """torch's dump as written by its own dump-on-timeout, for its analysis to read."""
     os.makedirs(folder, exist_ok=True)

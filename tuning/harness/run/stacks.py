@@ -92,8 +92,22 @@ def registered(output: Path) -> dict[int, dict]:
     return out
 
 
+def failed(output: Path) -> dict[int, dict]:
+    """rank -> its flight recorder when it failed ({"time", "collectives"}: stack_dump's
+    at_failure), for the ranks that wrote one."""
+    out = {}
+    for path in sorted((output / "stacks").glob("rank*.failed.json")):
+        try:
+            info = json.loads(path.read_text())
+            out[int(info["rank"])] = info
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
 def dump(output: Path, places: list[Node], why: str, world: int | None = None) -> dict:
-    """Signal every live registered rank, wait, parse. Returns {"time", "why", "dump_s",
+    """Signal every live registered rank, wait, parse. Returns {"time", "started_at" (unix),
+    "why", "dump_s",
     "summaries": [one line per rank], "ranks": {rank: {"state", "summary", "threads",
     "collectives", "text", "main_thread", "throttled"}}}; the raw dumps stay in
     <output>/stacks/."""
@@ -143,8 +157,8 @@ def dump(output: Path, places: list[Node], why: str, world: int | None = None) -
             line = f"rank {r}: {states[r]}"
             ranks[r] = {"state": states[r], "summary": line}
         lines.append(line)
-    return {"time": stamp, "why": why, "dump_s": round(time.time() - t0, 2),
-            "summaries": lines, "ranks": ranks}  # fmt: skip
+    return {"time": stamp, "started_at": round(t0, 3), "why": why,
+            "dump_s": round(time.time() - t0, 2), "summaries": lines, "ranks": ranks}  # fmt: skip
 
 
 def _size(path: Path) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 
-from tuning.harness.run import verdict_torch
+from tuning.harness.run import verdict_desync, verdict_torch
 from tuning.harness.run.verdict_words import ranks_text
 from tuning.harness.run.verdict_words import verdict as _verdict
 
@@ -48,12 +48,15 @@ def judge(facts: dict) -> dict:
     ranks = facts["ranks"]
     found = (
         verdict_torch.detail_mismatch(ranks)
+        or verdict_desync.desync(
+            ranks
+        )  # before deaths: a desync can kill a rank (gloo's size check aborts)
         or _died(ranks)
         or _never_started(ranks)
         or _frozen(ranks)
         or _network(ranks)
         or (_slow(ranks) if facts.get("progressing") else None)
-        or _collectives(ranks)
+        or _busy(ranks)
         or _left(ranks)
         or _verdict("unknown", [], _nothing(ranks), "none")
     )
@@ -70,12 +73,19 @@ def _where_others(ranks, but) -> str:
     if waiting:
         p = ranks[waiting[0]]["waiting"]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
-        return f"; {ranks_text(waiting)} wait in {what}"
+        return f"; {ranks_text(waiting)} {_wait(ranks, waiting)} in {what}"
     ended = [r for r, x in ranks.items() if r not in but and x.get("ended_by")]
     if ended:
         why = sorted({ranks[r]["ended_by"] for r in ended})
         return f"; {ranks_text(ended)} then ended ({', '.join(why)})"
     return ""
+
+
+def _wait(ranks, waiting) -> str:
+    """ "wait", or "waited until they failed" when only their records at failure say so."""
+    if all(ranks[r]["waiting"].get("at_failure") for r in waiting):
+        return "waited until they failed" if len(waiting) > 1 else "waited until it failed"
+    return "wait"
 
 
 def _died(ranks) -> dict | None:
@@ -157,89 +167,17 @@ def _slow(ranks) -> dict | None:
                     lateness_s={str(r): round(v, 4) for r, v in late.items()})  # fmt: skip
 
 
-def _sig(p: dict) -> tuple:
-    return (p["op"], str(p.get("in")), str(p.get("out")))
-
-
-def _shape(p: dict) -> str:
-    """ "all_reduce of [4]": the op and its input's shape (one tensor: its shape alone)."""
-    size = p.get("in")
-    if not size:
-        return p["op"]
-    return f"{p['op']} of {size[0] if len(size) == 1 else size}"
-
-
-def _collectives(ranks) -> dict | None:
+def _busy(ranks) -> dict | None:
     waiting = {r: x["waiting"] for r, x in ranks.items() if x.get("waiting")}
     busy = [r for r, x in ranks.items() if x.get("busy") and not x.get("waiting")]
-    recorded = {r: p for r, p in waiting.items() if p.get("seq") is not None}
-    groups: dict[tuple, list[int]] = {}
-    for r, p in recorded.items():
-        groups.setdefault((p["seq"], *_sig(p)), []).append(r)
-    if len(groups) > 1:
-        return _desync(ranks, recorded, groups)
     if waiting and busy:
         said = "; ".join(f"rank {r} is {ranks[r]['busy']}" for r in busy)
-        p = next(iter(recorded.values()), None) or next(iter(waiting.values()))
+        recorded = [p for p in waiting.values() if p.get("seq") is not None]
+        p = (recorded or list(waiting.values()))[0]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
         return _verdict("never arrived", busy, f"{ranks_text(busy)} never entered {what}, where "
-                        f"{ranks_text(waiting)} wait; {said}", "hand",
+                        f"{ranks_text(waiting)} {_wait(ranks, waiting)}; {said}", "hand",
                         seq=p.get("seq"))  # fmt: skip
-    return None
-
-
-def _desync(ranks, recorded, groups) -> dict:
-    """Ranks in different collectives: the odd ones out (named by what they called at a
-    sequence number where the others called something else), or every rank where no group is
-    bigger than the others (two ranks)."""
-    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
-    most = ordered[0][1]
-    if len(most) == len(ordered[1][1]):  # no odd one out: every rank is named
-        said = "; ".join(f"{ranks_text(rs)} called {_shape(recorded[rs[0]])} as collective "
-                         f"#{key[0]}" for key, rs in ordered)  # fmt: skip
-        return _verdict("desync", sorted(recorded), f"{said}: with no majority there is no odd "
-                        f"one out, so every rank is named{_skip_hint(ranks, recorded, ordered)}",
-                        "hand", seq=ordered[0][0][0])  # fmt: skip
-    odd = [r for _, rs in ordered[1:] for r in rs]
-    history, now = ranks[most[0]].get("fr") or [], recorded[most[0]]
-    mine = recorded[odd[0]]
-    theirs = next((c for c in history if c.get("seq") == mine["seq"]), None) or now
-    went_on = (f" (they finished it and wait in {_shape(now)} #{now['seq']})"
-               if now["seq"] != theirs["seq"] else "")  # fmt: skip
-    follows = _successor(history, theirs)
-    if follows and all(_sig(recorded[r]) == follows for r in odd):
-        return _verdict("left a collective", odd, f"{ranks_text(odd)} skipped "
-                        f"{_shape(theirs)} #{theirs['seq']}, where {ranks_text(most)} wait, and "
-                        f"went on to {_shape(mine)}, the collective that follows it (its "
-                        "sequence numbers are shifted by one from there on)", "hand",
-                        seq=theirs["seq"])  # fmt: skip
-    said = "; ".join(f"rank {r} called {_shape(recorded[r])}" for r in odd)
-    return _verdict("desync", odd, f"{said} as collective #{mine['seq']}, where "
-                    f"{ranks_text(most)} called {_shape(theirs)}{went_on}", "hand",
-                    seq=mine["seq"])  # fmt: skip
-
-
-def _skip_hint(ranks, recorded, ordered) -> str:
-    """Two even groups: whether one group's collective is what follows the other's in that
-    other group's own history (it may have skipped theirs): said, but both stay named."""
-    (_, a), (_, b) = ordered[0], ordered[1]
-    for mine, other in ((a, b), (b, a)):
-        follows = _successor(ranks[other[0]].get("fr") or [], recorded[other[0]])
-        if follows and _sig(recorded[mine[0]]) == follows:
-            return (f" ({ranks_text(mine)}'s {recorded[mine[0]]['op']} is the collective that "
-                    f"follows {recorded[other[0]]['op']} in {ranks_text(other)}'s own history: "
-                    f"{ranks_text(mine)} may have skipped it)")  # fmt: skip
-    return ""
-
-
-def _successor(history: list[dict], now: dict) -> tuple | None:
-    """In a rank's flight recorder, the collective that followed the last earlier one alike
-    `now` (a training loop repeats its collectives in order)."""
-    before = [c for c in history if c.get("seq") is not None and c["seq"] < now["seq"]]
-    for c in reversed(before):
-        if _sig(c) == _sig(now):
-            after = next((d for d in history if d.get("seq") == c["seq"] + 1), None)
-            return _sig(after) if after else None
     return None
 
 

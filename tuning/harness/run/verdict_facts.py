@@ -7,24 +7,32 @@ the same kind of facts.
 
 from __future__ import annotations
 
+import re
+
 from tuning.harness.run import stack_text
 
 # An end these say the rank failed because a peer did, or waited too long: not a cause
 from tuning.harness.run.verdict import CONSEQUENCES
 
+# gloo's and c10d's errors from inside a collective: a timeout, a peer lost
+_IN_A_COLLECTIVE = re.compile(r"Timed out waiting|Connection (closed|reset) by peer|Broken pipe"
+                              r"|Application timeout|wait timeout after")  # fmt: skip
+
 
 def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | None = None,
-           nodes: dict | None = None, progressing: bool = False,
-           fr_check: dict | None = None) -> dict:  # fmt: skip
+           nodes: dict | None = None, progressing: bool = False, fr_check: dict | None = None,
+           failed: dict | None = None) -> dict:  # fmt: skip
     """facts for verdict.judge. metrics: {rank: [lines]}; taken: stacks.dump's result; exits:
     {rank: {"code", "signal", "oom", "signature", "t", "by_itself"}}; nodes: {rank: {"started",
-    "net"}} (net: what is wrong with its node's network, else None)."""
+    "net"}} (net: what is wrong with its node's network, else None); failed: stacks.failed's
+    (each failed rank's flight recorder when it failed: used where no dump shows the rank)."""
     dumped = (taken or {}).get("ranks") or {}
     ranks = {}
     for r in range(world):
         lines = metrics.get(r) or []
         d = dumped.get(r) or dumped.get(str(r)) or {}
         node = (nodes or {}).get(r) or {}
+        end = next((y for y in reversed(lines) if y.get("event") == "end"), None)
         x = {"joined": any(x.get("event") == "phase" and x.get("name") == "rendezvous"
                            for x in lines)}  # fmt: skip
         state = d.get("state") or ""
@@ -36,7 +44,8 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
             x["frozen"] = "is stopped (SIGSTOP: it cannot run or dump)"
         if d.get("threads"):
             _position(x, d)
-        end = next((y for y in reversed(lines) if y.get("event") == "end"), None)
+        elif (failed or {}).get(r):
+            _at_failure(x, failed[r]["collectives"], (end or {}).get("error") or "")
         x["error"] = (end or {}).get("error") or ""
         x["completed"] = (end or {}).get("status") == "completed"
         _ended(x, (exits or {}).get(r), end)
@@ -55,7 +64,8 @@ def _position(x: dict, d: dict) -> None:
     if pos["call"]:
         p = stack_text.pending(d) or {}
         x["waiting"] = {"call": pos["call"], "op": p.get("op") or pos["call"],
-                        "seq": p.get("seq"), "in": p.get("in"), "out": p.get("out")}  # fmt: skip
+                        "seq": p.get("seq"), "in": p.get("in"), "out": p.get("out"),
+                        "site": stack_text.where(pos["user"]) if pos["user"] else None}  # fmt: skip
         return
     top, user = pos["top"], pos["user"]
     said = f"in {top['func']} at {stack_text.where(top)}"
@@ -63,6 +73,19 @@ def _position(x: dict, d: dict) -> None:
         said += f", called from {stack_text.where(user)}"
     phase = stack_text.phase(d, d.get("main_thread"))
     x["busy"] = f"{phase[0]} ({said})" if phase else said
+
+
+def _at_failure(x: dict, entries: list[dict], error: str) -> None:
+    """No dump of this rank: what its flight recorder held when it failed. A collective that
+    failed is retired ("done") like one that completed: the newest entry is the one it failed
+    in when its error is a collective's (a timeout, a lost peer)."""
+    x["fr"] = entries
+    p = stack_text.pending({"collectives": entries})
+    if p is None and entries and _IN_A_COLLECTIVE.search(error):
+        p = entries[-1]
+    if p:
+        x["waiting"] = {"call": p["op"], "op": p["op"], "seq": p.get("seq"), "in": p.get("in"),
+                        "out": p.get("out"), "at_failure": True}  # fmt: skip
 
 
 def _ended(x: dict, ex: dict | None, end: dict | None) -> None:

@@ -105,7 +105,7 @@ def attach(found: dict, fr: dict | None) -> dict:
         return {**found, "fr_trace": {"ran": False, "error": fr.get("error")}}
     first = (fr.get("flagged") or [None])[0]
     out = {"ran": True, "ranks": fr.get("ranks"), "repaired": fr.get("repaired"),
-           "flagged": first}  # fmt: skip
+           "flagged": first, "alike": fr.get("alike", 0)}  # fmt: skip
     if first:
         differs = ", ".join(f"rank {r}: {d['op']} {d['in']}" for r, d in first["differs"].items())
         missing = f"; missing ranks {first['missing']}" if first["missing"] else ""
