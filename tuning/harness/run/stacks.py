@@ -80,29 +80,27 @@ def from_containers(containers) -> list[Node]:
             for c in containers]  # fmt: skip
 
 
-def registered(output: Path) -> dict[int, dict]:
-    """rank -> what its process wrote down (pid, file, start_ticks, main_thread)."""
+def _by_rank(output: Path, pattern: str) -> dict[int, dict]:
+    """rank -> the JSON a rank wrote as output/stacks/<pattern> (unreadable ones skipped)."""
     out = {}
-    for path in sorted((output / "stacks").glob("rank*.pid.json")):
+    for path in sorted((output / "stacks").glob(pattern)):
         try:
             info = json.loads(path.read_text())
             out[int(info["rank"])] = info
         except (OSError, ValueError, KeyError):
             continue
     return out
+
+
+def registered(output: Path) -> dict[int, dict]:
+    """rank -> what its process wrote down (pid, file, start_ticks, main_thread)."""
+    return _by_rank(output, "rank*.pid.json")
 
 
 def failed(output: Path) -> dict[int, dict]:
     """rank -> its flight recorder when it failed ({"time", "collectives"}: stack_dump's
     at_failure), for the ranks that wrote one."""
-    out = {}
-    for path in sorted((output / "stacks").glob("rank*.failed.json")):
-        try:
-            info = json.loads(path.read_text())
-            out[int(info["rank"])] = info
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
+    return _by_rank(output, "rank*.failed.json")
 
 
 def dump(output: Path, places: list[Node], why: str, world: int | None = None) -> dict:
