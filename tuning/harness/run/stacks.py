@@ -26,18 +26,20 @@ SETTLE_S = 10.0  # longest wait for a dump's end line (a rank whose threads cann
 QUIET_S = 1.0  # without an end line, a dump that stopped growing this long is taken as is
 
 # One rank: is the pid still the one that registered, is it running; then header + signal.
-# A process seen stopped (T) is looked at STOP_LOOKS times, every 0.1 s: stopped every time, it
-# is frozen and not signalled (the dump would come only once it is thawed); running in between,
-# it is stopped and continued by something (a throttle) and is signalled: its dump comes when it
-# runs. A subshell each: `exit` ends that rank's check only.
+# A process seen stopped (T) is looked at STOP_LOOKS times, every 0.1 s: stopped every time and
+# no CPU time used meanwhile (utime + stime), it is frozen and not signalled (the dump would
+# come only once it is thawed); running in between, it is stopped and continued by something (a
+# throttle running it 5 % of the time is seen stopped at most looks) and is signalled: its dump
+# comes when it runs. A subshell each: `exit` ends that rank's check only.
 STOP_LOOKS = 10
 _SIGNAL = """(p={pid}; f={file}; n=0
 look() {{ st=$(cat /proc/$p/stat 2>/dev/null) || {{ echo "{rank} exited"; exit 0; }}
-set -- ${{st##*) }}; s=$1; t=${{20}}; }}
-look
+set -- ${{st##*) }}; s=$1; t=${{20}}; cpu=$(($12 + $13)); }}
+look; cpu0=$cpu
 [ "{ticks}" = None ] || [ "$t" = "{ticks}" ] || {{ echo "{rank} exited"; exit 0; }}
 while [ "$s" = T ] || [ "$s" = t ]; do
-n=$((n+1)); [ $n -ge {looks} ] && {{ echo "{rank} stopped"; exit 0; }}; sleep 0.1; look; done
+n=$((n+1)); [ $n -ge {looks} ] && [ $cpu = $cpu0 ] && {{ echo "{rank} stopped"; exit 0; }}
+[ $n -ge {looks} ] && break; sleep 0.1; look; done
 case "$s" in Z|X) echo "{rank} exited";;
 *) printf '%s\\n' {header} >> "$f" && kill -USR1 $p && echo "{rank} signalled $n";; esac)
 """

@@ -13,7 +13,7 @@ injected. The rules, in order (the first that finds something decides):
   never arrived  a rank never started, or never joined the group the others wait in
   frozen      a rank that cannot run (its container paused, its process stopped)
   network     a rank's node is off the run's network
-  slow        (the run still steps) a rank reaches every collective late
+  slow        (the run still steps) a rank reaches the collectives late
   desync      ranks wait at the same sequence number in different collectives, or the same
               one with different sizes; `left a collective` when the odd rank's op is the one
               that follows the others' (it skipped theirs)
@@ -39,7 +39,7 @@ CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cau
     "Network is unreachable", "No route to host", "Connection refused", "collective timeout",
     "process-group timeout", "rendezvous timeout", "SIGTERM",
 }  # fmt: skip
-LATE_S = 0.05  # slow: a rank whose median lateness is over this, and SLOW_X times the others'
+LATE_S = 0.02  # slow: a rank whose mean lateness is over this, and SLOW_X times the others'
 SLOW_X = 5
 
 
@@ -56,7 +56,8 @@ def judge(facts: dict) -> dict:
         or _frozen(ranks)
         or _network(ranks)
         or (_slow(ranks) if facts.get("progressing") else None)
-        or _busy(ranks)
+        # in a run that still steps, a rank between collectives is no culprit
+        or (None if facts.get("progressing") else _busy(ranks))
         or _left(ranks)
         or _verdict("unknown", [], _nothing(ranks), "none")
     )
@@ -133,7 +134,7 @@ def _network(ranks) -> dict | None:
 
 
 def lateness(ranks) -> dict[int, float]:
-    """Each rank's median lateness over the collectives every dumped rank finished: when it
+    """Each rank's mean lateness over the collectives every dumped rank finished: when it
     called it, after the first rank that did (the flight recorder's time_created)."""
     entries = {}
     for r, x in ranks.items():
@@ -150,7 +151,9 @@ def lateness(ranks) -> dict[int, float]:
         first = min(e[seq] for e in entries.values())
         for r, e in entries.items():
             late[r].append(e[seq] - first)
-    return {r: statistics.median(v) for r, v in late.items()}
+    # the mean: a slowed rank is late where its slowness falls (the first collective of a step)
+    # and on time for the next one, called right after: a median can miss it
+    return {r: statistics.fmean(v) for r, v in late.items()}
 
 
 def _slow(ranks) -> dict | None:
@@ -161,7 +164,7 @@ def _slow(ranks) -> dict | None:
     others = [v for r, v in late.items() if r != worst]
     if late[worst] < LATE_S or late[worst] < SLOW_X * max(others):
         return None
-    return _verdict("slow", [worst], f"rank {worst} reaches every collective late: a median "
+    return _verdict("slow", [worst], f"rank {worst} reaches the collectives late: a mean "
                     f"{late[worst]:.2f} s after the first rank over the last collectives every "
                     f"rank finished (the others: at most {max(others):.3f} s)", "hand",
                     lateness_s={str(r): round(v, 4) for r, v in late.items()})  # fmt: skip
