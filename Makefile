@@ -13,10 +13,10 @@ RUNS   ?= runs
 # passes every typed one, and a command refuses by name, with the reason, one it cannot honour.
 VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY GPUS NPROC CUDA \
   LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM GRACE RUN_ID STALL REPEAT BUDGET \
-  LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE NODES NAME KIND RESTART_POLICY GPU_HOURS_PER_FAILURE \
-  KILL DEVICE
-# A switch (RESUME, DRY_RUN, REHEARSE, SAVE_ADVISED, REBUILD) is on unless empty, 0, false, no or off.
-SWITCHES := RESUME DRY_RUN REHEARSE SAVE_ADVISED REBUILD
+  LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE NODES NAME KIND RESTART_POLICY \
+  GPU_HOURS_PER_FAILURE KILL DEVICE
+# A switch (RESUME, DRY_RUN, REHEARSE, ...) is on unless empty, 0, false, no or off.
+SWITCHES := RESUME DRY_RUN REHEARSE SAVE_ADVISED REBUILD ALL
 OFF := 0 false False FALSE no No NO off Off OFF
 typed = $(filter command line,$(origin $(1)))
 lower = $(subst Z,z,$(subst Y,y,$(subst X,x,$(subst W,w,$(subst V,v,$(subst U,u,$(subst T,t,$(subst S,s,$(subst R,r,$(subst Q,q,$(subst P,p,$(subst O,o,$(subst N,n,$(subst M,m,$(subst L,l,$(subst K,k,$(subst J,j,$(subst I,i,$(subst H,h,$(subst G,g,$(subst F,f,$(subst E,e,$(subst D,d,$(subst C,c,$(subst B,b,$(subst A,a,$(1)))))))))))))))))))))))))))
@@ -56,10 +56,10 @@ up: $(HARNESS_DEPS) ## train: build what is missing, run the layout, follow it, 
 stacks: $(VENV)/.harness ## every rank's Python stack of a running run (RUN_ID=id; default the latest)
 	$(PY) -m tuning.harness stacks $(FLAGS)
 
-down: $(VENV)/.harness ## remove what the harness labelled, saying what (RUN_ID=x: that run only)
+down: $(VENV)/.harness ## remove this checkout's runs (RUNS), saying what (RUN_ID=x: that run; ALL=1: every folder's)
 	$(PY) -m tuning.harness down $(FLAGS)
 
-ps: $(VENV)/.harness ## list the harness's containers and networks
+ps: $(VENV)/.harness ## list this checkout's running containers and networks (ALL=1: every folder's)
 	$(PY) -m tuning.harness ps $(FLAGS)
 
 logs: $(VENV)/.harness ## follow the latest run's logs (or print them once it ended)

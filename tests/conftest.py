@@ -194,14 +194,16 @@ def wait_training(runs: Path, run_id: str, proc: subprocess.Popen, timeout: floa
     raise AssertionError("ranks never started training")
 
 
-def leftovers(run_id: str | None = None) -> list[str]:
-    """Containers, networks and volumes labelled by the harness (for one run, or any)."""
+def leftovers(run_id: str | None = None, runs: Path | None = None) -> list[str]:
+    """Containers, networks and volumes labelled by the harness (for one run, or any; of the
+    RUNS folder `runs`, or of any)."""
     label = f"harness.run={run_id}" if run_id else "harness.run"
+    also = ["--filter", f"label=harness.runs={Path(runs).resolve()}"] if runs else []
     found = []
     for kind in ("container", "network", "volume"):
         extra = ["-a"] if kind == "container" else []
         out = subprocess.run(
-            ["docker", kind, "ls", *extra, "-q", "--filter", f"label={label}"],
+            ["docker", kind, "ls", *extra, "-q", "--filter", f"label={label}", *also],
             capture_output=True,
             text=True,
             check=True,
@@ -265,8 +267,30 @@ def no_strays(session) -> None:
     session.exitstatus = 1
 
 
+_container_basetemp: list[Path] = []  # set once a container test ran: its runs live under it
+
+
+@pytest.fixture(autouse=True)
+def _note_container_tests(request, tmp_path_factory):
+    if request.node.get_closest_marker("docker") and not _container_basetemp:
+        _container_basetemp.append(tmp_path_factory.getbasetemp())
+
+
+def no_leftover_runs(session) -> None:
+    """Runs of this session's tests (RUNS under its base temp) left on the engine: a test
+    leaked them. Named, removed (only those: tests remove only what they started), red."""
+    import own_runs
+
+    left = own_runs.sweep(_container_basetemp[0]) if _container_basetemp else []
+    if left:
+        print(f"\n{len(left)} thing(s) of this session's runs left on the engine (removed now):")
+        print("\n".join(f"  {x}" for x in left))
+        session.exitstatus = 1
+
+
 def pytest_sessionfinish(session, exitstatus):
     no_strays(session)
+    no_leftover_runs(session)
     # In CI the container tests are the point: one skipped is a red run, not a green one,
     # unless the machine lacks what it needs (MACHINE_LIMITS; -ra shows each skip's reason).
     if os.environ.get("CI") and _skipped_docker and exitstatus == 0:

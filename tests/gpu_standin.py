@@ -1,14 +1,19 @@
 """A stand-in for `nvidia-smi`, for tests on a box without a GPU, and the helpers that run the
 harness under it.
 
-The stand-in is a script put first on PATH that answers the two command lines the harness
-runs (`--query-gpu=...` and `-L`) in the real tool's output format, for GPUs described by
-FAKE_SMI_* variables (count, driver, name, compute capability, MIG on some); FAKE_SMI_FAIL=1
-answers as nvidia-smi does on a driver/library mismatch (NVML's message, exit 18).
+The stand-in is a script put first on PATH that answers `-L`, `--query-gpu=FIELDS` and
+`--query-compute-apps=FIELDS` (with `--format=csv[,noheader][,nounits]`) in the real tool's
+output format: the fields named, in that order, ", " between them, memory in "N MiB", a
+field it does not know refused as nvidia-smi refuses it. The GPUs are described by FAKE_SMI_*
+variables: count, driver, name, compute capability, MIG on some, memory in use per GPU
+(FAKE_SMI_MEM_USED=index:MiB,...) and compute processes (FAKE_SMI_APPS=index:pid:name:MiB,...;
+MiB "N/A" as a driver that will not say). FAKE_SMI_FAIL=1 answers as nvidia-smi does on a
+driver/library mismatch (NVML's message, exit 18).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,24 +37,55 @@ NVIDIA_SMI = textwrap.dedent(f"""\
         sys.exit(18)
     n = int(env("FAKE_SMI_GPUS", "8"))
     mig = {{int(i) for i in env("FAKE_SMI_MIG", "").split(",") if i}}
+    used = dict(x.split(":") for x in env("FAKE_SMI_MEM_USED", "").split(",") if x)  # index:MiB
+    apps = [x.split(":") for x in env("FAKE_SMI_APPS", "").split(",") if x]  # index:pid:name:MiB
+    name = env("FAKE_SMI_NAME", "{H100}")
     def uuid(i):
         return f"GPU-{{i:08x}}-1111-2222-3333-{{i:012x}}"
+    def mib(v):
+        return "[N/A]" if v == "N/A" else f"{{v}} MiB"
+    def gpu(i):
+        return {{"index": str(i), "uuid": uuid(i), "gpu_uuid": uuid(i), "name": name,
+                "gpu_name": name, "driver_version": env("FAKE_SMI_DRIVER", "580.95.05"),
+                "compute_cap": env("FAKE_SMI_CC", "9.0"),
+                "mig.mode.current": "Enabled" if i in mig else "Disabled",
+                "memory.used": mib(used.get(str(i), "0")), "memory.total": "81559 MiB",
+                "pci.bus_id": f"00000000:{{0x18 + i:02X}}:00.0"}}
+    def app(i, pid, pname, mem):
+        return {{**gpu(int(i)), "pid": pid, "process_name": pname, "name": pname,
+                "used_gpu_memory": mib(mem), "used_memory": mib(mem),
+                "gpu_bus_id": gpu(int(i))["pci.bus_id"]}}
     args = sys.argv[1:]
-    query = "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current"
-    if sorted(args) == sorted(["--format=csv,noheader", query]):
+    opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    if args == ["-L"]:
         for i in range(n):
-            print(f"{{i}}, {{uuid(i)}}, {{env('FAKE_SMI_NAME', '{H100}')}}, "
-                  f"{{env('FAKE_SMI_DRIVER', '580.95.05')}}, {{env('FAKE_SMI_CC', '9.0')}}, "
-                  f"{{'Enabled' if i in mig else 'Disabled'}}")
-    elif args == ["-L"]:
-        for i in range(n):
-            print(f"GPU {{i}}: {{env('FAKE_SMI_NAME', '{H100}')}} (UUID: {{uuid(i)}})")
+            print(f"GPU {{i}}: {{name}} (UUID: {{uuid(i)}})")
             if i in mig:
                 mig_uuid = f"MIG-{{i:08x}}-aaaa-bbbb-cccc-000000000000"
                 print(f"  MIG 1g.10gb     Device  0: (UUID: {{mig_uuid}})")
+        sys.exit(0)
+    if len(opts) != len(args) or "--format" not in opts or len(opts) != 2:
+        print(f"stand-in nvidia-smi: unknown arguments {{args}}", file=sys.stderr)
+        sys.exit(2)
+    fmt = opts["--format"].split(",")
+    if "--query-gpu" in opts:
+        fields, rows = opts["--query-gpu"].split(","), [gpu(i) for i in range(n)]
+    elif "--query-compute-apps" in opts:
+        fields, rows = opts["--query-compute-apps"].split(","), [app(*x) for x in apps]
     else:
         print(f"stand-in nvidia-smi: unknown arguments {{args}}", file=sys.stderr)
         sys.exit(2)
+    for field in fields:  # as the real tool refuses a field it does not know
+        if rows and field not in rows[0] or not rows and field not in app(0, 0, "", 0):
+            print(f'Field "{{field}}" is not a valid field to query.')
+            sys.exit(2)
+    if "noheader" not in fmt:
+        print(", ".join(fields))
+    for row in rows:
+        values = [row[f] for f in fields]
+        if "nounits" in fmt:
+            values = [v.removesuffix(" MiB") for v in values]
+        print(", ".join(values))
 """)
 
 
@@ -81,12 +117,38 @@ def harness(tmp_path, *args, **env) -> subprocess.CompletedProcess:
 
 
 def dry_up(tmp_path, *args, **env) -> tuple[dict, str]:
-    """`up --dry-run`: the Compose file it prints (its comment lines are YAML comments)."""
+    """`up --dry-run`: the Compose file it prints first (its comment lines are YAML comments;
+    the job follows, as a document of its own)."""
     out = harness(tmp_path, "up", "--dry-run", "--run-id", "t", *args, **env)
     assert out.returncode == 0, out.stderr
-    return yaml.safe_load(out.stdout), out.stdout
+    return next(yaml.safe_load_all(out.stdout)), out.stdout
 
 
 def device_ids(svc: dict) -> list[str]:
     (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
     return dev["device_ids"]
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from tuning.harness.spec import gpu_locks
+held = gpu_locks.take(sys.argv[2].split(","), "other-run", Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@contextlib.contextmanager
+def other_run_holds(tmp_path: Path, gpus: str):
+    """Another harness (a process of its own) holding GPUs `gpus` ("0,1") as run other-run, in
+    the test's lock folder (`install`'s); yields that process."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "locks"), gpus],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    try:
+        assert child.stdout.readline() == "held\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait()

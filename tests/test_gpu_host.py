@@ -4,13 +4,9 @@ dry runs start nothing, so no Docker."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import gpu_standin
 import pytest
-from gpu_standin import H100, ROOT, device_ids, dry_up, harness, uuid
+from gpu_standin import H100, device_ids, dry_up, harness, uuid
 
 
 @pytest.fixture
@@ -49,25 +45,10 @@ def test_unknown_visible_ids_are_named(smi, tmp_path):
     assert "CUDA_VISIBLE_DEVICES=3,9,GPU-x: no GPU 9, GPU-x on this host" in out.stderr
 
 
-HOLD = """
-import sys, time
-from pathlib import Path
-from tuning.harness.spec import gpu_locks
-held = gpu_locks.take(sys.argv[2].split(","), "other-run", Path(sys.argv[1]))
-print("held", flush=True)
-time.sleep(120)
-"""
-
-
 @pytest.fixture
 def other_run_holds_0_to_3(smi, tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "locks"), "0,1,2,3"],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-    assert child.stdout.readline() == "held\n"
-    yield child
-    child.kill()
-    child.wait()
+    with gpu_standin.other_run_holds(tmp_path, "0,1,2,3") as child:
+        yield child
 
 
 def test_gpus_taken_are_the_free_ones(other_run_holds_0_to_3, tmp_path):

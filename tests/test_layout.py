@@ -48,14 +48,15 @@ def test_per_rank_pins_one_gpu_per_service_and_rendezvous_on_rank0():
 
 @pytest.mark.parametrize("kind", ["single", "per-rank"])
 def test_nccl_needs_shm_and_memlock_and_the_network_is_internal(kind):
-    doc = compose.render(Layout(kind=kind, gpus=2, run_id="t"))
+    doc = compose.render(Layout(kind=kind, gpus=2, run_id="t", run_dir="/some/runs/t"))
+    labels = {"harness.run": "t", "harness.runs": "/some/runs"}  # the run, and its RUNS folder
     for svc in doc["services"].values():
         assert svc["shm_size"] == "2gb"
         assert svc["ulimits"] == {"memlock": -1}
-        assert svc["labels"]["harness.run"] == "t"
+        assert svc["labels"].items() >= labels.items()
         assert svc["cap_drop"] == ["ALL"] and "privileged" not in svc
         assert not any("docker.sock" in v["source"] for v in svc["volumes"])
-    assert doc["networks"]["train"] == {"internal": True, "labels": {"harness.run": "t"}}
+    assert doc["networks"]["train"] == {"internal": True, "labels": labels}
 
 
 def test_cpu_ranks_have_no_gpu_reservation():

@@ -82,12 +82,12 @@ def test_a_killed_harness_leaves_containers_that_make_down_removes(tmp_path, har
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no chance to clean up
         proc.wait()
-    assert leftovers(run_id), "expected the dead harness's containers to remain"
-    for _ in range(2):  # safe to run twice
-        out = subprocess.run(["make", "--no-print-directory", "down"], cwd=ROOT,
-                             capture_output=True, text=True)  # fmt: skip
+    assert leftovers(run_id, tmp_path), "expected the dead harness's containers to remain"
+    for _ in range(2):  # safe to run twice; RUNS: this test's runs only, never the checkout's
+        out = subprocess.run(["make", "--no-print-directory", "down", f"RUNS={tmp_path}"],
+                             cwd=ROOT, capture_output=True, text=True)  # fmt: skip
         assert out.returncode == 0, out.stderr
-    assert leftovers(run_id) == []
+    assert leftovers(run_id, tmp_path) == []
 
 
 def test_a_second_up_runs_beside_the_first(tmp_path, harness_image):

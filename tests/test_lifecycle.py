@@ -26,15 +26,17 @@ def start(runs: Path, run_id: str, *flags: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def containers(run_id: str) -> list:
-    return docker.from_env().containers.list(all=True, filters={"label": f"harness.run={run_id}"})
+def containers(run_id: str, runs: Path) -> list:
+    """Run `run_id`'s containers of the RUNS folder `runs` (another checkout may use the id)."""
+    labels = [f"harness.run={run_id}", f"harness.runs={runs.resolve()}"]
+    return docker.from_env().containers.list(all=True, filters={"label": labels})
 
 
 def test_containers_removed_from_outside_end_the_run_failed(harness_image, tmp_path):
     proc = start(tmp_path, "gone", "--layout", "per-rank", "--memory", "2g", "--pids", "1024")
     try:
         wait_training(tmp_path, "gone", proc)
-        ctrs = {c.labels["harness.node"]: c for c in containers("gone")}
+        ctrs = {c.labels["harness.node"]: c for c in containers("gone", tmp_path)}
         host = ctrs["rank1"].attrs["HostConfig"]
         assert host["Memory"] == 2 * 1024**3 and host["PidsLimit"] == 1024
         assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]  # and it trains
@@ -49,7 +51,7 @@ def test_containers_removed_from_outside_end_the_run_failed(harness_image, tmp_p
     assert "Traceback" not in out, out
     assert summary["image"]["tag"] == harness_image
     assert summary["image"]["id"].startswith("sha256:")
-    assert leftovers("gone") == []
+    assert leftovers("gone", tmp_path) == []
 
 
 def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harness_image, tmp_path):
@@ -63,13 +65,15 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
         time.sleep(2)
         # The defect this guards against: the ranks go on, holding their CPUs or GPUs.
         for rid in procs:
-            left = {c.name: c.status for c in containers(rid)}
+            left = {c.name: c.status for c in containers(rid, tmp_path)}
             assert left and set(left.values()) == {"running"}, f"run {rid}: {left}"
 
         out = harness("down", "--run-id", "deada", runs=tmp_path, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "removed run deada: container harness-deada-trainer-1" in out.stdout, out.stdout
-        assert containers("deada") == [] and containers("deadb") != []  # that run only
+        assert (
+            containers("deada", tmp_path) == [] and containers("deadb", tmp_path) != []
+        )  # that run only
         a = json.loads((tmp_path / "deada/summary.json").read_text())
         assert a["status"] == "interrupted" and a["steps"] > 0
         assert (tmp_path / "deada/logs/trainer.log").stat().st_size > 0  # logs saved first
@@ -87,7 +91,7 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
                       timeout=300)  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         assert "run deadb's harness is gone" in out.stdout, out.stdout
-        assert leftovers("deadb") == []
+        assert leftovers("deadb", tmp_path) == []
         b = json.loads((tmp_path / "deadb/summary.json").read_text())
         assert b["status"] == "interrupted" and "died while the ranks ran" in b["reason"]
 
@@ -97,5 +101,5 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
         for proc in procs.values():
             proc.kill()
         for rid in procs:
-            for c in containers(rid):
+            for c in containers(rid, tmp_path):
                 c.remove(force=True)

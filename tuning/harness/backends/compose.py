@@ -13,13 +13,13 @@ from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import (
     BESIDE_RECORDER,
     JOB_DIR,
-    LABEL,
     LAUNCH_DIR,
     LAUNCHER,
     MODEL_DIR,
     NETWORK,
     OUTPUT_DIR,
     RANK_RECORD,
+    RUNS_LABEL,
     TMP_DIR,
     Layout,
     LayoutError,
@@ -37,9 +37,11 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
     (the directory the file will be read from, as Compose resolves them)."""
     if layout.kind == "host":
         raise LayoutError("LAYOUT=host runs without containers; there is no Compose file for it")
-    labels = {LABEL: layout.run_id}
+    labels = layout.labels
+    if relative_to is not None:  # a file read from elsewhere (the examples): as it is bound
+        labels[RUNS_LABEL] = _bind(Path(layout.run_dir).parent, "", relative_to)["source"]
     nodes = layout.nodes()
-    services = {node.name: _service(layout, node, relative_to) for node in nodes}
+    services = {node.name: _service(layout, node, relative_to, labels) for node in nodes}
     if layout.kind == "per-rank" and layout.network == "shared":
         # Ranks join rank 0's network and IPC namespaces: loopback and one /dev/shm,
         # the fastest per-rank shape on one host.
@@ -60,7 +62,7 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
     return out
 
 
-def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
+def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -> dict:
     output = Path(layout.run_dir, "output")
     volumes = [
         _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
@@ -88,7 +90,7 @@ def _service(layout: Layout, node: Node, rel: str | Path | None) -> dict:
         "user": layout.user,
         "environment": layout.container_env(node),
         "labels": {
-            LABEL: layout.run_id,
+            **labels,
             "harness.node": node.name,
             "harness.node-rank": str(node.node_rank),
             "harness.ranks": ",".join(str(r) for r in node.ranks),

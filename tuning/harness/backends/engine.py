@@ -15,7 +15,7 @@ import docker
 import docker.errors
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import LABEL
+from tuning.harness.spec.layout import LABEL, RUNS_LABEL
 
 
 def client() -> docker.DockerClient:
@@ -103,26 +103,58 @@ def run_tool(cmd: list[str], **kw) -> None:
         raise HarnessError(f"`{' '.join(cmd)}` failed with exit code {out.returncode} (above).")
 
 
-def labelled(c: docker.DockerClient, run_id: str | None = None) -> dict[str, list]:
-    """Everything the harness created, for one run or for all of them."""
+def labelled(c: docker.DockerClient, run_id: str | None = None, *, runs: str | None) -> dict:
+    """Everything the harness created, for one run or for all of them, of one RUNS folder
+    (`runs`: its layout.runs_key; the runs in folders under it too, as a bench's layout runs
+    in its own) or, runs=None (ALL=1), of every folder on this engine."""
     flt = {"label": f"{LABEL}={run_id}" if run_id else LABEL}
-    return {
+    found = {
         "containers": c.containers.list(all=True, filters=flt),
         "networks": c.networks.list(filters=flt),
         "volumes": c.volumes.list(filters=flt),
     }
+    if runs is None:
+        return found
+    return {kind: [x for x in objs if within(labels_of(x).get(RUNS_LABEL), runs)]
+            for kind, objs in found.items()}  # fmt: skip
 
 
-def remove_labelled(c: docker.DockerClient, run_id: str | None = None) -> dict[str, list[str]]:
-    """Remove containers, then networks and volumes, labelled by the harness. Idempotent.
-    Returns what it removed: run id -> ["container <name>", "network <name>", ...]."""
+def within(folder: str | None, runs: str) -> bool:
+    """Whether a RUNS_LABEL value `folder` is the folder `runs` or one under it."""
+    return folder is not None and (folder == runs or folder.startswith(runs.rstrip("/") + "/"))
+
+
+def labels_of(obj) -> dict[str, str]:
+    """A container's, network's or volume's labels."""
+    return (obj.labels if hasattr(obj, "labels") else obj.attrs.get("Labels")) or {}
+
+
+def remove_labelled(c: docker.DockerClient, run_id: str | None = None, *,
+                    runs: str | None) -> dict[str, list[str]]:  # fmt: skip
+    """Remove containers, then networks and volumes, labelled by the harness (as `labelled`
+    selects them). Idempotent. Returns what it removed: run id -> ["container <name>", ...]."""
     gone: dict[str, list[str]] = {}
     for kind in ("containers", "networks", "volumes"):
-        for obj in labelled(c, run_id)[kind]:
-            labels = (obj.labels if kind == "containers" else obj.attrs.get("Labels")) or {}
+        for obj in labelled(c, run_id, runs=runs)[kind]:
+            labels = labels_of(obj)
             try:
                 obj.remove(force=True) if kind != "networks" else obj.remove()
             except docker.errors.NotFound:
                 continue
             gone.setdefault(labels.get(LABEL, "?"), []).append(f"{kind[:-1]} {obj.name}")
     return gone
+
+
+def refuse_shared_project(c: docker.DockerClient, project: str, runs: str) -> None:
+    """A run id names the Compose project (harness-<id>): the same id going in another RUNS
+    folder (another checkout's, another user's) would be taken over by `compose up`, and
+    removed by this run's teardown (`compose down`)."""
+    found = c.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+    elsewhere = {ctr.labels.get(RUNS_LABEL, "an older harness's") for ctr in found} - {runs}
+    if elsewhere:
+        run_id = project.removeprefix("harness-")
+        raise HarnessError(
+            f"RUN_ID={run_id} is in use on this engine by a run of another RUNS folder "
+            f"({', '.join(sorted(elsewhere))}): its Compose project {project} would be taken "
+            "over. Pick another RUN_ID (or leave it unset for a new one)"
+        )

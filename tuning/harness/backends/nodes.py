@@ -22,7 +22,7 @@ from tuning import affinity
 from tuning.harness.backends import compose as compose_mod
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, NodeLost
-from tuning.harness.spec.layout import LABEL, Layout
+from tuning.harness.spec.layout import RUNS_LABEL, Layout
 
 
 class Nodes(Protocol):
@@ -85,10 +85,12 @@ class ComposeNodes:
         self._find()
 
     def _find(self) -> None:
-        for ctr in self.client.containers.list(
-            all=True, filters={"label": f"{LABEL}={self.layout.run_id}"}
-        ):
+        for ctr in engine.labelled(self.client, self.layout.run_id, runs=self.runs)["containers"]:
             self.containers[ctr.labels["harness.node"]] = ctr
+
+    @property
+    def runs(self) -> str:  # this run's RUNS folder, as its labels say it
+        return self.layout.labels[RUNS_LABEL]
 
     def poll(self) -> dict[str, int | None]:
         state = {}
@@ -142,7 +144,7 @@ class ComposeNodes:
     def stop(self) -> None:
         engine.compose(self.file, "down", "--volumes", "--remove-orphans", "--timeout", "10",
                        check=False, capture=True)  # fmt: skip
-        engine.remove_labelled(self.client, self.layout.run_id)
+        engine.remove_labelled(self.client, self.layout.run_id, runs=self.runs)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

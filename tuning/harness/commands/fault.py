@@ -25,7 +25,7 @@ from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options
 from tuning.harness.spec.flags import RunFlags, int_arg
-from tuning.harness.spec.layout import CONTAINER_KINDS, LABEL
+from tuning.harness.spec.layout import CONTAINER_KINDS, RUNS_LABEL
 
 KINDS = ("kill", "save-kill", "disk-full", "term", "preempt", "crash", "pause", "no-show",
          "late-master", "partition", "oom", "slow", "delay", "loss")  # fmt: skip
@@ -156,7 +156,7 @@ def run_one(f: RunFlags, k: dict, kind: str, run_id: str) -> dict:
             volume.remove()
     follow.finished_at = follow.finished_at or time.time()
     run_dir = spec.runs_root / run_id
-    leftovers = engine.labelled(engine.client(), run_id)
+    leftovers = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
     record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
     fault_write.write(run_dir, record)
     print(f"harness: fault {kind} ({layout_kind}): {record['outcome']}; "
@@ -172,10 +172,10 @@ def _netem_unsupported(layout, kind: str) -> str | None:
     try:
         c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[kind]}"],
                          entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",
-                         labels={LABEL: layout.run_id}, remove=True, stderr=True)  # fmt: skip
+                         labels=layout.labels, remove=True, stderr=True)  # fmt: skip
         return None
     except docker.errors.ContainerError as e:
         err = (e.stderr or b"").decode(errors="replace").strip() or str(e)
         return f"netem not supported by this kernel: {err}"
     finally:
-        engine.remove_labelled(c, layout.run_id)
+        engine.remove_labelled(c, layout.run_id, runs=layout.labels[RUNS_LABEL])

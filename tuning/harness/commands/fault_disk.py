@@ -81,8 +81,8 @@ class Volume:
     def __init__(self, client, layout):
         self.name = f"{layout.project}-output"
         # Not the run's own label value: the run's teardown must leave both for the copy;
-        # `make down` (every run) still finds them by the label's key.
-        labels = {LABEL: f"{layout.run_id}-keep"}
+        # `make down` (every run of its RUNS folder) still finds them by the label's key.
+        labels = {**layout.labels, LABEL: f"{layout.run_id}-keep"}
         images.ready(client, layout, log=lambda *_: None)
         self.volume = client.volumes.create(
             self.name, driver="local", labels=labels,

@@ -3,7 +3,7 @@ signal, a freeze, a throttle, a cut link, netem, memory), and undo what must be 
 before teardown (`release`). The watching half, and the command, are in fault.py.
 
 It reaches the run's containers only through the backend's accessors (`container`,
-`all_containers`, `client`, `issued_at`: nodes.py).
+`all_containers`, `client`, `issued_at`, `layout`: nodes.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tuning.harness.commands import fault_disk, fault_late
 from tuning.harness.commands.fault_save import KIND as SAVE_KILL
 from tuning.harness.commands.fault_save import files_in, under_way
 from tuning.harness.rundirs import runs
-from tuning.harness.spec.layout import LABEL, NETWORK
+from tuning.harness.spec.layout import NETWORK
 
 SLOW_CPUS = 0.05  # slow: the target's share of a CPU
 NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}
@@ -189,7 +189,7 @@ class Injector:
         helper = nodes.client.containers.run(
             ctr.image.id, ["-c", f"{rule} && exec sleep 100000"], entrypoint="sh", user="root",
             cap_add=["NET_ADMIN"], network_mode=f"container:{ctr.id}", detach=True,
-            labels={LABEL: self.run_id, "harness.fault": self.kind},
+            labels={**nodes.layout.labels, "harness.fault": self.kind},
             name=f"harness-{self.run_id}-fault-{self.kind}",
         )  # fmt: skip
         self.heals.append(lambda: helper.remove(force=True))

@@ -227,6 +227,9 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
                            f"{', '.join(kube_restarts.V1_POLICIES)}")  # fmt: skip
     f = flags.RunFlags.of(a)
+    if f.gpu_names:
+        raise HarnessError(f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
+                           "cluster's scheduler picks a pod's GPUs: GPUS=N per pod")  # fmt: skip
     nodes = flags.int_arg("NODES", a.nodes, 1) or 1
     # GPUS per pod, on a cluster; unset: as many as this host shows
     gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus

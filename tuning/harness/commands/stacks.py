@@ -9,6 +9,7 @@ from pathlib import Path
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import stacks
 from tuning.harness.spec import options
+from tuning.harness.spec.layout import runs_key
 
 
 def register(sub) -> None:
@@ -44,7 +45,8 @@ def _places(run_dir: Path) -> list[stacks.Node]:
     if (run_dir / "compose.yaml").is_file():
         from tuning.harness.backends import engine  # only where a run has containers
 
-        found = engine.labelled(engine.client(), run_dir.name)["containers"]
+        found = engine.labelled(engine.client(), run_dir.name, runs=runs_key(run_dir.parent))
+        found = found["containers"]
         return stacks.from_containers([c for c in found if c.status in ("running", "paused")])
     alive = [r for r, x in stacks.registered(run_dir / "output").items() if _alive(x)]
     return [stacks.Node("host", alive)] if alive else []

@@ -20,7 +20,7 @@ import docker.errors
 
 from tuning.harness.backends import engine
 from tuning.harness.rundirs import runs
-from tuning.harness.spec.layout import LABEL, OUTPUT_DIR
+from tuning.harness.spec.layout import OUTPUT_DIR, runs_key
 
 OWNER = "harness.json"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -43,12 +43,16 @@ def alive(run_dir: Path) -> bool:
     )
 
 
-def reap(client, runs_root: Path, only: str | None = None, log=print) -> dict[str, list[str]]:
-    """Clean up after every dead run (or run `only`): those with containers left (any RUNS
-    directory: a container's /output mount names its run) and those under `runs_root`.
+def reap(client, runs_root: Path, only: str | None = None, log=print,
+         every: bool = False) -> dict[str, list[str]]:  # fmt: skip
+    """Clean up after every dead run (or run `only`) under `runs_root`: those with containers
+    left (a container's /output mount names its run) and those with a run directory there.
+    every=True (`make down ALL=1`): dead runs of every RUNS folder on the engine too; else
+    another checkout's (another user's) runs are theirs to clean up, never this one's.
     Returns what it removed (run id -> ["container <name>", ...]), as engine.remove_labelled."""
     dirs: dict[Path, list] = {}
-    for ctr in client.containers.list(all=True, filters={"label": LABEL}) if client else ():
+    folder = None if every else runs_key(runs_root)
+    for ctr in engine.labelled(client, runs=folder)["containers"] if client else ():
         # /output names the run dir; a volume there (fault disk-full): its metrics bind does
         binds = {m.get("Destination"): Path(m["Source"]) for m in ctr.attrs.get("Mounts", [])
                  if m.get("Type") == "bind"}  # fmt: skip
@@ -84,7 +88,8 @@ def _bury(client, run_dir: Path, containers: list, log) -> list[str]:
             (run_dir / f"logs/{node}.log").write_bytes(ctr.logs())
         except (OSError, docker.errors.APIError):
             pass  # its run directory or the container's log may be gone; remove it anyway
-    gone = engine.remove_labelled(client, run_id).get(run_id, []) if client else []
+    folder = runs_key(run_dir.parent)
+    gone = engine.remove_labelled(client, run_id, runs=folder).get(run_id, []) if client else []
     if run_dir.is_dir() and not (run_dir / "summary.json").is_file():
         owner = runs.read_json(run_dir / OWNER)
         metrics = runs.read_metrics(run_dir / "output")

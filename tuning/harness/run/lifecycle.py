@@ -24,7 +24,7 @@ from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import gpu_locks, preflight
 from tuning.harness.spec.job_paths import HOST_ASSETS
-from tuning.harness.spec.layout import Layout
+from tuning.harness.spec.layout import RUNS_LABEL, Layout
 from tuning.harness.spec.options import Spec
 
 EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
@@ -90,6 +90,8 @@ def start(spec: Spec, on_tick=None) -> dict:
     layout = spec.layout
     client = prepare(layout)
     leftovers.reap(client, spec.runs_root)  # runs whose harness died: their GPUs, ports back
+    if client:  # a run id going in another RUNS folder: refused before anything is written
+        engine.refuse_shared_project(client, layout.project, layout.labels[RUNS_LABEL])
     if spec.user_config:
         preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
     held = gpu_locks.take(sorted({g for n in layout.nodes() for g in n.gpu_ids}), layout.run_id)

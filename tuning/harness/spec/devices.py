@@ -2,14 +2,17 @@
 read their device, host GPUs, image, dtype and default accelerate config from it.
 
 On the host (`for_host`): the GPUs nvidia-smi shows, less what CUDA_VISIBLE_DEVICES and
-NVIDIA_VISIBLE_DEVICES hide, less those another run holds (gpu_locks), lowest index first;
-MIG refused; the driver checked against the image's CUDA. For a cluster (`for_cluster`: kube
+NVIDIA_VISIBLE_DEVICES hide, less those another run holds (gpu_locks), less those busy with
+work that is not the harness's (`busy_why`) unless the user named them (GPUS=device=i,j or
+CUDA_VISIBLE_DEVICES), lowest index first; MIG refused; the driver checked against the
+image's CUDA. For a cluster (`for_cluster`: kube
 renders GPUs per pod) nothing of this host is asked.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +72,16 @@ def assumed(gpus: int, image: str = IMAGE) -> GpuPlan:
 
 
 def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
-             lock_dir: Path | None = None) -> GpuPlan:  # fmt: skip
-    """GPUS=N (None: every visible GPU) as free host GPUs. GPUS=0 asks nothing of the host."""
+             lock_dir: Path | None = None, names: tuple[str, ...] = ()) -> GpuPlan:  # fmt: skip
+    """GPUS=N (None: every visible GPU) as free host GPUs; `names` (GPUS=device=i,j): those.
+    GPUS=0 asks nothing of the host. Not free: held by another run of the harness (its lock:
+    always refused), or busy (`busy`), unless the user named it."""
     if gpus == 0:
         return GpuPlan(0, image_recipes.resolve(image, "cpu"))
     inv = nvidia.inventory()
     seen = nvidia.visible(inv)
-    n = len(seen) if gpus is None else gpus
+    picked = _named(seen, names) if names else []
+    n = len(picked) if names else len(seen) if gpus is None else gpus
     if n == 0:
         return GpuPlan(0, image_recipes.resolve(image, "cpu"))
     if n > len(seen):
@@ -92,18 +98,63 @@ def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
             f"then reset the GPU), or pick other GPUs: CUDA_VISIBLE_DEVICES={others}"
         )
     held = {g.index: gpu_locks.holder(str(g.index), lock_dir or gpu_locks.LOCK_DIR) for g in seen}
-    free = [g for g in seen if held[g.index] is None]
+    named = {g.index for g in picked} | nvidia.named(inv)
+    apps = nvidia.compute_apps()
+    busy = {g.index: why for g in seen if (why := busy_why(g, apps))}
+    taken = picked or seen
+    free = [g for g in taken if held[g.index] is None and (g.index in named or g.index not in busy)]
     if len(free) < n:
-        busy = "; ".join(f"GPU {i} by run {h.get('run_id', '?')} (harness pid {h.get('pid', '?')})"
-                         for i, h in held.items() if h is not None)  # fmt: skip
+        said = [f"GPU {g.index} by run {h.get('run_id', '?')} (harness pid {h.get('pid', '?')})"
+                for g in taken if (h := held[g.index]) is not None]  # fmt: skip
+        said += [f"GPU {g.index} busy: {busy[g.index]}" for g in taken
+                 if g.index in busy and g.index not in named and held[g.index] is None]  # fmt: skip
+        asked = f"GPUS=device={','.join(names)}" if names else f"GPUS={n}"
+        of = f"{len(picked)} named" if names else f"{len(seen)} visible"
         raise HarnessError(
-            f"GPUS={n} but only {len(free)} of the {len(seen)} visible GPU(s) are free: {busy}. "
-            f"Wait for those runs, stop one (`make down RUN_ID=...`), or use GPUS={len(free)}"
+            f"{asked} but only {len(free)} of the {of} GPU(s) are free: {'; '.join(said)}. "
+            f"Wait for those runs, stop one (`make down RUN_ID=...`), name a busy GPU to take "
+            f"it anyway (GPUS=device=i or CUDA_VISIBLE_DEVICES=i), or use GPUS={len(free)}"
         )
     chosen = tuple(free[:n])
+    for g in chosen:
+        if g.index in busy:
+            print(f"harness: GPU {g.index} is busy ({busy[g.index]}); taking it, as you named it",
+                  file=sys.stderr)  # fmt: skip
     tag = image_recipes.resolve(image, "gpu", cuda)
     check_driver(inv.driver, chosen, tag)
     return GpuPlan(n, tag, tuple(str(g.index) for g in chosen), chosen, inv.driver)
+
+
+# More memory in use than this, with no process nvidia-smi names, is someone's: an idle GPU
+# shows a few MiB, while a CUDA context alone takes some 300-500 MiB.
+BUSY_MIB = 256
+
+
+def busy_why(gpu: nvidia.Gpu, apps: dict[str, list[nvidia.App]]) -> str | None:
+    """Why a GPU counts as busy with work that is not the harness's, or None: compute
+    processes on it, or more than BUSY_MIB of its memory in use."""
+    if apps.get(gpu.uuid):
+        return "compute process(es) " + ", ".join(a.describe() for a in apps[gpu.uuid])
+    if gpu.memory_used_mib is not None and gpu.memory_used_mib > BUSY_MIB:
+        return (f"{gpu.memory_used_mib} MiB of memory in use (more than {BUSY_MIB} MiB) by "
+                "a process nvidia-smi does not list here (another container's?)")  # fmt: skip
+    return None
+
+
+def _named(seen: list[nvidia.Gpu], names: tuple[str, ...]) -> list[nvidia.Gpu]:
+    """GPUS=device=i,j as visible GPUs, in the order named."""
+    by_id = {str(g.index): g for g in seen} | {g.uuid: g for g in seen}
+    unknown = [x for x in names if x not in by_id]
+    if unknown:
+        shown = ", ".join(f"{g.index} ({g.uuid})" for g in seen) or "none"
+        raise HarnessError(
+            f"GPUS=device={','.join(names)}: no visible GPU {', '.join(unknown)}"
+            f"{nvidia.where_from()}; nvidia-smi shows {shown}. Name GPUs by index or UUID"
+        )
+    picked = [by_id[x] for x in names]
+    if len({g.index for g in picked}) < len(picked):
+        raise HarnessError(f"GPUS=device={','.join(names)} names one GPU twice")
+    return picked
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -160,9 +211,11 @@ def main(a: argparse.Namespace) -> int:
         print("gpus: none (no nvidia-smi on PATH); nothing to check")
         return 0
     seen = nvidia.visible(inv)
+    apps = nvidia.compute_apps()
     print(f"gpus: driver {inv.driver}")
     for g in inv.gpus:
-        flags = ["MIG" if g.mig else "", "" if g in seen else "hidden"]
+        busy = busy_why(g, apps)
+        flags = ["MIG" if g.mig else "", "" if g in seen else "hidden", busy and f"busy: {busy}"]
         extra = ", ".join(f for f in flags if f)
         print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
               + (f" ({extra})" if extra else ""))  # fmt: skip

@@ -89,7 +89,8 @@ TABLE = (
     # Where, and how many ranks.
     Flag(
         "GPUS",
-        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo); kube: per pod",
+        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo), or device=i,j "
+        "(indices or UUIDs: those, busy or not); kube: N per pod",
         JOB,
         "N",
     ),  # fmt: skip
@@ -243,6 +244,13 @@ TABLE = (
         "DEVICE", "cpu | gpu: which image (default: gpu when GPUs are visible)", ("image",), "d"
     ),  # fmt: skip
     Flag("REBUILD", "build the image even if it is up to date", ("image",), switch=True),
+    # down, ps: this checkout's runs (its RUNS folder), unless ALL=1
+    Flag(
+        "ALL",
+        "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
+        ("down", "ps"),
+        switch=True,
+    ),  # fmt: skip
 )
 BY_VAR = {f.var: f for f in TABLE}
 BY_DEST = {f.dest: f for f in TABLE}

@@ -53,6 +53,7 @@ class RunFlags:
     layout: str = "single"
     network: str = "isolated"
     gpus: int | None = None  # None: every visible GPU (devices.for_host)
+    gpu_names: tuple[str, ...] = ()  # GPUS=device=i,j: these host GPUs (indices or UUIDs)
     cuda: str | None = None
     nproc: int = 2  # CPU ranks when GPUS=0
     model: str | None = None
@@ -83,6 +84,15 @@ _WHOLE = {"steps": ("STEPS", 1), "seed": ("SEED", 0), "timeout": ("TIMEOUT", 1),
 def _typed(a: argparse.Namespace, cls: type) -> dict:
     values = {f.name: getattr(a, f.name) for f in fields(cls)
               if getattr(a, f.name, None) is not None}  # fmt: skip
+    raw = str(values.get("gpus", ""))
+    if raw.startswith(DEVICE):
+        values["gpu_names"] = gpu_names(raw)
+        values["gpus"] = len(values["gpu_names"])
+    elif raw and not re.fullmatch(r"\s*-?[0-9]+\s*", raw):
+        raise HarnessError(
+            f"GPUS={raw!r} is not a whole number (GPUS=2: that many GPUs), nor GPUs by name "
+            f"(GPUS=device={raw.strip()}: nvidia-smi's indices or UUIDs)"
+        )
     for name, (var, minimum) in _WHOLE.items():
         if name in values:
             values[name] = int_arg(var, values[name], minimum)
@@ -94,6 +104,18 @@ def _typed(a: argparse.Namespace, cls: type) -> dict:
     if "grace" in values:
         values["grace"] = seconds("GRACE", values["grace"])
     return values
+
+
+DEVICE = "device="  # GPUS=device=2,3: docker run --gpus's way to name GPUs, not count them
+
+
+def gpu_names(raw: str) -> tuple[str, ...]:
+    """GPUS=device=i,j,...: the host GPUs named by nvidia-smi index or UUID."""
+    names = tuple(x.strip() for x in raw.removeprefix(DEVICE).split(",") if x.strip())
+    if not names or len(set(names)) != len(names):
+        raise HarnessError(f"GPUS={raw!r} names no GPU, or one twice; e.g. GPUS=device=2,3 "
+                           "(nvidia-smi's indices or UUIDs)")  # fmt: skip
+    return names
 
 
 def seconds(name: str, raw: str | float) -> float:

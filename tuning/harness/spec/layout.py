@@ -69,7 +69,16 @@ TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the ra
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
                    "fs_errors.py", "desync.py", "fr_check.py")  # fmt: skip
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
+# ... and the RUNS folder it belongs to (its resolved path): `make down` and the reaper act on
+# one checkout's runs only (ALL=1: every folder's), so two checkouts, or two users, never
+# remove each other's runs, even under one run id.
+RUNS_LABEL = "harness.runs"
 NETWORK = "train"  # the Compose network of the isolated layouts
+
+
+def runs_key(runs_root: str | Path) -> str:
+    """The RUNS_LABEL value of runs under `runs_root`: its resolved path."""
+    return str(Path(runs_root).resolve())
 
 
 def data_target(host_path: str) -> str:
@@ -111,6 +120,7 @@ class Layout:
     kind: str = "single"
     gpus: int = 0  # GPUs used; 0 = CPU ranks on gloo
     gpu_ids: tuple[str, ...] = ()  # the host GPUs (devices.GpuPlan); () = 0..gpus-1
+    gpu_uuids: tuple[str, ...] = ()  # the same GPUs' UUIDs, where nvidia-smi was asked
     nproc: int = 2  # CPU ranks when gpus == 0
     run_id: str = "example"
     image: str = IMAGE
@@ -143,6 +153,8 @@ class Layout:
             raise LayoutError(f"NPROC={self.nproc} must be at least 1")
         if self.gpu_ids and len(self.gpu_ids) != self.gpus:
             raise LayoutError(f"GPUS={self.gpus} but {len(self.gpu_ids)} GPU ids were given")
+        if self.gpu_uuids and len(self.gpu_uuids) != len(self.gpu_ids):
+            raise LayoutError(f"{len(self.gpu_ids)} GPU ids but {len(self.gpu_uuids)} UUIDs")
         if self.entry and self.kind == "host":
             raise LayoutError(f"ENTRY={self.entry} runs in its own image; LAYOUT=host runs this "
                               "repo's trainer only. Use LAYOUT=single or per-rank")  # fmt: skip
@@ -163,6 +175,11 @@ class Layout:
     @property
     def project(self) -> str:
         return f"harness-{self.run_id}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """What everything this run makes on the engine carries: its id and its RUNS folder."""
+        return {LABEL: self.run_id, RUNS_LABEL: runs_key(Path(self.run_dir).parent)}
 
     def nodes(self) -> list[Node]:
         n = self.world_size
@@ -187,6 +204,8 @@ class Layout:
             HARNESS_RUN_ID=self.run_id,
             ACCELERATE_CONFIG=f"{self.job_dir}/accelerate.yaml",
         )
+        if self.kind == "host" and self.gpus:
+            env.update(self.host_gpu_env())
         if self.max_restarts and self.kind != "per-rank":  # per-rank: the harness restarts
             env["HARNESS_MAX_RESTARTS"] = str(self.max_restarts)  # every container instead
         if self.entry:
@@ -195,6 +214,13 @@ class Layout:
         env.update(self.extra_env)
         env.update(dict.fromkeys(self.secrets))
         return env
+
+    def host_gpu_env(self) -> dict[str, str]:
+        """LAYOUT=host: the ranks see the GPUs this run took, and no other. By UUID: the
+        indices nvidia-smi (and the locks) use follow PCI bus order, CUDA's own are fastest
+        first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so an index could name another GPU."""
+        ids = self.gpu_uuids or self.gpu_ids or tuple(str(i) for i in range(self.gpus))
+        return {"CUDA_VISIBLE_DEVICES": ",".join(ids), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     def nccl_env(self) -> dict[str, str]:
         """What NCCL needs when each container sees one GPU (per-rank on GPUs). Isolated: the

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from tuning.harness.errors import HarnessError
 
 QUERY = ["nvidia-smi", "--format=csv,noheader",
-         "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current"]  # fmt: skip
+         "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current,"
+         "memory.used"]  # fmt: skip
+# The processes with a compute context on each GPU (`nvidia-smi --help-query-compute-apps`);
+# the name last, as it is free text. One of another PID namespace (another container) may
+# not be listed at all: memory.used still counts it.
+APPS = ["nvidia-smi", "--format=csv,noheader",
+        "--query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name"]  # fmt: skip
 LIST = ["nvidia-smi", "-L"]
 NONE = ("none", "void", "")  # NVIDIA_VISIBLE_DEVICES values that mean no GPU (the toolkit's)
 
@@ -29,6 +35,7 @@ class Gpu:
     name: str
     compute_cap: tuple[int, int]
     mig: bool  # MIG mode on: CUDA sees its instances, not the GPU
+    memory_used_mib: int | None = None  # memory.used; None where the driver says [N/A]
 
     def record(self) -> dict:
         return {"index": self.index, "uuid": self.uuid, "name": self.name}
@@ -64,13 +71,47 @@ def inventory() -> Inventory:
     with_mig = _mig_parents(_smi(LIST))
     gpus = []
     for row in rows:
-        if len(row) < 6:
-            raise HarnessError(f"`{' '.join(QUERY)}` gave {', '.join(row)!r}; expected 6 fields")
-        index, uuid, *name, _driver, cap, mig = (x.strip() for x in row)
+        if len(row) < 7:
+            raise HarnessError(f"`{' '.join(QUERY)}` gave {', '.join(row)!r}; expected 7 fields")
+        index, uuid, *name, _driver, cap, mig, used = (x.strip() for x in row)
         major, _, minor = cap.partition(".")
         gpus.append(Gpu(int(index), uuid, ", ".join(name), (int(major), int(minor or 0)),
-                        mig == "Enabled" or int(index) in with_mig))  # fmt: skip
+                        mig == "Enabled" or int(index) in with_mig, _mib(used)))  # fmt: skip
     return Inventory(tuple(gpus), rows[0][3].strip() if rows else None)
+
+
+def _mib(value: str) -> int | None:
+    """ "1234 MiB" -> 1234; "[N/A]" (not supported, or not allowed here) -> None."""
+    number = value.removesuffix("MiB").strip()
+    return int(number) if number.isdigit() else None
+
+
+@dataclass(frozen=True)
+class App:
+    """A process with a compute context on a GPU."""
+
+    pid: int
+    name: str
+    memory_mib: int | None
+
+    def describe(self) -> str:
+        mib = f", {self.memory_mib} MiB" if self.memory_mib is not None else ""
+        return f"pid {self.pid} ({self.name}{mib})"
+
+
+def compute_apps() -> dict[str, list[App]]:
+    """GPU UUID -> the compute processes nvidia-smi lists on it (none: no line)."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    out: dict[str, list[App]] = {}
+    for line in _smi(APPS).splitlines():
+        parts = [x.strip() for x in line.split(", ")]
+        if len(parts) < 3:  # a note ("No running processes found"), not a process
+            continue
+        uuid, pid, used, *name = parts
+        if uuid and pid.isdigit():
+            out.setdefault(uuid, []).append(App(int(pid), ", ".join(name) or "?", _mib(used)))
+    return out
 
 
 def _mig_parents(listing: str) -> set[int]:
@@ -109,6 +150,14 @@ def visible(inv: Inventory, env=os.environ) -> list[Gpu]:
         chosen = {by_id[x].index for x in wanted}
         seen = [g for g in seen if g.index in chosen]
     return sorted(seen, key=lambda g: g.index)
+
+
+def named(inv: Inventory, env=os.environ) -> set[int]:
+    """The GPUs CUDA_VISIBLE_DEVICES names one by one (not "all", not unset): the user's own
+    choice, taken busy or not (devices.for_host)."""
+    raw = (env.get("CUDA_VISIBLE_DEVICES") or "").strip()
+    wanted = {x.strip() for x in raw.split(",") if x.strip()}
+    return {g.index for g in inv.gpus if str(g.index) in wanted or g.uuid in wanted}
 
 
 def where_from(env=os.environ) -> str:

@@ -54,7 +54,7 @@ def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
 def plan_from(f: RunFlags) -> GpuPlan:
     """GPUS, IMAGE and CUDA as the host's GPUs, image, dtype and accelerate default: the one
     place a run's GPUs are decided."""
-    return devices.for_host(f.gpus, f.image, f.cuda)
+    return devices.for_host(f.gpus, f.image, f.cuda, names=f.gpu_names)
 
 
 def threads_per_rank(world_size: int) -> int:
@@ -84,6 +84,7 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
         return Layout(
             secrets=secrets, extra_env=extra,
             kind=f.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
+            gpu_uuids=tuple(g.uuid for g in plan.chosen),
             image=plan.image, port=free_port() if f.layout == "host" else PORT,
             network=f.network, model=_host(model), data=_host(data),
             run_dir=str(run_dir), max_restarts=f.max_restarts,
