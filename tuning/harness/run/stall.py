@@ -95,7 +95,6 @@ class StallWatch:
         if busy:
             print(f"harness: a slow phase, not necessarily a hang: {busy}")
         found = verdict_run.judge_live(nodes, metrics, taken)
-        print("\n".join(verdict_run.said(found)))
         first = self.extra.get("stall")
         self.extra["stall"] = first or {
             "quiet_s": round(quiet, 1), "stall_s": round(limit, 1), "set_by": how,
@@ -103,5 +102,6 @@ class StallWatch:
             "phases": busy, "stacks_dir": "output/stacks", "verdict": found,
         }  # fmt: skip
         self.extra.setdefault("verdict", found)  # summary.json's: the first spell's
+        print("\n".join(verdict_run.said(found)))  # kept first: a Ctrl-C may follow the line
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
         return None

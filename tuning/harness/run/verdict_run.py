@@ -38,19 +38,28 @@ def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
     return out
 
 
-def judge_live(nodes, metrics: dict, taken: dict | None, progressing: bool = False,
-               exits: dict | None = None, facts_of_nodes: dict | None = None) -> dict:  # fmt: skip
-    """The verdict now: the dump `taken` (None: none), torch's analysis of the dumps it made
-    (in a node still running), the ranks' metrics and what failed ranks recorded."""
+def fr_of(nodes, taken: dict | None) -> dict | None:
+    """torch's analysis of the flight recorders the dump `taken` wrote, run in a live node."""
+    if not taken or not any(x.get("state") == "dumped" for x in taken["ranks"].values()):
+        return None
     output = nodes.run_dir / "output"
-    fr = None
-    if taken and any(x.get("state") == "dumped" for x in taken["ranks"].values()):
-        fr = verdict_torch.run_fr_check(stacks.nodes_of(nodes), output, taken["started_at"])
-    facts = verdict_facts.gather(
-        nodes.layout.world_size, metrics, taken, exits, facts_of_nodes or node_facts(nodes),
-        progressing, fr, stacks.failed(output),
-    )  # fmt: skip
+    return verdict_torch.run_fr_check(stacks.nodes_of(nodes), output, taken["started_at"])
+
+
+def judge(world: int, output, metrics: dict, taken: dict | None, fr: dict | None = None,
+          exits: dict | None = None, facts_of_nodes: dict | None = None) -> dict:  # fmt: skip
+    """The verdict over a dump `taken` (None: none; its "progressing": taken while the ranks
+    still stepped), torch's analysis `fr`, the metrics and what failed ranks recorded."""
+    progressing = bool(taken and taken.get("progressing"))
+    facts = verdict_facts.gather(world, metrics, taken, exits, facts_of_nodes, progressing, fr,
+                                 stacks.failed(output))  # fmt: skip
     return verdict.judge(facts)
+
+
+def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
+    """The verdict now, for a run the harness is driving (its nodes as they are)."""
+    return judge(nodes.layout.world_size, nodes.run_dir / "output", metrics, taken,
+                 fr_of(nodes, taken), facts_of_nodes=node_facts(nodes))  # fmt: skip
 
 
 def said(v: dict) -> list[str]:
