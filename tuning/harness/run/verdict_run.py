@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from tuning.harness.run import stacks, verdict, verdict_facts, verdict_torch
-from tuning.harness.spec.layout import NETWORK
+from tuning.harness.spec.layout import off_network
 
 
 def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
@@ -20,15 +20,14 @@ def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
         return out
     try:
         by_name = {c.labels.get("harness.node"): c for c in nodes.all_containers()}
-        isolated = layout.kind == "per-rank" and layout.network == "isolated"
         for node in layout.nodes():
             c = by_name.get(node.name)
             ran = c is not None or (started is not None and node.name in started)
             net = None
-            if c is not None and isolated:
+            if c is not None:
                 c.reload()
                 names = list(c.attrs["NetworkSettings"]["Networks"])
-                if not any(n.endswith(f"_{NETWORK}") for n in names):
+                if off_network(layout, names):
                     net = (f"container {c.name} has no interface on the run's network "
                            f"(it is on: {', '.join(names) or 'none'})")  # fmt: skip
             for r in node.ranks:

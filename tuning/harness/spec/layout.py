@@ -81,6 +81,14 @@ def runs_key(runs_root: str | Path) -> str:
     return str(Path(runs_root).resolve())
 
 
+def off_network(layout: Layout, attached: list[str]) -> bool:
+    """A container of this layout attached to the networks `attached` has lost the run's: in
+    per-rank isolated every node has an interface on the run's network (<project>_train);
+    other layouts give a rank none of its own to lose."""
+    own = layout.kind == "per-rank" and layout.network == "isolated"
+    return own and not any(n.endswith(f"_{NETWORK}") for n in attached)
+
+
 def data_target(host_path: str) -> str:
     """DATA inside a container: /data/<its name>, so its suffix picks its reader (fms's too)."""
     return f"{DATA_DIR}/{Path(host_path).name}"
