@@ -14,7 +14,13 @@ import statistics
 from pathlib import Path
 
 from tuning import torn
-from tuning.harness.commands import fault_disk, fault_late, fault_save, fault_stacks
+from tuning.harness.commands import (
+    fault_disk,
+    fault_late,
+    fault_save,
+    fault_stacks,
+    fault_verdict,
+)
 from tuning.harness.rundirs import runs
 
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
@@ -34,6 +40,9 @@ SIGNAL_KINDS = ("term", "preempt")  # must stop at a step, with a checkpoint aft
 SIGNATURES = [
     ("injected crash", r"injected crash"),
     ("ENOSPC", fault_disk.ENOSPC.pattern),
+    # gloo's own size check aborting a rank that received more than it expected: a peer ran
+    # another collective or another shape (a desync), not this rank's fault
+    ("gloo size check", r"gloo::EnforceNotMet|enforce fail at [^\n]*gloo"),
     ("process-group timeout", r"wait timeout after \d+ms, keys"),
     (
         "rendezvous timeout",
@@ -121,6 +130,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         record["late"] = fault_late.facts(follow.inject.late, t0, logs, metrics, job_end)
     if base["kind"] == "slow":
         record["slowdown"] = _slowdown(metrics, fault_at)
+    record["verdict"] = fault_verdict.final(record, follow, run_dir, follow.hang_stacks.taken)
     record["goal_met"] = _goal(record)
     return record
 

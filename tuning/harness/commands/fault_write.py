@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.harness.commands import fault_disk, fault_late, fault_save
+from tuning.harness.commands import fault_disk, fault_late, fault_save, fault_verdict
 from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
@@ -36,6 +36,7 @@ def markdown(rec: dict) -> str:
             else f"hang detected after {rec['hang_detected_s']} s"
         )
         + f", bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
+        *fault_verdict.lines(rec),
         *fault_save.lines(rec),
         *fault_disk.lines(rec),
         *fault_late.lines(rec),

@@ -37,7 +37,7 @@ from tuning.harness.run.verdict_words import verdict as _verdict
 CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
     "Connection reset by peer", "Connection closed by peer", "Broken pipe",
     "Network is unreachable", "No route to host", "Connection refused", "collective timeout",
-    "process-group timeout", "rendezvous timeout", "SIGTERM",
+    "process-group timeout", "rendezvous timeout", "SIGTERM", "gloo size check",
 }  # fmt: skip
 LATE_S = 0.02  # slow: a rank whose mean lateness is over this, and SLOW_X times the others'
 SLOW_X = 5
