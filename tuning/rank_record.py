@@ -7,7 +7,9 @@ module is even imported, gpu_guard.py (mounted beside it too): a rank told it ha
 (HARNESS_DEVICE=gpu) that cannot use CUDA ends failed, its "end" record naming what it found;
 and torn.py (beside it too): torn checkpoints are moved aside before the trainer looks for one
 to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`);
-fs_errors.py: a full volume or the read-only root, said plainly. With HARNESS_DUMP_BATCHES
+fs_errors.py: a full volume or the read-only root, said plainly; desync.py, only when
+HARNESS_DESYNC names a fault kind (slow-main, skip-collective, mismatch: make fault's collective
+level desyncs). With HARNESS_DUMP_BATCHES
 set (a debug switch the parity tests use), batch_dump.py dumps every batch the trainer's HF
 Trainer feeds the model.
 
@@ -263,6 +265,8 @@ def main() -> int:
         _beside("batch_dump").install()
     # every HF Trainer it builds logs this rank's steps (trainer_steps.py, mounted beside)
     _beside("trainer_steps").install(record.write, os.path.dirname(os.path.dirname(record.path)))
+    if os.environ.get("HARNESS_DESYNC"):  # a fault run's desync kinds; off: not even loaded
+        _beside("desync").install(record.rank, lambda line: record.write(**line))
     sys.argv = [entry, *sys.argv[1:]]
     code, error = 0, None
     try:
@@ -274,6 +278,8 @@ def main() -> int:
         code = 1
         error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
         traceback.print_exc()
+    if code != 0:  # what this rank was waiting in when it failed (the host's verdict reads it)
+        _beside("stack_dump").at_failure(os.path.dirname(os.path.dirname(record.path)), record.rank)
     closed = close_group() if code == 0 else False
     record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
                  error=error, distributed_type=accelerate_distributed_type(),

@@ -11,8 +11,9 @@ Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i m
 i raise at the start of step k, once per output_dir (a marker in <output_dir>/.harness/ lets a
 restarted group pass it); HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
 its end, no CPU) so a fault can land at a chosen step; HARNESS_SAVE_SLEEP=s holds every
-save s seconds half written (tuning/atomic_save.py); SIGTERM makes every rank checkpoint at
-the next step boundary they agree on and exit 0 with status "preempted".
+save s seconds half written (tuning/atomic_save.py); HARNESS_DESYNC=<kind> strikes one
+collective (tuning/desync.py: slow-main, skip-collective, mismatch); SIGTERM makes every rank
+checkpoint at the next step boundary they agree on and exit 0 with status "preempted".
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGUSR1: every thread's stack to <output_dir>/stacks (the host's `stacks`, stall, fault)
     stack_dump.install(cfg.output_dir, int(os.environ.get("RANK") or 0))
     writer = MetricsWriter(cfg.output_dir)
+    if os.environ.get("HARNESS_DESYNC"):  # make fault's desync kinds (tuning/desync.py)
+        from tuning import desync
+
+        desync.install(int(os.environ.get("RANK") or 0), lambda line: writer.log(**line))
     writer.phase("imports")  # the module's imports (torch, transformers) are done by now
     status, error = "failed", None
     try:
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
+        stack_dump.at_failure(cfg.output_dir, int(os.environ.get("RANK") or 0))
         why = fs_errors.explain(exc, cfg.output_dir)  # torch.save hides ENOSPC: say it
         if why:
             print(f"sft_trainer: error: {why}", file=sys.stderr)

@@ -7,7 +7,7 @@ import time
 
 import docker.errors
 
-from tuning.harness.commands import fault_record
+from tuning.harness.commands import fault_record, fault_verdict
 from tuning.harness.commands.fault_inject import Injector
 from tuning.harness.commands.fault_kinds.kind import SHORT, SINCE_STEP
 from tuning.harness.commands.fault_record import SLACK_S
@@ -44,6 +44,8 @@ class Follow:
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
         self.nodes = None  # stacks of a hang go through it (fault_stacks.py)
         self.hang_stacks = HangStacks(self.timeout)
+        self.verdicts = fault_verdict.Verdicts()  # judged at each dump, and at the end
+        self.metrics: dict = {}
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()
@@ -53,7 +55,7 @@ class Follow:
     def __call__(self, metrics, state, nodes):
         now = time.time()
         self.first_tick = self.first_tick or now
-        self.nodes = nodes  # stop() dumps the ranks' stacks through it
+        self.nodes, self.metrics = nodes, metrics  # stop() dumps the ranks' stacks through it
         for name, code in state.items():
             if code is not None and (name not in self.ended or self.running.get(name)):
                 self.ended[name] = now  # its latest exit (MAX_RESTARTS may start it again)

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tuning import torn
-from tuning.harness.commands import fault_stacks
+from tuning.harness.commands import fault_stacks, fault_verdict
 from tuning.harness.commands.fault_kinds import TABLE
 from tuning.harness.rundirs import runs
 
@@ -25,6 +25,9 @@ SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + thi
 # the kinds' own (an injected crash, ENOSPC), then what any fault can leave.
 SIGNATURES = [
     *(sig for kind in TABLE.values() for sig in kind.signatures),
+    # gloo's own size check aborting a rank that received more than it expected: a peer ran
+    # another collective or another shape (a desync), not this rank's fault
+    ("gloo size check", r"gloo::EnforceNotMet|enforce fail at [^\n]*gloo"),
     ("process-group timeout", r"wait timeout after \d+ms, keys"),
     (
         "rendezvous timeout",
@@ -109,6 +112,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         seen = SimpleNamespace(output=run_dir / "output", ranks=ranks, logs=logs,
                                metrics=metrics, job_end=job_end)  # fmt: skip
         record.update(follow.kind.facts(follow, seen))
+    record["verdict"] = fault_verdict.final(record, follow, run_dir, follow.hang_stacks.taken)
     record["goal_met"] = follow.kind.met(record)
     return record
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from tuning.harness.commands import fault_verdict
 from tuning.harness.commands.fault_kinds import TABLE
 from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
@@ -48,6 +49,7 @@ def markdown(rec: dict) -> str:
             else f"hang detected after {rec['hang_detected_s']} s"
         )
         + f", bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
+        *fault_verdict.lines(rec),
         *(kind.lines(rec) if kind.lines else []),
         f"- on a cluster: {rec['on_a_cluster']}",
         *([trainer_line(rec)] if rec.get("trainer") else []),

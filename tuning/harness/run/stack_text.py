@@ -15,11 +15,12 @@ _THREAD = re.compile(
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*)$')
 _DIST = "torch/distributed/"
 # Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
-# package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper.
+# package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper and
+# its desync faults' wrapper (tuning/desync.py: the call it wraps is the user's).
 _LIBS = "torch|transformers|accelerate|peft|trl|datasets|safetensors|huggingface_hub"
 _NOT_USER = re.compile(
     rf"/lib/python3\.\d+/(?!site-packages/|dist-packages/)|-packages/({_LIBS})/|^<frozen "
-    r"|/opt/harness-launch/|/tuning/stack_dump\.py$"
+    r"|/opt/harness-launch/|/tuning/stack_dump\.py$|/desync\.py$"
 )
 
 
@@ -55,8 +56,28 @@ def main_thread(parsed: dict, ident: int | None = None) -> dict | None:
     return (by_id or current or threads or [None])[0]
 
 
-def _where(frame: dict) -> str:
+def where(frame: dict) -> str:
     return f"{frame['file']}:{frame['line']}"
+
+
+def position(parsed: dict, ident: int | None = None) -> dict | None:
+    """Where the main thread is: {"call": the innermost torch.distributed function, or None
+    outside torch.distributed; "dist": that frame; "user": the user's innermost frame; "top":
+    the innermost frame}. None: no Python frame."""
+    thread = main_thread(parsed, ident)
+    if thread is None or not thread["frames"]:
+        return None
+    frames = thread["frames"]
+    dist = next((f for f in frames if _DIST in f["file"]), None)
+    user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
+    return {"call": dist["func"] if dist else None, "dist": dist, "user": user, "top": frames[0]}
+
+
+def pending(parsed: dict) -> dict | None:
+    """The newest flight recorder entry not done. gloo's recorder has no point-to-point
+    entries, so a rank in recv shows none rather than an older, finished all_reduce."""
+    waiting = [c for c in parsed["collectives"] if c.get("state") != "done"]
+    return waiting[-1] if waiting else None
 
 
 def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
@@ -64,23 +85,18 @@ def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
     (torch/distributed/distributed_c10d.py:2950)": the main thread's innermost torch.distributed
     frame, the flight recorder's newest pending collective, the user's innermost frame; outside
     torch.distributed, the user's innermost frame (else the main thread's innermost)."""
-    thread = main_thread(parsed, ident)
-    if thread is None or not thread["frames"]:
+    pos = position(parsed, ident)
+    if pos is None:
         return f"rank {rank}: dumped no Python frame"
-    frames = thread["frames"]
-    dist = next((f for f in frames if _DIST in f["file"]), None)
-    user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
+    dist, user = pos["dist"], pos["user"]
     if dist is None:
-        top = user or frames[0]
-        return f"rank {rank}: in {top['func']} at {_where(top)}"
-    # The newest collective not done: gloo's flight recorder has no point-to-point entries,
-    # so a rank in recv shows none rather than an older, finished all_reduce.
-    pending = [c for c in parsed["collectives"] if c.get("state") != "done"]
-    last = pending[-1] if pending else None
+        top = user or pos["top"]
+        return f"rank {rank}: in {top['func']} at {where(top)}"
+    last = pending(parsed)
     # c10d records the op it ran, which may differ from the call (FSDP's reduce_scatter on gloo)
     op = f" {last['op']}" if last and last["op"] != dist["func"] else ""
     fr = f" ({last['backend']}{op}, seq {last['seq']}, {last['state']})" if last else ""
-    at = f" at {_where(user)}" if user else ""
+    at = f" at {where(user)}" if user else ""
     inner = dist["file"][dist["file"].find(_DIST) :]
     return f"rank {rank}: waiting in {dist['func']}{fr}{at} ({inner}:{dist['line']})"
 
@@ -116,5 +132,5 @@ def slow_phases(taken: dict) -> str:
         found = phase(x) if x.get("threads") else None
         if found:
             name, frame = found
-            out.append(f"rank {r} {name} (in {frame['func']} at {_where(frame)})")
+            out.append(f"rank {r} {name} (in {frame['func']} at {where(frame)})")
     return "; ".join(out)

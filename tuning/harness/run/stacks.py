@@ -19,19 +19,29 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tuning import stack_dump
 from tuning.harness.run import stack_text
 
 SETTLE_S = 10.0  # longest wait for a dump's end line (a rank whose threads cannot run: none)
 QUIET_S = 1.0  # without an end line, a dump that stopped growing this long is taken as is
 
 # One rank: is the pid still the one that registered, is it running; then header + signal.
-# A subshell each: `exit` ends that rank's check only.
-_SIGNAL = """(p={pid}; f={file}
-st=$(cat /proc/$p/stat 2>/dev/null) || {{ echo "{rank} exited"; exit 0; }}
-set -- ${{st##*) }}
-[ "{ticks}" = None ] || [ "${{20}}" = "{ticks}" ] || {{ echo "{rank} exited"; exit 0; }}
-case "$1" in T|t) echo "{rank} stopped";; Z|X) echo "{rank} exited";;
-*) printf '%s\\n' {header} >> "$f" && kill -USR1 $p && echo "{rank} signalled";; esac)
+# A process seen stopped (T) is looked at STOP_LOOKS times, every 0.1 s: stopped every time and
+# no CPU time used meanwhile (utime + stime), it is frozen and not signalled (the dump would
+# come only once it is thawed); running in between, it is stopped and continued by something (a
+# throttle running it 5 % of the time is seen stopped at most looks) and is signalled: its dump
+# comes when it runs. A subshell each: `exit` ends that rank's check only.
+STOP_LOOKS = 10
+_SIGNAL = """(p={pid}; f={file}; n=0
+look() {{ st=$(cat /proc/$p/stat 2>/dev/null) || {{ echo "{rank} exited"; exit 0; }}
+set -- ${{st##*) }}; s=$1; t=${{20}}; cpu=$(($12 + $13)); }}
+look; cpu0=$cpu
+[ "{ticks}" = None ] || [ "$t" = "{ticks}" ] || {{ echo "{rank} exited"; exit 0; }}
+while [ "$s" = T ] || [ "$s" = t ]; do
+n=$((n+1)); [ $n -ge {looks} ] && [ $cpu = $cpu0 ] && {{ echo "{rank} stopped"; exit 0; }}
+[ $n -ge {looks} ] && break; sleep 0.1; look; done
+case "$s" in Z|X) echo "{rank} exited";;
+*) printf '%s\\n' {header} >> "$f" && kill -USR1 $p && echo "{rank} signalled $n";; esac)
 """
 
 
@@ -72,10 +82,10 @@ def from_containers(containers) -> list[Node]:
             for c in containers]  # fmt: skip
 
 
-def registered(output: Path) -> dict[int, dict]:
-    """rank -> what its process wrote down (pid, file, start_ticks, main_thread)."""
+def _by_rank(output: Path, pattern: str) -> dict[int, dict]:
+    """rank -> the JSON a rank wrote as output/stacks/<pattern> (unreadable ones skipped)."""
     out = {}
-    for path in sorted((output / "stacks").glob("rank*.pid.json")):
+    for path in sorted((output / "stacks").glob(pattern)):
         try:
             info = json.loads(path.read_text())
             out[int(info["rank"])] = info
@@ -84,14 +94,27 @@ def registered(output: Path) -> dict[int, dict]:
     return out
 
 
+def registered(output: Path) -> dict[int, dict]:
+    """rank -> what its process wrote down (pid, file, start_ticks, main_thread)."""
+    return _by_rank(output, "rank*.pid.json")
+
+
+def failed(output: Path) -> dict[int, dict]:
+    """rank -> its flight recorder when it failed ({"time", "collectives"}: stack_dump's
+    at_failure), for the ranks that wrote one."""
+    return _by_rank(output, "rank*.failed.json")
+
+
 def dump(output: Path, places: list[Node], why: str, world: int | None = None) -> dict:
-    """Signal every live registered rank, wait, parse. Returns {"time", "why", "dump_s",
+    """Signal every live registered rank, wait, parse. Returns {"time", "started_at" (unix),
+    "why", "dump_s",
     "summaries": [one line per rank], "ranks": {rank: {"state", "summary", "threads",
-    "collectives", "text"}}}; the raw dumps stay in <output>/stacks/."""
+    "collectives", "text", "main_thread", "throttled"}}}; the raw dumps stay in
+    <output>/stacks/."""
     t0 = time.time()
     info = registered(output)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    states, offsets = {}, {}
+    states, offsets, throttled = {}, {}, set()
     for node in places:
         state, code = node.state()
         mine = [r for r in node.ranks if r in info]
@@ -106,12 +129,16 @@ def dump(output: Path, places: list[Node], why: str, world: int | None = None) -
             header = f"=== stacks of rank {r} at {stamp} ({why}) ==="
             script += _SIGNAL.format(pid=int(info[r]["pid"]), file=shlex.quote(info[r]["file"]),
                                      rank=r, ticks=info[r].get("start_ticks"),
-                                     header=shlex.quote(header))  # fmt: skip
-        for line in node.sh(script).splitlines():
+                                     header=shlex.quote(header), looks=STOP_LOOKS)  # fmt: skip
+        for line in node.sh(script).splitlines():  # "<rank> <what> [times seen stopped]"
             r, _, what = line.partition(" ")
-            if r.isdigit() and int(r) in states:
-                states[int(r)] = {"stopped": "stopped (SIGSTOP: it cannot dump)",
-                                  "exited": "exited"}.get(what, what)  # fmt: skip
+            if not (r.isdigit() and int(r) in states):
+                continue
+            word, _, seen = what.partition(" ")
+            states[int(r)] = {"stopped": "stopped (SIGSTOP: it cannot dump)",
+                              "exited": "exited"}.get(word, word)  # fmt: skip
+            if word == "signalled" and seen not in ("", "0"):
+                throttled.add(int(r))
     for r in range(world or 0):
         states.setdefault(r, "not started (no container or process holds it)")
     signalled = [r for r, s in states.items() if s == "signalled"]
@@ -121,13 +148,17 @@ def dump(output: Path, places: list[Node], why: str, world: int | None = None) -
         if r in texts:
             parsed = stack_text.parse(texts[r])
             line = stack_text.summary(r, parsed, info[r].get("main_thread"))
-            ranks[r] = {"state": "dumped", "summary": line, **parsed, "text": texts[r]}
+            if r in throttled:
+                line += "; seen stopped, then running again: it is stopped and continued"
+            ranks[r] = {"state": "dumped", "summary": line, **parsed, "text": texts[r],
+                        "main_thread": info[r].get("main_thread"),
+                        "throttled": r in throttled}  # fmt: skip
         else:
             line = f"rank {r}: {states[r]}"
             ranks[r] = {"state": states[r], "summary": line}
         lines.append(line)
-    return {"time": stamp, "why": why, "dump_s": round(time.time() - t0, 2),
-            "summaries": lines, "ranks": ranks}  # fmt: skip
+    return {"time": stamp, "started_at": round(t0, 3), "why": why,
+            "dump_s": round(time.time() - t0, 2), "summaries": lines, "ranks": ranks}  # fmt: skip
 
 
 def _size(path: Path) -> int:
@@ -149,7 +180,11 @@ def _settle(output: Path, offsets: dict[int, int]) -> dict[int, str]:
             text = _read(output / "stacks" / f"rank{r}.txt", start)
             if text != texts.get(r):
                 texts[r], grew[r] = text, time.monotonic()
-            quiet = time.monotonic() - grew[r] > QUIET_S and "most recent call first" in text
+            quiet = (
+                time.monotonic() - grew[r] > QUIET_S
+                and "most recent call first" in text
+                and stack_dump.FR_BEGIN not in text
+            )  # then its end line is on its way
             if stack_text.END in text or quiet:
                 del pending[r]
     return texts

@@ -1,6 +1,7 @@
 """`make up`'s stall watch: when no rank has made progress for the stall time, print every live
-rank's stack summary (run/stacks.py) and keep the dump in the run (output/stacks/, and
-summary.json's "stall").
+rank's stack summary (run/stacks.py) and the verdict across ranks (run/verdict.py: the culprit,
+the class, the evidence), and keep both in the run (output/stacks/, and summary.json's "stall"
+and "verdict").
 
 Progress is a new line in any rank's metrics (a step, a replayed step after a restart, a
 phase before the first step); a node's log output is not (c10d prints rendezvous retries while
@@ -15,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tuning.harness.run import stack_text, stacks
+from tuning.harness.run import stack_text, stacks, verdict_run
 from tuning.harness.rundirs import runs
 
 FLOOR_S = 60.0  # the default stall time is never below this
@@ -93,11 +94,14 @@ class StallWatch:
         busy = stack_text.slow_phases(taken)
         if busy:
             print(f"harness: a slow phase, not necessarily a hang: {busy}")
+        found = verdict_run.judge_live(nodes, metrics, taken)
         first = self.extra.get("stall")
         self.extra["stall"] = first or {
             "quiet_s": round(quiet, 1), "stall_s": round(limit, 1), "set_by": how,
             "time": taken["time"], "dump_s": taken["dump_s"], "summaries": taken["summaries"],
-            "phases": busy, "stacks_dir": "output/stacks",
+            "phases": busy, "stacks_dir": "output/stacks", "verdict": found,
         }  # fmt: skip
+        self.extra.setdefault("verdict", found)  # summary.json's: the first spell's
+        print("\n".join(verdict_run.said(found)))  # kept first: a Ctrl-C may follow the line
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
         return None

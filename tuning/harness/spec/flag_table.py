@@ -177,14 +177,15 @@ TABLE = (
     # The run and its record.
     Flag(
         "RUN_ID",
-        "the run's id (default: a new one); down, logs, stacks: which run",
-        (*JOB, "down", "logs", "stacks"),
+        "the run's id (default: a new one); down, logs, stacks: which run; pool: its runs' "
+        "prefix (default pool)",
+        (*JOB, "down", "logs", "stacks", "pool"),
         "id",
     ),  # fmt: skip
     Flag(
         "DRY_RUN",
         "print what would run, run nothing",
-        ("up", "bench", "image"),
+        ("up", "bench", "image", "pool"),
         switch=True,
         why_not={"kube": "kube renders and runs nothing unless REHEARSE=1"},
     ),  # fmt: skip
@@ -232,6 +233,12 @@ TABLE = (
         "late-master: seconds rank 0's node starts after the others (default 10)",
         ("fault",),
         "s",
+    ),  # fmt: skip
+    Flag(
+        "PICK",
+        "pool: the experiments to run, by number, e.g. 1,9,23 (default: all; DRY_RUN=1 lists them)",
+        ("pool",),
+        "n,m",
     ),  # fmt: skip
     # kube
     Flag("NODES", "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes", ("kube",), "m"),

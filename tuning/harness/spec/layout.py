@@ -67,9 +67,10 @@ RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
 # tuning/<name>, mounted beside the rank recorder, which loads each by file (standard library
 # only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC,
-# an HF Trainer's step lines
+# an HF Trainer's step lines, desync faults; and torch's flight recorder analysis over the
+# ranks' dumps (fr_check.py)
 BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
-                   "fs_errors.py", "trainer_steps.py")  # fmt: skip
+                   "fs_errors.py", "trainer_steps.py", "desync.py", "fr_check.py")  # fmt: skip
 SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
 
 
@@ -92,6 +93,14 @@ NETWORK = "train"  # the Compose network of the isolated layouts
 def runs_key(runs_root: str | Path) -> str:
     """The RUNS_LABEL value of runs under `runs_root`: its resolved path."""
     return str(Path(runs_root).resolve())
+
+
+def off_network(layout: Layout, attached: list[str]) -> bool:
+    """A container of this layout attached to the networks `attached` has lost the run's: in
+    per-rank isolated every node has an interface on the run's network (<project>_train);
+    other layouts give a rank none of its own to lose."""
+    own = layout.kind == "per-rank" and layout.network == "isolated"
+    return own and not any(n.endswith(f"_{NETWORK}") for n in attached)
 
 
 def data_target(host_path: str) -> str:

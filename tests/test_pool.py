@@ -1,0 +1,75 @@
+"""The scored pool's list and its scoring (commands/pool.py, pool_list.py); the pool's runs are
+fault runs (tests/test_pool_docker.py runs three of them on the engine)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from tuning.harness.commands import fault_verdict, pool, pool_list
+
+
+def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
+    every = pool_list.experiments()
+    assert every == pool_list.experiments()  # the seed fixes it
+    assert len(every) >= 24
+    assert [e.n for e in every] == list(range(1, len(every) + 1))
+    kinds = {e.kind for e in every}
+    asked = ("kill crash oom pause slow partition no-show late-master save-kill slow-main "
+             "skip-collective mismatch")  # fmt: skip
+    assert kinds >= set(asked.split())
+    for kind in kinds:
+        ranks = sorted(e.rank for e in every if e.kind == kind)
+        assert ranks == ([0, 0] if kind == "late-master" else [0, pool_list.WORLD - 1]), kind
+    assert {e.layout for e in every} == {"single", "per-rank"}
+    assert {e.trainer for e in every} == {"harness", "fms"}
+    for e in every:  # only where the kind applies
+        assert not (e.kind in pool_list.PER_RANK_ONLY and e.layout == "single"), e
+        assert not (e.kind in pool_list.OURS_ONLY and e.trainer == "fms"), e
+
+
+def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
+    out = subprocess.run([sys.executable, "-m", "tuning.harness", "pool", "--dry-run", "--pick",
+                          "3,24"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "  3  crash rank 0, single: make fault FAULT=crash RANK=0 LAYOUT=single NPROC=4 "
+        "AT_STEP=8 TIMEOUT=20",
+        " 24  mismatch rank 3, single, fms: make fault FAULT=mismatch RANK=3 LAYOUT=single "
+        "NPROC=4 AT_STEP=8 TIMEOUT=20 TRAINER=fms",
+    ]
+    bad = subprocess.run([sys.executable, "-m", "tuning.harness", "pool", "--pick", "0,99"],
+                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr == ("harness: error: PICK='0,99': the pool's experiments are 1-26 "
+                          "(`make pool DRY_RUN=1` lists them)\n")  # fmt: skip
+
+
+def test_a_verdict_is_scored_against_what_was_injected():
+    e = pool_list.experiments()[9]  # pause rank 3
+    rec = {"outcome": "hung (detected)", "timeout_s": 20,
+           "verdict": {"class": "stopped or frozen", "culprits": [3], "verdict_s": 11.2,
+                       "evidence": "rank 3 is frozen", "rule": "hand"}}  # fmt: skip
+    row = pool.score(e, rec)
+    assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
+        True, False, True, True)  # fmt: skip
+    rec["verdict"] = {**rec["verdict"], "culprits": [2, 3], "class": "desync", "verdict_s": 25}
+    row = pool.score(e, rec)
+    assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
+        False, True, False, False)  # fmt: skip
+    row = pool.score(e, {"status": "not injected"})
+    said = "no verdict (not injected)"
+    assert (row["right"], row["wrong_rank"], row["verdict"]) == (False, False, said)
+
+
+def test_steps_slowed_after_the_fault_are_told_apart_from_steps_as_before():
+    def steps(times):
+        return {0: [{"event": "step", "step": i + 1, "time": t} for i, t in enumerate(times)]}
+
+    before = [0.3 * i for i in range(10)]  # 0.3 s a step until the fault at 3.0 s
+    assert fault_verdict.slowed(steps(before + [3.3, 3.6, 3.9, 4.2]), 3.0) is None
+    slow = steps(before + [4.0, 5.0, 6.0, 7.0])  # 1 s a step: 3.3 x
+    assert round(fault_verdict.slowed(slow, 3.0), 1) == 3.3
+    assert fault_verdict.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet

@@ -1,0 +1,138 @@
+"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (pool_list.py), one
+`make fault` each, as a user would type it, and scores each run's verdict against what was
+injected: the culprit named right (exactly the rank hit), a wrong rank named (never), the class,
+and how long after the fault the verdict was ready against the collective timeout.
+
+`python -m tuning.harness pool [--run-id base] [--pick 1,5,23] [--dry-run]`: PICK runs some
+experiments by number (the suite runs three); DRY_RUN lists them. Writes
+runs/<base>/pool.json and pool.md (the table docs/faults.md shows); exits 1 unless every
+culprit was named right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tuning.harness.commands import pool_list
+from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import options
+
+BASE = "pool"
+RUN_LIMIT_S = 900  # one fault run's wall time at most (fms's image starts slowly)
+
+
+def register(sub) -> None:
+    # RUN_ID, PICK, DRY_RUN: flag_table
+    p = sub.add_parser("pool", help="run the scored pool of fault runs and score the verdicts")
+    p.set_defaults(fn=main)
+
+
+def picked(pick: str | None) -> list[pool_list.Experiment]:
+    every = pool_list.experiments()
+    if not pick:
+        return every
+    try:
+        wanted = [int(x) for x in pick.split(",") if x.strip()]
+    except ValueError:
+        raise HarnessError(
+            f"PICK={pick!r}: experiment numbers, comma-separated (1-{len(every)})"
+        ) from None
+    bad = [n for n in wanted if not 1 <= n <= len(every)]
+    if bad or not wanted:
+        raise HarnessError(f"PICK={pick!r}: the pool's experiments are 1-{len(every)} "
+                           "(`make pool DRY_RUN=1` lists them)")  # fmt: skip
+    return [every[n - 1] for n in wanted]
+
+
+def main(a: argparse.Namespace) -> int:
+    base = options.checked_run_id(a.run_id or BASE)
+    chosen = picked(a.pick)
+    if a.dry_run:
+        for e in chosen:
+            print(f"{e.n:3}  {e.name}: {e.typed()}")
+        return 0
+    out = Path(a.runs).resolve() / base
+    out.mkdir(parents=True, exist_ok=True)
+    t0, rows = time.time(), []
+    for e in chosen:
+        rows.append(run(e, base, Path(a.runs).resolve(), out))
+        write(out, rows, time.time() - t0)
+    right = sum(r["right"] for r in rows)
+    print(f"harness: pool: {right}/{len(rows)} culprits named right, "
+          f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, in "
+          f"{time.time() - t0:.0f} s; {out / 'pool.md'}")  # fmt: skip
+    return 0 if right == len(rows) else 1
+
+
+def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
+    run_id = f"{base}-{e.n:02d}"
+    argv = [sys.executable, "-m", "tuning.harness", "fault", *e.flags(), "--run-id", run_id,
+            "--runs", str(runs_root)]  # fmt: skip
+    print(f"harness: pool {e.n}: {e.name}", flush=True)
+    t = time.time()
+    with open(out / f"{run_id}.log", "w") as log:
+        try:
+            code = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=RUN_LIMIT_S).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            code = None
+    rec = runs.read_json(runs_root / run_id / "fault.json")
+    row = score(e, rec)
+    row.update(run_id=run_id, exit_code=code, wall_s=round(time.time() - t, 1))
+    print(f"harness: pool {e.n}: {'right' if row['right'] else 'WRONG'}: {row['verdict']}",
+          flush=True)  # fmt: skip
+    return row
+
+
+def score(e: pool_list.Experiment, rec: dict) -> dict:
+    """One experiment's verdict against what was injected."""
+    v = rec.get("verdict") or {}
+    culprits = v.get("culprits")
+    said = (f"{v['class']}: {', '.join(map(str, culprits)) or 'none'}" if v
+            else f"no verdict ({rec.get('status') or 'no record'})")  # fmt: skip
+    timeout = rec.get("timeout_s")
+    return {
+        "n": e.n, "experiment": e.name, "kind": e.kind, "rank": e.rank, "layout": e.layout,
+        "trainer": e.trainer, "at_step": e.at_step, "outcome": rec.get("outcome"),
+        "verdict": said, "class": v.get("class"), "culprits": culprits,
+        "right": culprits == [e.rank], "wrong_rank": bool(set(culprits or ()) - {e.rank}),
+        "class_right": v.get("class") == pool_list.EXPECTED[e.kind],
+        "verdict_s": v.get("verdict_s"), "timeout_s": timeout,
+        "before_timeout": v.get("verdict_s") is not None and timeout is not None
+        and v["verdict_s"] < timeout,
+        "evidence": v.get("evidence"), "rule": v.get("rule"),
+        "torch_agrees": (v.get("fr_trace") or {}).get("agrees"),
+    }  # fmt: skip
+
+
+def write(out: Path, rows: list[dict], took_s: float) -> None:
+    runs.write_json(
+        out / "pool.json", {"seed": pool_list.SEED, "took_s": round(took_s), "rows": rows}
+    )
+    (out / "pool.md").write_text("\n".join(table(rows, took_s)) + "\n")
+
+
+def table(rows: list[dict], took_s: float) -> list[str]:
+    """The pool's table (docs/faults.md shows it)."""
+    lines = ["| # | experiment | outcome | verdict (class: culprits) | culprit | class | "
+             "verdict after fault s (timeout s) | evidence |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        culprit = "right" if r["right"] else ("WRONG rank" if r["wrong_rank"] else "none named")
+        when = f"{r['verdict_s']} ({r['timeout_s']})" if r["verdict_s"] is not None else "-"
+        evidence = (r["evidence"] or "").replace("|", "/")
+        lines.append(f"| {r['n']} | {r['experiment']} | {r['outcome']} | {r['verdict']} | "
+                     f"{culprit} | {'right' if r['class_right'] else 'other'} | {when} | "
+                     f"{evidence} |")  # fmt: skip
+    right = sum(r["right"] for r in rows)
+    lines += ["", f"{right}/{len(rows)} culprits named right, "
+              f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, "
+              f"{sum(r['class_right'] for r in rows)}/{len(rows)} classes right, "
+              f"{sum(r['before_timeout'] for r in rows)}/{len(rows)} verdicts ready before the "
+              f"collective timeout; {took_s / 60:.0f} min in all."]  # fmt: skip
+    return lines

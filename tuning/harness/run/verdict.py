@@ -1,0 +1,205 @@
+"""One verdict for a failed, hung or slowed run, across every rank: the culprit rank(s), the
+class of failure, and the evidence in one sentence ("rank 2 never entered all_reduce #305,
+where ranks 0, 1 and 3 wait").
+
+It reads only what the ranks showed (verdict_facts.py gathers it: each rank's stack, its
+flight recorder entries, its metrics and end line, its exit, its node), never what a fault run
+injected. The rules, in order (the first that finds something decides):
+
+  torch       TORCH_DISTRIBUTED_DEBUG=DETAIL's own mismatch check raised on the ranks (its
+              message names a rank and the peer that differs: the odd one out is named most)
+  died        a rank ended first by itself: a signal, the OOM killer, its own exception, while
+              the others failed after it on the broken connection or a timeout
+  never arrived  a rank never started, or never joined the group the others wait in
+  frozen      a rank that cannot run (its container paused, its process stopped)
+  network     a rank's node is off the run's network
+  slow        (the run still steps) a rank reaches the collectives late
+  desync      ranks wait at the same sequence number in different collectives, or the same
+              one with different sizes; `left a collective` when the odd rank's op is the one
+              that follows the others' (it skipped theirs)
+  never arrived  a live rank outside any collective while the others wait in one
+  left        a rank ended cleanly while the others wait
+With two ranks a desync has no odd one out: both are named, and the verdict says so. Where no
+rule finds a culprit none is named (a wrong rank is worse than none).
+torch's own analysis of the flight recorder (fr_check.py, fr_trace's library) is attached
+where it ran, with whether it agrees: it finds the same first bad collective, but names as
+"culprit" every rank that differs from the one it read first.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from tuning.harness.run import verdict_desync, verdict_torch
+from tuning.harness.run.verdict_words import ranks_text
+from tuning.harness.run.verdict_words import verdict as _verdict
+
+CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
+    "Connection reset by peer", "Connection closed by peer", "Broken pipe",
+    "Network is unreachable", "No route to host", "Connection refused", "collective timeout",
+    "process-group timeout", "rendezvous timeout", "SIGTERM", "gloo size check",
+}  # fmt: skip
+LATE_S = 0.02  # slow: a rank whose mean lateness is over this, and SLOW_X times the others'
+SLOW_X = 5
+
+
+def judge(facts: dict) -> dict:
+    """facts: {"world", "progressing", "ranks": {rank: {...}}, "fr_check"} (verdict_facts.py)."""
+    ranks = facts["ranks"]
+    found = (
+        verdict_torch.detail_mismatch(ranks)
+        or verdict_desync.desync(
+            ranks
+        )  # before deaths: a desync can kill a rank (gloo's size check aborts)
+        or _died(ranks)
+        or _never_started(ranks)
+        or _frozen(ranks)
+        or _network(ranks)
+        or (_slow(ranks) if facts.get("progressing") else None)
+        # in a run that still steps, a rank between collectives is no culprit
+        or (None if facts.get("progressing") else _busy(ranks))
+        or _left(ranks)
+        or _verdict("unknown", [], _nothing(ranks), "none")
+    )
+    return verdict_torch.attach(found, facts.get("fr_check"))
+
+
+def _waiters(ranks, but=()) -> list[int]:
+    return [r for r, x in ranks.items() if r not in but and x.get("waiting")]
+
+
+def _where_others(ranks, but) -> str:
+    """ "; ranks 0 and 1 wait in all_reduce #305" (or what the others did instead)."""
+    waiting = _waiters(ranks, but)
+    if waiting:
+        p = ranks[waiting[0]]["waiting"]
+        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        return f"; {ranks_text(waiting)} {_wait(ranks, waiting)} in {what}"
+    ended = [r for r, x in ranks.items() if r not in but and x.get("ended_by")]
+    if ended:
+        why = sorted({ranks[r]["ended_by"] for r in ended})
+        return f"; {ranks_text(ended)} then ended ({', '.join(why)})"
+    return ""
+
+
+def _wait(ranks, waiting) -> str:
+    """ "wait", or "waited until they failed" when only their records at failure say so."""
+    if all(ranks[r]["waiting"].get("at_failure") for r in waiting):
+        return "waited until they failed" if len(waiting) > 1 else "waited until it failed"
+    return "wait"
+
+
+def _died(ranks) -> dict | None:
+    first = {r: x["died"] for r, x in ranks.items() if x.get("died")}
+    if not first:
+        return None
+    t0 = min(d["t"] for d in first.values())
+    culprits = [r for r, d in first.items() if d["t"] - t0 <= 1.0]  # the first, and any with it
+    how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
+    return _verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
+
+
+def _never_started(ranks) -> dict | None:
+    absent = [r for r, x in ranks.items() if not x.get("started")]
+    present = [r for r in ranks if r not in absent]
+    if not absent or not present:
+        return None
+    seen = f"{ranks_text(absent)} never started ({ranks[absent[0]].get('why_absent')})"
+    return _verdict("never arrived", absent, seen + _where_others(ranks, absent), "hand")
+
+
+def _marked(ranks, key: str, say) -> tuple[list[int], str]:
+    """The ranks whose facts carry `key`, and what `say(rank, value)` says of each."""
+    found = [r for r, x in ranks.items() if x.get(key)]
+    return found, "; ".join(say(r, ranks[r][key]) for r in found)
+
+
+def _frozen(ranks) -> dict | None:
+    frozen, said = _marked(ranks, "frozen", lambda r, how: f"rank {r} {how}")
+    if not frozen:
+        return None
+    unjoined = [r for r in frozen if not ranks[r].get("joined")]
+    joined_others = [r for r, x in ranks.items() if r not in frozen and x.get("joined")]
+    if unjoined == frozen and joined_others:  # it never got as far as the group
+        return _verdict("never arrived", frozen, f"{said}, before it joined the process group"
+                        f"{_where_others(ranks, frozen)}", "hand")  # fmt: skip
+    return _verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
+
+
+def _network(ranks) -> dict | None:
+    cut, said = _marked(ranks, "net", lambda r, what: f"rank {r}'s {what}")
+    if not cut:
+        return None
+    return _verdict("network", cut, said + _where_others(ranks, cut), "hand")
+
+
+def lateness(ranks) -> dict[int, float]:
+    """Each rank's mean lateness over the collectives every dumped rank finished: when it
+    called it, after the first rank that did (the flight recorder's time_created)."""
+    entries = {}
+    for r, x in ranks.items():
+        done = {c["seq"]: c["t"] for c in x.get("fr") or [] if c.get("state") == "done"}
+        if done:
+            entries[r] = {seq: t for seq, t in done.items() if t is not None}
+    if len(entries) < 2:
+        return {}
+    common = set.intersection(*(set(e) for e in entries.values()))
+    if not common:
+        return {}
+    late = {r: [] for r in entries}
+    for seq in common:
+        first = min(e[seq] for e in entries.values())
+        for r, e in entries.items():
+            late[r].append(e[seq] - first)
+    # the mean: a slowed rank is late where its slowness falls (the first collective of a step)
+    # and on time for the next one, called right after: a median can miss it
+    return {r: statistics.fmean(v) for r, v in late.items()}
+
+
+def _slow(ranks) -> dict | None:
+    late = lateness(ranks)
+    if len(late) < 2:
+        return None
+    worst = max(late, key=late.get)
+    others = [v for r, v in late.items() if r != worst]
+    if late[worst] < LATE_S or late[worst] < SLOW_X * max(others):
+        return None
+    return _verdict("slow", [worst], f"rank {worst} reaches the collectives late: a mean "
+                    f"{late[worst]:.2f} s after the first rank over the last collectives every "
+                    f"rank finished (the others: at most {max(others):.3f} s)", "hand",
+                    lateness_s={str(r): round(v, 4) for r, v in late.items()})  # fmt: skip
+
+
+def _busy(ranks) -> dict | None:
+    waiting = {r: x["waiting"] for r, x in ranks.items() if x.get("waiting")}
+    busy = [r for r, x in ranks.items() if x.get("busy") and not x.get("waiting")]
+    if waiting and busy:
+        said = "; ".join(f"rank {r} is {ranks[r]['busy']}" for r in busy)
+        recorded = [p for p in waiting.values() if p.get("seq") is not None]
+        p = (recorded or list(waiting.values()))[0]
+        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        return _verdict("never arrived", busy, f"{ranks_text(busy)} never entered {what}, where "
+                        f"{ranks_text(waiting)} {_wait(ranks, waiting)}; {said}", "hand",
+                        seq=p.get("seq"))  # fmt: skip
+    return None
+
+
+def _left(ranks) -> dict | None:
+    done = [r for r, x in ranks.items() if x.get("completed")]
+    waiting = _waiters(ranks, done)
+    if not done or not waiting:
+        return None
+    return _verdict("left a collective", done, f"{ranks_text(done)} ended (completed) while "
+                    f"{_where_others(ranks, done)[2:]}", "hand")  # fmt: skip
+
+
+def _nothing(ranks) -> str:
+    waiting = _waiters(ranks)
+    if waiting and len(waiting) == len(ranks):
+        p = ranks[waiting[0]]["waiting"]
+        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        return (
+            f"every rank waits in {what}, alike, and none is missing or frozen: the ranks "
+            "may not reach each other (network), but no rank can be named"
+        )
+    return "no rank stands out in what the ranks showed"

@@ -1,0 +1,110 @@
+"""The verdict's desync rule (verdict.py), by hand from every rank's flight recorder: the first
+sequence number at which ranks recorded different collectives (another op, or other sizes).
+Ranks merely further on (one rank has #10 where another stopped at #9) agree on every number
+they share and are no desync. The odd ones out are the ranks unlike the biggest group there;
+where two groups are as big (two ranks) every rank is named. An odd rank whose collective is
+the one that follows the others' in their own history skipped theirs ("left a collective":
+its sequence numbers are shifted from there on).
+"""
+
+from __future__ import annotations
+
+from tuning.harness.run.verdict_words import ranks_text, verdict
+
+
+def sig(p: dict) -> tuple:
+    return (p["op"], str(p.get("in")), str(p.get("out")))
+
+
+def shape(p: dict) -> str:
+    """ "all_reduce of [4]": the op and its input's shape (one tensor: its shape alone)."""
+    size = p.get("in")
+    if not size:
+        return p["op"]
+    return f"{p['op']} of {size[0] if len(size) == 1 else size}"
+
+
+def _histories(ranks) -> dict[int, dict[int, dict]]:
+    return {r: {c["seq"]: c for c in x["fr"] if c.get("seq") is not None}
+            for r, x in ranks.items() if x.get("fr")}  # fmt: skip
+
+
+def first_disagreement(hist) -> tuple[int, dict[tuple, list[int]]] | None:
+    """(seq, {signature: ranks}) at the lowest sequence number where ranks recorded unlike
+    collectives."""
+    for seq in sorted({s for h in hist.values() for s in h}):
+        groups: dict[tuple, list[int]] = {}
+        for r, h in hist.items():
+            if seq in h:
+                groups.setdefault(sig(h[seq]), []).append(r)
+        if len(groups) > 1:
+            return seq, groups
+    return None
+
+
+def desync(ranks) -> dict | None:
+    hist = _histories(ranks)
+    found = first_disagreement(hist)
+    if not found:
+        return None
+    seq, groups = found
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
+        said = "; ".join(f"{ranks_text(rs)} called {shape(hist[rs[0]][seq])}" for rs in ordered)
+        named = sorted(r for rs in ordered for r in rs)
+        return verdict("desync", named, f"{said} as collective #{seq}: with no majority there is "
+                       f"no odd one out, so every rank is named{_hint(hist, seq, ordered)}",
+                       "hand", seq=seq)  # fmt: skip
+    most, odd = ordered[0], sorted(r for rs in ordered[1:] for r in rs)
+    theirs, mine = hist[most[0]][seq], hist[odd[0]][seq]
+    follows = successor(hist[most[0]], theirs)
+    waits, after = _after(hist[most[0]], seq)
+    if follows and all(sig(hist[r][seq]) == follows for r in odd):
+        where = f", where {ranks_text(most)} wait" if waits else f" ({ranks_text(most)} {after})"
+        return verdict("left a collective", odd, f"{ranks_text(odd)} skipped {shape(theirs)} "
+                       f"#{seq}{where}, and went on to {shape(mine)}{_site(ranks, odd[0], seq)}, "
+                       "the collective that follows it (its sequence numbers are shifted by one "
+                       "from there on)", "hand", seq=seq)  # fmt: skip
+    said = "; ".join(f"rank {r} called {shape(hist[r][seq])}{_site(ranks, r, seq)}" for r in odd)
+    where = " and wait in it" if waits else (f", {after}" if after else "")
+    return verdict("desync", odd, f"{said} as collective #{seq}, where {ranks_text(most)} "
+                   f"called {shape(theirs)}{where}", "hand", seq=seq)  # fmt: skip
+
+
+def _after(history: dict[int, dict], seq: int) -> tuple[bool, str]:
+    """(still waiting in #seq, else what they went on to: "finished it and wait in ...")."""
+    last = history[max(history)]
+    if last.get("state") == "done":
+        return False, ""
+    if last["seq"] == seq:
+        return True, ""
+    return False, f"finished it and wait in {shape(last)} #{last['seq']}"
+
+
+def _site(ranks, r: int, seq: int) -> str:
+    """ " (at train.py:18)": where the rank called it, when its stack shows it waiting there."""
+    w = ranks[r].get("waiting") or {}
+    return f" (at {w['site']})" if w.get("site") and w.get("seq") == seq else ""
+
+
+def successor(history: dict[int, dict], now: dict) -> tuple | None:
+    """In a rank's flight recorder, the collective that followed the last earlier one alike
+    `now` (a training loop repeats its collectives in order)."""
+    for s in sorted((s for s in history if s < now["seq"]), reverse=True):
+        if sig(history[s]) == sig(now):
+            after = history.get(s + 1)
+            return sig(after) if after else None
+    return None
+
+
+def _hint(hist, seq, ordered) -> str:
+    """Two even groups: whether one group's collective is what follows the other's in that
+    group's own history (it may have skipped theirs): said, but both stay named."""
+    a, b = ordered[0], ordered[1]
+    for mine, other in ((a, b), (b, a)):
+        follows = successor(hist[other[0]], hist[other[0]][seq])
+        if follows and sig(hist[mine[0]][seq]) == follows:
+            return (f" ({ranks_text(mine)}'s {hist[mine[0]][seq]['op']} is the collective that "
+                    f"follows {hist[other[0]][seq]['op']} in {ranks_text(other)}'s own history: "
+                    f"{ranks_text(mine)} may have skipped it)")  # fmt: skip
+    return ""

@@ -1,0 +1,75 @@
+"""The verdict (verdict.py) for a run the harness is driving: its nodes' facts (which ranks'
+nodes ever started, which container lost the run's network), torch's flight recorder analysis
+run in a live node, and the line printed on the console."""
+
+from __future__ import annotations
+
+import sys
+
+from tuning.harness.run import stacks, verdict, verdict_facts, verdict_torch
+from tuning.harness.spec.layout import off_network
+
+
+def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
+    """{rank: {"started", "net"}}: a node with no container has not started (`started`: the
+    names of the nodes seen running so far, where the caller knows); in a per-rank isolated
+    layout, a container with no interface on the run's network has lost it."""
+    layout = nodes.layout
+    out = {r: {"started": True} for r in range(layout.world_size)}
+    if not hasattr(nodes, "all_containers"):
+        return out
+    try:
+        by_name = {c.labels.get("harness.node"): c for c in nodes.all_containers()}
+        for node in layout.nodes():
+            c = by_name.get(node.name)
+            ran = c is not None or (started is not None and node.name in started)
+            net = None
+            if c is not None:
+                c.reload()
+                names = list(c.attrs["NetworkSettings"]["Networks"])
+                if off_network(layout, names):
+                    net = (f"container {c.name} has no interface on the run's network "
+                           f"(it is on: {', '.join(names) or 'none'})")  # fmt: skip
+            for r in node.ranks:
+                out[r] = {"started": ran, "net": net}
+    except Exception as e:  # a diagnostic: what it could not read is said, not raised
+        print(f"harness: could not read the nodes for the verdict: {e}", file=sys.stderr)
+    return out
+
+
+def fr_of(nodes, taken: dict | None) -> dict | None:
+    """torch's analysis of the flight recorders the dump `taken` wrote, run in a live node."""
+    if not taken or not any(x.get("state") == "dumped" for x in taken["ranks"].values()):
+        return None
+    output = nodes.run_dir / "output"
+    return verdict_torch.run_fr_check(stacks.nodes_of(nodes), output, taken["started_at"])
+
+
+def judge(world: int, output, metrics: dict, taken: dict | None, fr: dict | None = None,
+          exits: dict | None = None, facts_of_nodes: dict | None = None) -> dict:  # fmt: skip
+    """The verdict over a dump `taken` (None: none; its "progressing": taken while the ranks
+    still stepped), torch's analysis `fr`, the metrics and what failed ranks recorded."""
+    progressing = bool(taken and taken.get("progressing"))
+    facts = verdict_facts.gather(world, metrics, taken, exits, facts_of_nodes, progressing, fr,
+                                 stacks.failed(output))  # fmt: skip
+    return verdict.judge(facts)
+
+
+def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
+    """The verdict now, for a run the harness is driving (its nodes as they are)."""
+    return judge(nodes.layout.world_size, nodes.run_dir / "output", metrics, taken,
+                 fr_of(nodes, taken), facts_of_nodes=node_facts(nodes))  # fmt: skip
+
+
+def said(v: dict) -> list[str]:
+    """The console's lines for a verdict."""
+    who = ", ".join(map(str, v["culprits"])) or "none named"
+    by = "torch's own check" if v["rule"] == "torch" else "the harness's reading"
+    lines = [f"harness: verdict ({by}): {v['class']}, culprit rank(s): {who}: {v['evidence']}"]
+    fr = v.get("fr_trace")
+    if fr and fr.get("said"):
+        agrees = {True: " (the same collective)", False: " (another collective)"}
+        lines.append(f"harness:   {fr['said']}{agrees.get(fr.get('agrees'), '')}")
+    elif fr and fr.get("error"):
+        lines.append(f"harness:   torch's fr_trace could not run: {fr['error']}")
+    return lines
