@@ -34,10 +34,19 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import affinity, batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
+from tuning import (
+    affinity,
+    batch_dump,
+    fs_errors,
+    fsdp_gloo,
+    gpu_guard,
+    special_tokens,
+    stack_dump,
+    torn,
+)
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
-from tuning.data import Collator, DataError, load_examples, tokenize_examples
+from tuning.data import Collator, DataError, formatting, load_examples, tokenize_examples
 from tuning.fault_hooks import FaultHooks, Preemption
 from tuning.metrics import (
     FileLoggingCallback,
@@ -104,11 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load_data(cfg: SFTConfig):
-    fmt = dict(
-        dataset_text_field=cfg.dataset_text_field,
-        response_template=cfg.response_template,
-        data_formatter_template=cfg.data_formatter_template,
-    )
+    fmt = formatting(cfg)
     train = load_examples(cfg.training_data_path, **fmt)
     val = load_examples(cfg.validation_data_path, **fmt) if cfg.validation_data_path else None
     return train, val
@@ -143,9 +148,11 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         cfg.torch_dtype, "auto"
     )
     tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=dtype)
+    # fms's setup_tokenizer: its special tokens, the embeddings resized (before LoRA, as fms)
+    tokens = special_tokens.set_up(tokenizer, model, cfg)
+    if rank == 0 and special_tokens.describe(tokens):
+        print(f"sft_trainer: {special_tokens.describe(tokens)}", flush=True)
     if cfg.peft_method == "lora":
         from peft import LoraConfig, get_peft_model
 
@@ -221,6 +228,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
     # 6. Summary (every rank joins the reduction; rank 0 writes it).
     status = "preempted" if preempt.stopped else "completed"
     summary = summarize(metrics.steps, world_size, status, "cuda" if on_gpu else "cpu")
+    summary["tokenizer"] = tokens
     if rank == 0:
         with open(os.path.join(cfg.output_dir, "train_summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2)

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from tuning.config import ConfigError, SFTConfig, coerce
-from tuning.data import DataError, load_examples
+from tuning.data import DataError, formatting, load_examples
 from tuning.harness.errors import HarnessError
 from tuning.records import describe, needs_datasets, table_columns
 from tuning.shapes import check_columns
@@ -56,14 +56,14 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
     else a table's columns from its schema (pyarrow), and the rest is the trainer's to check."""
     if not path:
         return
-    fmt = (cfg.dataset_text_field, cfg.response_template, cfg.data_formatter_template)
+    fmt = formatting(cfg)
     try:
         if not needs_datasets(path) or importlib.util.find_spec("datasets") is not None:
-            load_examples(path, *fmt)
+            load_examples(path, **fmt)
             return
         columns = table_columns(path)
         if columns is not None:
-            check_columns(path, columns, *fmt)
+            check_columns(path, columns, **fmt)
         checked = "its columns checked" if columns is not None else "not read here"
         print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `datasets` in this"
               " environment); the trainer checks its records before training")  # fmt: skip

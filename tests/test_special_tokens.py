@@ -1,0 +1,249 @@
+"""The tokenizer and embeddings set up as fms-hf-tuning 3.2.2 sets them up
+(tuning/special_tokens.py): its special-token cases, the resize to a multiple, new rows at the
+mean; the EOS of a tokenizer without a pad token stays in the labels; added special tokens past
+the model's rows train. (tests/test_fms_tokens.py compares the set-up with fms's own, in its
+image.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_launch
+from tokenizer_models import CHAT_TOKENS, added_tokens, no_pad, portable, variant
+
+from tuning.config import ConfigError, parse_args
+from tuning.data import IGNORE_INDEX, load_examples, tokenize_example
+from tuning.special_tokens import as_fms_loads, fms_family, set_up, tokens_to_add
+
+LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+
+
+@pytest.mark.parametrize(
+    "current, family, separate, extra, expected",
+    [
+        (LLAMA, None, False, None, {}),
+        ({**LLAMA, "pad_token": None}, None, False, None, {"pad_token": "<PAD>"}),
+        ({"bos_token": "<|b|>", "eos_token": "<|e|>"}, None, False, None,
+         {"pad_token": "<PAD>", "unk_token": "<unk>"}),
+        ({}, None, False, None, {"pad_token": "<PAD>", "eos_token": "</s>", "bos_token": "<s>",
+                                 "unk_token": "<unk>"}),
+        ({**LLAMA, "pad_token": "</s>"}, None, False, None, {"pad_token": "<PAD>"}),
+        ({**LLAMA, "pad_token": "<PAD>", "eos_token": "<PAD>"}, None, False, None,
+         {"eos_token": "</s>"}),
+        # Llama classes: the four fixed, then <PAD> over <pad> when the tokenizer has no pad
+        ({**LLAMA, "pad_token": "<unk>"}, "llama", False, None, LLAMA),
+        ({**LLAMA, "pad_token": None}, "llama", False, None, {**LLAMA, "pad_token": "<PAD>"}),
+        ({**LLAMA, "pad_token": "</s>"}, "gpt2", False, None, {"pad_token": "<PAD>"}),
+        (LLAMA, "gpt2", False, None, {"pad_token": "<pad>"}),
+        # 4.55 loads the class's own bos/eos/unk where the files name none: those come first
+        ({"bos_token": "<|b|>", "eos_token": "<|e|>"}, "llama", False, None,
+         {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<PAD>"}),
+        ({"pad_token": "<pad>"}, "gpt2", False, None, dict.fromkeys(
+            ("bos_token", "eos_token", "unk_token", "pad_token"), "<|endoftext|>") | {
+            "pad_token": "<pad>"}),
+        # a separate tokenizer: nothing but the job's own tokens (and the class's at load)
+        ({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, "llama", True, None, {}),
+        ({"eos_token": "</s>"}, "llama", True, None, {"bos_token": "<s>", "unk_token": "<unk>"}),
+        ({}, None, True, ["<|a|>"], {"additional_special_tokens": ["<|a|>"]}),
+        (LLAMA, None, False, ["<|a|>", "<|b|>"], {"additional_special_tokens": ["<|a|>", "<|b|>"]}),
+    ],
+)  # fmt: skip
+def test_special_tokens_as_fms_adds_them(current, family, separate, extra, expected):
+    assert tokens_to_add(current, family, separate, extra) == expected
+    # fms adds them in this order (the ids follow it): its fixed ones, then pad, eos, bos, unk
+    assert list(tokens_to_add(current, family, separate, extra)) == list(expected)
+
+
+def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Path:
+    path.mkdir()
+    for name, data in (("tokenizer_config.json", tokenizer_config), ("config.json", config)):
+        if data is not None:
+            (path / name).write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "tokenizer_config, config, family",
+    [
+        ({"tokenizer_class": "LlamaTokenizer"}, None, "llama"),
+        ({"tokenizer_class": "LlamaTokenizerFast"}, {"model_type": "gpt2"}, "llama"),
+        ({"tokenizer_class": "GPTNeoXTokenizerFast"}, None, "gpt2"),
+        ({"tokenizer_class": "GPT2Tokenizer"}, None, None),  # 4.55 loads GPT2TokenizerFast
+        ({"tokenizer_class": "PreTrainedTokenizerFast"}, {"model_type": "llama"}, None),
+        ({}, {"tokenizer_class": "LlamaTokenizer", "model_type": "gpt2"}, "llama"),
+        ({}, {"model_type": "mistral"}, "llama"),
+        ({}, {"model_type": "gpt_neox"}, "gpt2"),
+        ({}, {"model_type": "granite"}, "gpt2"),  # no fast class mapped: the slow GPT2Tokenizer
+        ({}, {"model_type": "gpt2"}, None),
+        (None, None, None),
+    ],
+)  # fmt: skip
+def test_the_class_fms_loads_is_read_from_the_files(tmp_path, tokenizer_config, config, family):
+    assert fms_family(_files(tmp_path / "tok", tokenizer_config, config)) == family
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("token-models")
+    return {"no_pad": no_pad(root / "no_pad"), "added": added_tokens(root / "added")}
+
+
+def _cfg(model: Path, **job) -> object:
+    args = ["--model_name_or_path", str(model), "--training_data_path", "d.jsonl",
+            "--output_dir", "o"]  # fmt: skip
+    for key, value in job.items():
+        args += [f"--{key}", *(value if isinstance(value, list) else [str(value)])]
+    return parse_args(args, environ={})
+
+
+def _load(model: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model)
+
+
+def _weights(model) -> list:
+    return [m.weight.detach().clone()
+            for m in (model.get_input_embeddings(), model.get_output_embeddings())]  # fmt: skip
+
+
+def _assert_mean_rows(model, start: int, size: int, before: list) -> None:
+    for weight, old in zip(_weights(model), before, strict=True):
+        assert weight.shape[0] == size
+        assert torch.equal(weight[: old.shape[0]][:start], old[:start])  # old rows kept
+        expected = old[:start].mean(dim=0)
+        for row in range(start, size):
+            assert torch.equal(weight[row], expected), f"row {row} is not the mean"
+
+
+def test_no_pad_token_gets_pad_and_unk_and_mean_rows(models):
+    tokenizer, model = _load(models["no_pad"])
+    n = len(tokenizer)
+    before = _weights(model)
+    record = set_up(tokenizer, model, _cfg(models["no_pad"]))
+    assert tokenizer.pad_token == "<PAD>" and tokenizer.unk_token == "<unk>"
+    assert (tokenizer.pad_token_id, tokenizer.unk_token_id) == (n, n + 1)
+    assert (
+        tokenizer.eos_token == "<|end_of_text|>"
+        and tokenizer.pad_token_id != tokenizer.eos_token_id
+    )
+    assert record["embedding_rows"] == [n, n + 2] and record["mean_rows"] == [n, n + 2]
+    assert record["set"] == {"pad_token": "<PAD>", "unk_token": "<unk>"}
+    _assert_mean_rows(model, n, n + 2, before)
+
+
+def test_tied_embeddings_get_the_mean_once(tmp_path, models):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tuning.tiny_model import build_config
+
+    tokenizer = AutoTokenizer.from_pretrained(models["no_pad"])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(build_config("gpt2", tokenizer))
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    n, old = len(tokenizer), model.get_input_embeddings().weight.detach().clone()
+    set_up(tokenizer, model, _cfg(models["no_pad"], embedding_size_multiple_of=8))
+    size = 8 * -(-(n + 2) // 8)
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    weight = model.get_input_embeddings().weight.detach()
+    assert weight.shape[0] == size and torch.equal(weight[:n], old)
+    assert all(torch.equal(weight[r], old.mean(dim=0)) for r in range(n, size))
+
+
+def test_added_tokens_past_the_rows_and_any_multiple(models):
+    """Defect: a tokenizer with 4 more ids than the model has rows ended in IndexError."""
+    tokenizer, model = _load(models["added"])
+    rows = model.get_input_embeddings().weight.shape[0]
+    assert len(tokenizer) == rows + len(CHAT_TOKENS)
+    before = _weights(model)
+    record = set_up(tokenizer, model, _cfg(models["added"], embedding_size_multiple_of=64))
+    size = 64 * -(-len(tokenizer) // 64)
+    assert record["embedding_rows"] == [rows, size] and record["added_tokens"] == 0
+    assert model.config.vocab_size == size
+    _assert_mean_rows(model, rows, size, before)
+    ids = torch.tensor([tokenizer.convert_tokens_to_ids(CHAT_TOKENS)])
+    assert model(input_ids=ids).logits.shape[-1] == size  # every added id has a row
+
+
+def test_job_special_tokens_and_chat_template(models):
+    tokenizer, model = _load(models["added"])
+    cfg = _cfg(models["added"], add_special_tokens=["<|a,b|>", "<|c|>"], chat_template="{{x}}")
+    record = set_up(tokenizer, model, cfg)
+    assert tokenizer.convert_tokens_to_ids("<|a,b|>") == len(tokenizer) - 2  # one token, no split
+    assert tokenizer("x<|c|>")["input_ids"][-1] == len(tokenizer) - 1
+    assert tokenizer.chat_template == "{{x}}" and record["added_tokens"] == 2
+
+
+def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models):
+    tokenizer, model = _load(models["no_pad"])
+    cfg = _cfg(models["added"], tokenizer_name_or_path=str(models["no_pad"]))
+    with pytest.raises(ConfigError, match=r"no pad token.*leave tokenizer_name_or_path unset"):
+        set_up(tokenizer, model, cfg)
+    tokenizer, model = _load(models["added"])
+    cfg = _cfg(models["added"], tokenizer_name_or_path=str(models["added"]))
+    assert set_up(tokenizer, model, cfg)["set"] == {}
+
+
+def test_eos_stays_in_the_labels_without_a_pad_token(models, tmp_path):
+    """Defect: pad = eos masked the appended EOS out of the labels with the padding."""
+    data = tmp_path / "t.jsonl"
+    data.write_text(json.dumps({"text": "### Input: ant cat\n\n## Label: teal red"}) + "\n")
+    tokenizer, model = _load(models["no_pad"])
+    set_up(tokenizer, model, _cfg(models["no_pad"]))
+    (example,) = load_examples(data, dataset_text_field="text", response_template="\n\n## Label:")
+    row = tokenize_example(example, tokenizer, 64, "\n\n## Label:")
+    assert row["input_ids"][-1] == tokenizer.eos_token_id
+    assert row["labels"][-1] == tokenizer.eos_token_id  # learned: the model learns to stop
+    assert row["labels"][0] == IGNORE_INDEX
+
+
+def test_trainer_records_and_prints_the_set_up_once(models, tmp_path):
+    """Two ranks on the added-tokens model with data that uses the added tokens: trains (no
+    IndexError), prints the change once, records it in train_summary.json."""
+    data = tmp_path / "chat.jsonl"
+    rows = [{"text": f"<|user|> word {i}\n\n## Label: answer {i}<|tool|>"} for i in range(8)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    proc = run_launch(["--model_name_or_path", str(models["added"]), "--training_data_path",
+                       str(data), "--dataset_text_field", "text", "--response_template",
+                       "\n\n## Label:", "--output_dir", str(out), "--max_steps", "2",
+                       "--per_device_train_batch_size", "2", "--save_strategy", "no",
+                       "--embedding_size_multiple_of", "8"])  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert log.count("tokenizer as fms-hf-tuning sets it up") == 1, log[-3000:]
+    tokens = json.loads((out / "train_summary.json").read_text())["tokenizer"]
+    assert tokens["embedding_rows"] == [352, 360] and tokens["embedding_size_multiple_of"] == 8
+    assert tokens["mean_rows"] == [352, 360]
+
+
+def test_portable_tokenizer_loads_the_same_ids(models):
+    """The test models' tokenizer_config is written for fms's transformers too; here it still
+    loads the added tokens as special tokens with their ids."""
+    tokenizer, _ = _load(portable(models["added"]))
+    assert tokenizer.convert_tokens_to_ids(CHAT_TOKENS) == list(range(352, 356))
+    assert tokenizer("a<|user|>b")["input_ids"][1] == 353
+
+
+def test_special_tokens_are_read_as_fms_loads_them(tmp_path):
+    path = _files(tmp_path / "tok", {"eos_token": "</s>", "pad_token": "<pad>",
+                                     "bos_token": {"content": "<s>", "special": True}},
+                  None)  # fmt: skip
+    (path / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<|pad|>"}))
+    assert as_fms_loads(path) == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": None,
+                                  "pad_token": "<|pad|>"}  # fmt: skip
+
+
+def test_a_pad_only_this_transformers_gives_is_replaced_as_fms_does(models, tmp_path):
+    """transformers 5's GPT-NeoX class defaults pad to <|padding|>; fms's 4.55 loads none, so
+    fms gives the tokenizer <PAD>: so does set_up."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    neox = variant(models["no_pad"], tmp_path / "neox", tokenizer_class="GPTNeoXTokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(neox)
+    assert tokenizer.pad_token == "<|padding|>"  # this environment's default
+    set_up(tokenizer, AutoModelForCausalLM.from_pretrained(neox), _cfg(neox))
+    assert tokenizer.pad_token == "<PAD>" and tokenizer.unk_token == "<|endoftext|>"

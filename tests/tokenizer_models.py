@@ -1,0 +1,89 @@
+"""Tiny models whose tokenizers are shaped like the ones fms-hf-tuning users bring, built
+offline (tests and the hand-run tests/fms_testdata.py):
+
+- ``no_pad``: a Llama 3 / Mistral-shaped tokenizer: no pad token (and no unk), its own bos/eos;
+- ``added_tokens``: the tiny tokenizer with special tokens added past the model's embedding rows
+  (a chat tokenizer on a base checkpoint: 4 more ids than the model has rows).
+
+Saved so fms's transformers (4.55) loads them too: transformers 5 writes tokenizer_class
+"TokenizersBackend", which 4.55 does not know, and the added special tokens as a list named
+extra_special_tokens, which 4.55 reads as a mapping; "PreTrainedTokenizerFast" and
+additional_special_tokens load the same tokenizer.json (every id unchanged) in both.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+CHAT_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"]
+LLAMA3 = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+
+
+def portable(out: Path, **config) -> Path:
+    """tokenizer_config.json loadable by transformers 4.55 too; files readable by the ranks'
+    user (save_pretrained writes 0600)."""
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update({"tokenizer_class": "PreTrainedTokenizerFast", **config})
+    if isinstance(cfg.get("extra_special_tokens"), list):  # 4.55 reads a list under this name
+        cfg["additional_special_tokens"] = cfg.pop("extra_special_tokens")
+    path.write_text(json.dumps(cfg, indent=1))
+    for f in out.iterdir():
+        f.chmod(0o644)
+    return out
+
+
+def _save(out: Path, tokenizer, rows: int, arch: str = "llama", seed: int = 0) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tuning.tiny_model import build_config
+
+    config = build_config(arch, tokenizer)
+    config.vocab_size = rows
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return portable(out)
+
+
+def no_pad(out: Path, arch: str = "llama") -> Path:
+    """Llama 3's shape: byte-level BPE, bos <|begin_of_text|>, eos <|end_of_text|>, no pad, no
+    unk; the model has one row per token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tuning.demo_data import corpus
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=list(LLAMA3.values()),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)  # fmt: skip
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=512, **LLAMA3)
+    return _save(Path(out), tokenizer, len(tokenizer), arch)
+
+
+def variant(src: Path, out: Path, **tokenizer_config) -> Path:
+    """A copy of a model directory with tokenizer_config.json keys changed (None: removed)."""
+    shutil.copytree(src, out)
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(tokenizer_config)
+    path.write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=1))
+    return out
+
+
+def added_tokens(out: Path, tokens: list[str] = CHAT_TOKENS) -> Path:
+    """The tiny tokenizer plus `tokens` as special tokens; the model keeps the base rows."""
+    from tuning.demo_data import corpus
+    from tuning.tiny_model import build_tokenizer
+
+    tokenizer = build_tokenizer(corpus())
+    rows = len(tokenizer)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(tokens)})
+    return _save(Path(out), tokenizer, rows)
