@@ -2,7 +2,7 @@
 (tuning.data.tokenizer_utils.setup_tokenizer, with the model and tokenizer loaded as its
 sft_trainer.train loads them) on each case, and what it left: the special tokens and their ids,
 the tokenizer's length, fms's returned dict, whether the tokenizer can pad, and the embedding
-weights (OUT/<case>.pt).
+weights (OUT/<case>.pt), and the token ids of the case's texts.
 
 Usage: python fms_setup_probe.py CASES.json OUT   (CASES: [{"name", "model", ...job keys}])
 Standard library, torch, transformers and fms only: it never imports the harness.
@@ -48,10 +48,12 @@ def probe(case: dict, out: str) -> dict:
         "special": {n: getattr(tokenizer, n) for n in NAMES},
         "ids": {n: getattr(tokenizer, n + "_id") for n in NAMES},
         "length": len(tokenizer),
+        "padding_side": tokenizer.padding_side,
         "result": result,
         "pad_error": pad_error,
         "chat_template": tokenizer.chat_template,
         "tied": weights[0].data_ptr() == weights[1].data_ptr(),
+        "tokens": [tokenizer(text)["input_ids"] for text in case.get("texts", [])],
     }
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import run_launch
-from tokenizer_models import added_tokens
+from tokenizer_models import CHAT_TEMPLATE, added_tokens
 
 from tuning.chat import conversation_of, mask_turns
 from tuning.config import ConfigError, parse_args
@@ -18,16 +18,8 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.spec.preflight import check_data
 
 X = IGNORE_INDEX
-# fms's tests/test_sft_trainer.py test_run_chat_style_ft_dataset_conversation_field template
-TEMPLATE = (
-    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
-    "{{- '<|system|>\\n' + message['content'] + '\\n' }}{%- elif message['role'] == 'user' %}"
-    "{{- '<|user|>\\n' + message['content'] + '\\n' }}{%- elif message['role'] == 'assistant' %}"
-    "{%- if not loop.last %}{{- '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}"
-    "{%- else %}{{- '<|assistant|>\\n'  + message['content'] + eos_token }}{%- endif %}"
-    "{%- endif %}{%- endfor %}"
-)
-CHAT = {"instruction_template": "<|user|>", "response_template": "<|assistant|>"}
+CHAT = {"instruction_template": "<|user|>", "response_template": "<|assistant|>",
+        "dataset_conversation_field": "messages"}  # fmt: skip
 TURNS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "ant cat"},
          {"role": "assistant", "content": "teal red"}, {"role": "user", "content": "yak"},
          {"role": "assistant", "content": "navy"}]  # fmt: skip
@@ -51,18 +43,18 @@ def test_only_the_assistant_turns_count(labels, expected):
     assert found == (expected != [X] * len(expected))
 
 
-def test_the_conversation_is_found_as_fms_finds_it():
+def test_the_turns_are_read_from_dataset_conversation_field():
     record = {"messages": TURNS, "group": "g", "metadata": "{}"}
-    assert conversation_of("f:1", record, None) is TURNS
-    assert conversation_of("f:1", {"chat": TURNS, "id": 1}, None) is TURNS
+    assert conversation_of("f:1", record, "messages") is TURNS
     assert conversation_of("f:1", {"conversations": TURNS, "id": 1}, "conversations") is TURNS
-    # fms hands a record with one field whole to the template: refused, naming the field
-    with pytest.raises(DataError, match="f:1: no conversation found.*dataset_conversation_field"
-                                        ": messages"):  # fmt: skip
-        conversation_of("f:1", {"messages": TURNS}, None)
+    # fms 3.2.2 without it renders the whole record, i.e. nothing: refused, naming the field
+    with pytest.raises(DataError, match="f:1: no dataset_conversation_field .*trains on nothing:"
+                                        " set dataset_conversation_field: messages"):  # fmt: skip
+        conversation_of("f:1", record, None)
     with pytest.raises(DataError, match="dataset_conversation_field: conversations"):
         conversation_of("f:2", {"conversations": TURNS, "id": 1}, None)
-    with pytest.raises(DataError, match="f:3: dataset_conversation_field 'turns' is not in"):
+    missing = "f:3: dataset_conversation_field 'turns' is not in the record.*: messages"
+    with pytest.raises(DataError, match=missing):
         conversation_of("f:3", {"messages": TURNS}, "turns")
     with pytest.raises(DataError, match="f:4: turn 1 .* is not a dict with a 'role'"):
         conversation_of("f:4", {"messages": [TURNS[0], "hi"], "id": 1}, "messages")
@@ -78,7 +70,7 @@ def chat_tokenizer(chat_model):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(chat_model)
-    tokenizer.chat_template = TEMPLATE
+    tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
 
@@ -106,10 +98,10 @@ def test_chat_refusals_name_the_fix(chat_model, chat_tokenizer, tmp_path):
     bare = AutoTokenizer.from_pretrained(chat_model)
     with pytest.raises(DataError, match="has none: set chat_template in the job"):
         tokenize_example(example, bare, 512, "<|assistant|>")
-    (example,) = load_examples(path, instruction_template="### Human:", response_template="<|x|>")
+    (example,) = load_examples(path, **{**CHAT, "instruction_template": "### Human:"})
     with pytest.raises(DataError, match=r"chat.jsonl:1: instruction_template '### Human:' is not"
                                         " in the text the chat template makes"):  # fmt: skip
-        tokenize_example(example, chat_tokenizer, 512, "<|x|>")
+        tokenize_example(example, chat_tokenizer, 512, "<|assistant|>")
 
 
 def test_chat_keys_are_taken_as_fms_takes_them():
@@ -127,10 +119,12 @@ def test_chat_keys_are_taken_as_fms_takes_them():
 def test_host_check_refuses_chat_records_before_anything_starts(tmp_path):
     cfg = parse_args(["--model_name_or_path", "m", "--training_data_path", "d", "--output_dir",
                       "o", "--instruction_template", "<|user|>", "--response_template",
-                      "<|assistant|>"], environ={})  # fmt: skip
+                      "<|assistant|>", "--dataset_conversation_field", "messages"],
+                     environ={})  # fmt: skip
     check_data(str(_write(tmp_path, [{"messages": TURNS, "id": 1}] * 2)), cfg)
     bad = _write(tmp_path, [{"messages": TURNS, "id": 1}, {"conversations": TURNS}], "bad.jsonl")
-    with pytest.raises(HarnessError, match="bad.jsonl:2: no conversation found"):
+    with pytest.raises(HarnessError, match="bad.jsonl:2: dataset_conversation_field 'messages'"
+                                           " is not in the record"):  # fmt: skip
         check_data(str(bad), cfg)
 
 
@@ -139,7 +133,7 @@ def test_two_ranks_train_on_chat_records(chat_model, tmp_path):
                           {"role": "assistant", "content": f"teal {i}"}], "id": i}
             for i in range(8)]  # fmt: skip
     job = tmp_path / "job.json"
-    job.write_text(json.dumps({**CHAT, "chat_template": TEMPLATE}))
+    job.write_text(json.dumps({**CHAT, "chat_template": CHAT_TEMPLATE}))
     out = tmp_path / "out"
     proc = run_launch(["--config", str(job), "--model_name_or_path", str(chat_model),
                        "--training_data_path", str(_write(tmp_path, rows)), "--output_dir",

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizer_models import added_tokens, no_pad, portable, variant
+from tokenizer_models import added_tokens, no_pad, portable, sentencepiece_llama, variant
 
 from tuning.config import ConfigError, parse_args
-from tuning.special_tokens import NAMES, set_up
+from tuning.fms_tokenizer import NAMES, load
+from tuning.special_tokens import set_up
 
 pytestmark = pytest.mark.docker
 PROBE = Path(__file__).with_name("fms_setup_probe.py")
@@ -37,8 +38,11 @@ def cases(root: Path, tiny: Path) -> list[dict]:
                                                  tokenizer_class="LlamaTokenizer")},
         {"name": "llama_by_model_type", "model": variant(nopad, root / "by_type",
                                                          tokenizer_class=None)},
+        {"name": "sentencepiece_llama", "model": sentencepiece_llama(root / "sp")},
         {"name": "neox_class", "model": variant(base, root / "neox", pad_token="<unk>",
                                                 tokenizer_class="GPTNeoXTokenizer")},
+        {"name": "neox_class_no_pad", "model": variant(nopad, root / "neox_nopad",
+                                                       tokenizer_class="GPTNeoXTokenizer")},
         {"name": "eos_and_pad_are_PAD", "model": variant(base, root / "eos_pad",
                                                          pad_token="<PAD>", eos_token="<PAD>")},
         {"name": "added_tokens_x64", "model": added_tokens(root / "added"),
@@ -50,12 +54,20 @@ def cases(root: Path, tiny: Path) -> list[dict]:
     ]  # fmt: skip
 
 
+# typed special tokens, the EOS as text, leading spaces, tabs, unicode: where loads differ
+TEXTS = ["ant cat\n\n## Label: teal</s>", "<|user|>\nyak emu<|assistant|>\nnavy<|end_of_text|>",
+         "  two spaces\tand a tab\n\nÜnïcödé 😀", "<PAD><pad><unk><s><|endoftext|>"]  # fmt: skip
+
+
 def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
     """fms's set-up of every case, in its image, with no network."""
     out = tmp_path / "probe-out"
     out.mkdir()
-    out.chmod(0o777)  # the image's user writes here
-    plain = [{k: str(v) if isinstance(v, Path) else v for k, v in c.items()} for c in case_list]
+    for path in [tmp_path, *tmp_path.rglob("*")]:  # the image's user (uid 1000) reads these
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    out.chmod(0o777)  # and writes here
+    plain = [{k: str(v) if isinstance(v, Path) else v for k, v in c.items()} | {"texts": TEXTS}
+             for c in case_list]  # fmt: skip
     (tmp_path / "cases.json").write_text(json.dumps(plain))
     mounts = {str(tmp_path): str(tmp_path), str(PROBE): "/probe/fms_setup_probe.py"}
     cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python"]
@@ -68,7 +80,7 @@ def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
 
 
 def ours(case: dict) -> tuple[dict, object, object]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     args = ["--model_name_or_path", str(case["model"]), "--training_data_path", "d",
             "--output_dir", "o"]  # fmt: skip
@@ -78,7 +90,7 @@ def ours(case: dict) -> tuple[dict, object, object]:
     if "add_special_tokens" in case:
         args += ["--add_special_tokens", *case["add_special_tokens"]]
     cfg = parse_args(args, environ={})
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path)
+    tokenizer = load(cfg.tokenizer_path)
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path)
     return set_up(tokenizer, model, cfg), tokenizer, model
 
@@ -100,6 +112,9 @@ def test_tokenizer_set_up_matches_fms(fms_image, tiny_model, tmp_path):
         ids = {n: getattr(tokenizer, n + "_id") for n in NAMES}
         assert ids == fms["ids"], f"{name}: ids ours {ids} fms {fms['ids']}"
         assert len(tokenizer) == fms["length"], name
+        assert tokenizer.padding_side == fms["padding_side"], name
+        tokens = [tokenizer(text)["input_ids"] for text in TEXTS]
+        assert tokens == fms["tokens"], f"{name}: token ids ours {tokens} fms {fms['tokens']}"
         assert tokenizer.chat_template == fms["chat_template"], name
         rows, size = record["embedding_rows"]
         assert size == fms["result"]["new_embedding_size"], name

@@ -7,16 +7,26 @@ image.)"""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_launch
-from tokenizer_models import CHAT_TOKENS, added_tokens, no_pad, portable, variant
+from conftest import ROOT, launch_env, run_launch
+from tokenizer_models import (
+    CHAT_TOKENS,
+    added_tokens,
+    no_pad,
+    portable,
+    sentencepiece_llama,
+    variant,
+)
 
 from tuning.config import ConfigError, parse_args
 from tuning.data import IGNORE_INDEX, load_examples, tokenize_example
-from tuning.special_tokens import as_fms_loads, fms_family, set_up, tokens_to_add
+from tuning.fms_tokenizer import as_fms_loads, fms_class, load
+from tuning.special_tokens import set_up, tokens_to_add
 
 LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 
@@ -38,6 +48,7 @@ LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_tok
         ({**LLAMA, "pad_token": None}, "llama", False, None, {**LLAMA, "pad_token": "<PAD>"}),
         ({**LLAMA, "pad_token": "</s>"}, "gpt2", False, None, {"pad_token": "<PAD>"}),
         (LLAMA, "gpt2", False, None, {"pad_token": "<pad>"}),
+        (LLAMA, "neox", False, None, {"pad_token": "<pad>"}),
         # 4.55 loads the class's own bos/eos/unk where the files name none: those come first
         ({"bos_token": "<|b|>", "eos_token": "<|e|>"}, "llama", False, None,
          {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<PAD>"}),
@@ -70,19 +81,19 @@ def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Pa
     [
         ({"tokenizer_class": "LlamaTokenizer"}, None, "llama"),
         ({"tokenizer_class": "LlamaTokenizerFast"}, {"model_type": "gpt2"}, "llama"),
-        ({"tokenizer_class": "GPTNeoXTokenizerFast"}, None, "gpt2"),
+        ({"tokenizer_class": "GPTNeoXTokenizerFast"}, None, "neox"),
         ({"tokenizer_class": "GPT2Tokenizer"}, None, None),  # 4.55 loads GPT2TokenizerFast
         ({"tokenizer_class": "PreTrainedTokenizerFast"}, {"model_type": "llama"}, None),
         ({}, {"tokenizer_class": "LlamaTokenizer", "model_type": "gpt2"}, "llama"),
         ({}, {"model_type": "mistral"}, "llama"),
-        ({}, {"model_type": "gpt_neox"}, "gpt2"),
+        ({}, {"model_type": "gpt_neox"}, "neox"),
         ({}, {"model_type": "granite"}, "gpt2"),  # no fast class mapped: the slow GPT2Tokenizer
         ({}, {"model_type": "gpt2"}, None),
         (None, None, None),
     ],
 )  # fmt: skip
 def test_the_class_fms_loads_is_read_from_the_files(tmp_path, tokenizer_config, config, family):
-    assert fms_family(_files(tmp_path / "tok", tokenizer_config, config)) == family
+    assert fms_class(_files(tmp_path / "tok", tokenizer_config, config)) == family
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +111,9 @@ def _cfg(model: Path, **job) -> object:
 
 
 def _load(model: Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    return AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model)
+    return load(model), AutoModelForCausalLM.from_pretrained(model)
 
 
 def _weights(model) -> list:
@@ -136,11 +147,11 @@ def test_no_pad_token_gets_pad_and_unk_and_mean_rows(models):
 
 
 def test_tied_embeddings_get_the_mean_once(tmp_path, models):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from tuning.tiny_model import build_config
 
-    tokenizer = AutoTokenizer.from_pretrained(models["no_pad"])
+    tokenizer = load(models["no_pad"])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(build_config("gpt2", tokenizer))
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
@@ -237,13 +248,67 @@ def test_special_tokens_are_read_as_fms_loads_them(tmp_path):
                                   "pad_token": "<|pad|>"}  # fmt: skip
 
 
-def test_a_pad_only_this_transformers_gives_is_replaced_as_fms_does(models, tmp_path):
-    """transformers 5's GPT-NeoX class defaults pad to <|padding|>; fms's 4.55 loads none, so
-    fms gives the tokenizer <PAD>: so does set_up."""
+def test_neox_and_llama_classes_load_as_fms_loads_them(models, tmp_path):
+    """transformers 5 rebuilds these classes (its GPT-NeoX one adds a <|padding|> pad token);
+    fms's 4.55 takes tokenizer.json as it is, BOS added as add_bos_token says (Llama: yes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     neox = variant(models["no_pad"], tmp_path / "neox", tokenizer_class="GPTNeoXTokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(neox)
-    assert tokenizer.pad_token == "<|padding|>"  # this environment's default
+    assert AutoTokenizer.from_pretrained(neox).pad_token == "<|padding|>"  # 5.x's own
+    tokenizer = load(neox)
+    assert tokenizer.pad_token is None and len(tokenizer) == 350
     set_up(tokenizer, AutoModelForCausalLM.from_pretrained(neox), _cfg(neox))
-    assert tokenizer.pad_token == "<PAD>" and tokenizer.unk_token == "<|endoftext|>"
+    assert tokenizer.unk_token == "<|endoftext|>" and tokenizer.pad_token == "<PAD>"
+    assert (tokenizer.unk_token_id, tokenizer.pad_token_id) == (350, 351)
+    llama = variant(models["no_pad"], tmp_path / "llama", tokenizer_class="LlamaTokenizer")
+    bos = load(llama).convert_tokens_to_ids("<|begin_of_text|>")
+    assert load(llama)("ant cat")["input_ids"][0] == bos  # 4.55's LlamaTokenizerFast adds it
+    assert load(models["no_pad"])("ant cat")["input_ids"][0] != bos
+
+
+def test_a_sentencepiece_llama_tokenizer_is_not_rebuilt(tmp_path):
+    """transformers 5 rebuilds a Llama-class tokenizer and tokenizes a tab differently from
+    fms's 4.55, which uses tokenizer.json as it is (tests/test_fms_tokens.py: load() gives fms's
+    ids on this tokenizer)."""
+    from transformers import AutoTokenizer
+
+    path = sentencepiece_llama(tmp_path / "sp")
+    text = "  two spaces\tand a tab"
+    ours, rebuilt = (
+        load(path)(text)["input_ids"],
+        AutoTokenizer.from_pretrained(path)(text)["input_ids"],
+    )
+    assert ours != rebuilt and ours[0] == rebuilt[0] == load(path).bos_token_id
+
+
+def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
+    """Records tokenized for a bigger vocabulary: named before training, not an IndexError."""
+    data = tmp_path / "tok.jsonl"
+    rows = [
+        {"input_ids": [1, 5, 9], "labels": [1, 5, 9]},
+        {"input_ids": [1, 30468], "labels": [1, 2]},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.run([sys.executable, "-m", "tuning.sft_trainer", "--model_name_or_path",
+                           str(tiny_model), "--training_data_path", str(data), "--output_dir",
+                           str(tmp_path / "o"), "--max_steps", "1"], cwd=ROOT,
+                          env=launch_env(), capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-2000:]
+    assert "tok.jsonl:2: token id 30468 has no embedding row (the model has 352" in proc.stderr
+
+
+def test_batches_are_padded_on_the_tokenizers_side(models, tmp_path):
+    """fms's collators pad through the tokenizer: 4.55's Llama class pads on the left."""
+    from tuning.data import Collator
+
+    rows = [{"input_ids": [5, 6, 7], "labels": [X := IGNORE_INDEX, 6, 7]},
+            {"input_ids": [8], "labels": [8]}]  # fmt: skip
+    left = Collator(0, "left")(rows)
+    assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert left["labels"].tolist() == [[X, 6, 7], [X, X, 8]]
+    assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert Collator(0)(rows)["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    llama = variant(models["no_pad"], tmp_path / "llama", tokenizer_class="LlamaTokenizer")
+    assert load(llama).padding_side == "left" and load(models["no_pad"]).padding_side == "right"
+    variant(llama, tmp_path / "right", padding_side="right")
+    assert load(tmp_path / "right").padding_side == "right"

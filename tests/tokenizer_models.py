@@ -18,6 +18,16 @@ import shutil
 from pathlib import Path
 
 CHAT_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"]
+# The chat template of fms's tests/test_sft_trainer.py
+# (test_run_chat_style_ft_dataset_conversation_field), over those tokens
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{{- '<|system|>\\n' + message['content'] + '\\n' }}{%- elif message['role'] == 'user' %}"
+    "{{- '<|user|>\\n' + message['content'] + '\\n' }}{%- elif message['role'] == 'assistant' %}"
+    "{%- if not loop.last %}{{- '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}"
+    "{%- else %}{{- '<|assistant|>\\n'  + message['content'] + eos_token }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+)
 LLAMA3 = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
 
 
@@ -68,14 +78,59 @@ def no_pad(out: Path, arch: str = "llama") -> Path:
     return _save(Path(out), tokenizer, len(tokenizer), arch)
 
 
-def variant(src: Path, out: Path, **tokenizer_config) -> Path:
-    """A copy of a model directory with tokenizer_config.json keys changed (None: removed)."""
-    shutil.copytree(src, out)
+def sentencepiece_llama(out: Path) -> Path:
+    """Llama 2 / Mistral's shape: a Metaspace BPE with byte fallback whose tokenizer.json adds
+    the BOS, tokenizer_class LlamaTokenizer, no pad: the class fms gives <s> </s> <unk> <pad>
+    and that transformers 5 rebuilds (and tokenizes differently) where 4.55 does not."""
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        processors,  # fmt: skip
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    from tuning.demo_data import corpus
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # Llama 2's tokenizer.json: the spaces made "▁" by a normalizer, no pre-tokenizer
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                           normalizers.Replace(" ", "▁")])  # fmt: skip
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])  # fmt: skip
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=[f"<0x{i:02X}>" for i in range(256)],
+                                  show_progress=False)  # fmt: skip
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    # normalized, as TinyLlama's are: fms's tokenizers (0.21) then reads a '</s>' typed in a
+    # text as characters even after fms re-adds it as the EOS
+    tok.add_special_tokens([AddedToken(t, normalized=True, special=True)
+                            for t in ("<unk>", "<s>", "</s>")])  # fmt: skip
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                        unk_token="<unk>", model_max_length=512)  # fmt: skip
+    _save(Path(out), tokenizer, len(tokenizer))
+    return variant_in_place(Path(out), tokenizer_class="LlamaTokenizer", add_bos_token=True,
+                            add_eos_token=False, legacy=True)  # fmt: skip
+
+
+def variant_in_place(out: Path, **tokenizer_config) -> Path:
     path = out / "tokenizer_config.json"
     cfg = json.loads(path.read_text())
     cfg.update(tokenizer_config)
     path.write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=1))
     return out
+
+
+def variant(src: Path, out: Path, **tokenizer_config) -> Path:
+    """A copy of a model directory with tokenizer_config.json keys changed (None: removed)."""
+    shutil.copytree(src, out)
+    return variant_in_place(out, **tokenizer_config)
 
 
 def added_tokens(out: Path, tokens: list[str] = CHAT_TOKENS) -> Path:

@@ -5,11 +5,12 @@ fms has two chat routes that label differently; this is the one its job keys dri
 setup_dataprocessor.py ``_get_chat_dataset_handlers``), not its data config's
 ``tokenize_and_apply_chat_template_with_masking`` handler (``data_config_path``, refused here):
 
-1. The conversation is found as fms's ``apply_tokenizer_chat_template`` finds it: the record's
-   ``dataset_conversation_field``; else, in a record of more than one field, the first of
-   ``messages``, ``conversation``, ``chat``, ``turns`` that holds a list of turns (dicts with a
-   role). Otherwise fms hands the whole record to the chat template as ``messages``, which no
-   turn-reading template renders (fms then trains on nothing): refused here, naming the field.
+1. The turns are the record's ``dataset_conversation_field``. fms 3.2.2's
+   ``apply_tokenizer_chat_template`` means to find ``messages`` (or ``conversation``, ``chat``,
+   ``turns``) without it, but only in a ``dict``, and the rows its ``datasets`` (4.8) hands it
+   are not dicts: it always passes the whole record to the chat template as ``messages``, which
+   a template over the turns renders as an empty text (fms then trains on nothing; seen on its
+   own single_turn_chat.jsonl). So a chat job without the field is refused here, naming it.
 2. It is rendered to text by the tokenizer's chat template (``chat_template`` in the job
    replaces it), with the record's ``tools`` and ``documents``; a tokenizer without a chat
    template is refused, naming the fix.
@@ -29,8 +30,6 @@ import warnings
 from tuning.records import DataError
 
 IGNORE_INDEX = -100
-# fms 3.2.2 data_handlers.apply_tokenizer_chat_template's auto-detected conversation fields
-CONVERSATION_FIELDS = ("messages", "conversation", "chat", "turns")
 
 
 def _is_turns(value) -> bool:
@@ -43,32 +42,20 @@ def _is_turns(value) -> bool:
 
 
 def conversation_of(where: str, record: dict, field: str | None) -> list[dict]:
-    """The record's turns, found as fms finds them; a DataError naming the fix if none."""
-    if field:
-        if field not in record:
-            raise DataError(
-                f"{where}: dataset_conversation_field {field!r} is not in the record (record has"
-                f" {sorted(record)}; fms refuses it too): set it to the field holding the turns"
-            )
-        turns = record[field]
-    else:
-        turns = None
-        if len(record) > 1:
-            turns = next((record[k] for k in CONVERSATION_FIELDS if _is_turns(record.get(k))), None)
-        if turns is None:
-            found = [k for k, v in record.items() if _is_turns(v)]
-            fix = (
-                f"set dataset_conversation_field: {found[0]}"
-                if found
-                else "put the turns in a 'messages' field"
-            )
-            raise DataError(
-                f"{where}: no conversation found (record has {sorted(record)}). fms 3.2.2 reads"
-                f" the turns from dataset_conversation_field, else from the first of"
-                f" {', '.join(CONVERSATION_FIELDS)} in a record with other fields too; failing"
-                " that it hands the whole record to the chat template as `messages`, which"
-                f" renders no turns (fms then trains on nothing): {fix}"
-            )
+    """The record's turns (its `field`); a DataError naming the fix if there are none."""
+    if not field or field not in record:
+        found = [k for k, v in record.items() if _is_turns(v)]
+        fix = f"set dataset_conversation_field: {found[0]}" if found else (
+            "put the turns (a list of {'role': ..., 'content': ...}) in a field and set"
+            " dataset_conversation_field to its name")  # fmt: skip
+        what = (f"dataset_conversation_field {field!r} is not in the record" if field else
+                "no dataset_conversation_field")  # fmt: skip
+        raise DataError(
+            f"{where}: {what} (record has {sorted(record)}). fms 3.2.2 reads the turns from it;"
+            " without it fms hands the whole record to the chat template, which renders no"
+            f" turns, and trains on nothing: {fix}"
+        )
+    turns = record[field]
     if not isinstance(turns, list) or not turns:
         raise DataError(f"{where}: the conversation must be a non-empty list of turns")
     for i, turn in enumerate(turns):

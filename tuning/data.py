@@ -289,10 +289,11 @@ def tokenize_examples(
 
 
 class Collator:
-    """Right-pads a batch: padding gets attention 0 and label -100; `index` -> `sample_index`."""
+    """Pads a batch on the tokenizer's padding side (as the collators fms uses pad it, through
+    the tokenizer): padding gets attention 0 and label -100; `index` -> `sample_index`."""
 
-    def __init__(self, pad_token_id: int):
-        self.pad_token_id = pad_token_id
+    def __init__(self, pad_token_id: int, padding_side: str = "right"):
+        self.pad_token_id, self.left = pad_token_id, padding_side == "left"
 
     def __call__(self, features: list[dict]) -> dict:
         import torch
@@ -303,9 +304,10 @@ class Collator:
         mask = torch.zeros((len(features), width), dtype=torch.long)
         for row, f in enumerate(features):
             n = len(f["input_ids"])
-            ids[row, :n] = torch.tensor(f["input_ids"], dtype=torch.long)
-            labels[row, :n] = torch.tensor(f["labels"], dtype=torch.long)
-            mask[row, :n] = 1
+            cols = slice(width - n, width) if self.left else slice(0, n)
+            ids[row, cols] = torch.tensor(f["input_ids"], dtype=torch.long)
+            labels[row, cols] = torch.tensor(f["labels"], dtype=torch.long)
+            mask[row, cols] = 1
         batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         if "index" in features[0]:
             batch["sample_index"] = torch.tensor([f["index"] for f in features], dtype=torch.long)

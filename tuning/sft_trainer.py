@@ -27,7 +27,6 @@ import torch
 import torch.distributed as dist
 from transformers import (
     AutoModelForCausalLM,
-    AutoTokenizer,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -37,6 +36,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from tuning import (
     affinity,
     batch_dump,
+    fms_tokenizer,
     fs_errors,
     fsdp_gloo,
     gpu_guard,
@@ -147,10 +147,12 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
         cfg.torch_dtype, "auto"
     )
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path)
+    tokenizer = fms_tokenizer.load(cfg.tokenizer_path)  # the token ids fms's loading gives
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=dtype)
     # fms's setup_tokenizer: its special tokens, the embeddings resized (before LoRA, as fms)
     tokens = special_tokens.set_up(tokenizer, model, cfg)
+    for records in (examples, eval_examples):  # pre-tokenized ids past the rows: refused
+        special_tokens.check_token_ids(records, tokens["embedding_rows"][1])
     if rank == 0 and special_tokens.describe(tokens):
         print(f"sft_trainer: {special_tokens.describe(tokens)}", flush=True)
     if cfg.peft_method == "lora":
@@ -210,7 +212,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, examples, eval_examples) -> st
         args=args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
-        data_collator=Collator(tokenizer.pad_token_id),
+        data_collator=Collator(tokenizer.pad_token_id, tokenizer.padding_side),
         processing_class=tokenizer,
         callbacks=[
             metrics,

@@ -67,8 +67,8 @@ def shape_of(first: Record, path, dataset_text_field=None, response_template=Non
             f"{first.where}: chat records ({describe(path)}; record has {sorted(keys)}) need"
             " instruction_template and response_template (the text that starts a user turn and"
             " an assistant turn in the chat template's output, e.g. '<|user|>' and"
-            " '<|assistant|>'), as fms 3.2.2 needs them; chat_template if the tokenizer has"
-            " none; dataset_conversation_field if the turns are not in 'messages'"
+            " '<|assistant|>'), and dataset_conversation_field (the field holding the turns),"
+            " as fms 3.2.2 needs them; chat_template if the tokenizer has none"
         )
     raise DataError(
         f"{first.where}: the record matches no shape we train on ({describe(path)}; record has"

@@ -21,80 +21,24 @@ tokenizer_and_embedding_resize), so a model trains on the same token ids here as
   mean_resizing, which is that mean plus noise scaled by 1e-9: here they are the mean exactly,
   the same on every rank.
 
-Which class fms's transformers (4.55) loads is read from the tokenizer's files, as its
-AutoTokenizer decides it (tokenizer_config.json's tokenizer_class, else config.json's, else the
-model type), never from the class this environment's transformers (5.x) loads, which differs.
+Which class fms's transformers (4.55) loads, and the special tokens it starts from, are read
+from the tokenizer's files (tuning/fms_tokenizer.py), never from this environment's (5.x).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 from tuning.config import ConfigError
+from tuning.fms_tokenizer import LOADED, NAMES, as_fms_loads, fms_class
 
 # fms 3.2.2 tuning/config/configs.py DEFAULT_PAD_TOKEN, DEFAULT_EOS_TOKEN, ...
 DEFAULTS = {"pad_token": "<PAD>", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"}
 FIXED = {
     "llama": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
+    "neox": {"pad_token": "<pad>"},
     "gpt2": {"pad_token": "<pad>"},
 }
-# What those classes give a tokenizer whose files name no bos/eos/unk, as 4.55 loads it (their
-# __init__ defaults, added to the vocabulary at load in this order): fms starts from these.
-LOADED = {
-    "llama": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
-    "gpt2": dict.fromkeys(("bos_token", "eos_token", "unk_token"), "<|endoftext|>"),
-}
-# The model types whose tokenizer transformers 4.55's AutoTokenizer (use_fast=True) loads as one
-# of the classes fms checks (LlamaTokenizerFast; GPTNeoXTokenizerFast; the slow GPT2Tokenizer,
-# where no fast class is mapped), from its models/auto/tokenization_auto.py, when neither
-# tokenizer_config.json nor config.json names a tokenizer_class.
-LLAMA_TYPES = frozenset(
-    "arcee aria chameleon colpali deepseek_v2 deepseek_v3 deepseek_vl deepseek_vl_hybrid diffllama"
-    " ernie4_5 ernie4_5_moe idefics idefics2 idefics3 jamba janus jetmoe llama llama4 llama4_text"
-    " llava llava_next llava_next_video llava_onevision mistral mixtral mllama paligemma persimmon"
-    " phi3 phimoe video_llava vipllava voxtral zamba zamba2".split()
-)
-GPT2_TYPES = frozenset(
-    "falcon_mamba gpt_neox mamba mamba2 mpt olmo olmo2 olmoe rwkv stablelm xlstm"  # NeoX fast
-    " granite granitemoe granitemoehybrid granitemoeshared".split()  # slow GPT2Tokenizer
-)
-NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
-
-
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def fms_family(tokenizer_path: str | Path) -> str | None:
-    """ "llama", "gpt2" or None: the fixed special tokens fms 3.2.2 gives the tokenizer it
-    loads from this directory (with transformers 4.55, use_fast=True)."""
-    path = Path(tokenizer_path)
-    name = _json(path / "tokenizer_config.json").get("tokenizer_class")
-    config = _json(path / "config.json")
-    name = name or config.get("tokenizer_class")
-    if name:  # use_fast: "<name>Fast" where it exists; only these are of fms's classes then
-        return {"LlamaTokenizer": "llama", "GPTNeoXTokenizer": "gpt2"}.get(
-            name.removesuffix("Fast")
-        )
-    kind = config.get("model_type")
-    return "llama" if kind in LLAMA_TYPES else "gpt2" if kind in GPT2_TYPES else None
-
-
-def as_fms_loads(tokenizer_path: str | Path) -> dict:
-    """bos/eos/unk/pad as the tokenizer's files give them to fms's transformers (4.55):
-    special_tokens_map.json over tokenizer_config.json; None where neither names one. (This
-    environment's transformers may give the same files other values: its GPT-NeoX class, for
-    one, defaults pad to <|padding|>, where 4.55's has none.)"""
-    path = Path(tokenizer_path)
-    config, given = _json(path / "tokenizer_config.json"), _json(path / "special_tokens_map.json")
-    values = {n: given[n] if n in given else config.get(n) for n in NAMES}
-    return {n: v.get("content") if isinstance(v, dict) else v for n, v in values.items()}
 
 
 def tokens_to_add(current: dict, family: str | None, separate_tokenizer: bool,
@@ -144,13 +88,40 @@ def _set_mean_rows(model, start: int, size: int) -> None:
             weight[start:size] = weight[:start].mean(dim=0, keepdim=True)
 
 
+def _flags(token) -> tuple:
+    return token.lstrip, token.rstrip, token.single_word, token.normalized, token.special
+
+
+def _add(tokenizer, add: dict) -> int:
+    """tokenizer.add_special_tokens(add) as fms's tokenizers (0.21) does it; returns its count.
+    A token the tokenizer already has as an added token keeps the way it matches text there
+    (0.23 re-adds it: TinyLlama's '</s>', normalized, then matches inside 'ok</s>', where fms's
+    does not); it counts as added when its settings differ from a special token's, as 0.21
+    counts it (fms's num_new_tokens, so which rows are set to the mean)."""
+    from tokenizers import AddedToken
+
+    have = {t.content: t for t in tokenizer.added_tokens_decoder.values()}
+    fresh, count = {}, 0
+    for name, value in add.items():
+        if isinstance(value, str) and value in have:
+            setattr(tokenizer, name, value)
+            count += _flags(have[value]) != _flags(
+                AddedToken(value, special=True, normalized=False)
+            )
+        else:
+            fresh[name] = value
+    if fresh:
+        count += tokenizer.add_special_tokens(fresh, replace_extra_special_tokens=False)
+    return count
+
+
 def set_up(tokenizer, model, cfg) -> dict:
     """fms's setup_tokenizer on `tokenizer` and `model`; returns what changed (for the log and
     train_summary.json's "tokenizer")."""
     if cfg.chat_template:
         tokenizer.chat_template = cfg.chat_template
     separate = bool(cfg.tokenizer_name_or_path)
-    family = fms_family(cfg.tokenizer_path)
+    family = fms_class(cfg.tokenizer_path)
     before = {name: getattr(tokenizer, name) for name in NAMES}
     loaded = as_fms_loads(cfg.tokenizer_path)
     add = tokens_to_add(loaded, family, separate, cfg.add_special_tokens)
@@ -161,7 +132,7 @@ def set_up(tokenizer, model, cfg) -> dict:
             else:
                 add = {name: loaded[name], **add}
     length = len(tokenizer)
-    added = tokenizer.add_special_tokens(add, replace_extra_special_tokens=False) if add else 0
+    added = _add(tokenizer, add)
     if separate:
         check_pad(tokenizer, cfg.tokenizer_name_or_path)
     multiple = cfg.embedding_size_multiple_of
@@ -175,7 +146,7 @@ def set_up(tokenizer, model, cfg) -> dict:
         _set_mean_rows(model, start, size)
     changed = {n: getattr(tokenizer, n) for n in NAMES if getattr(tokenizer, n) != before[n]}
     return {
-        "fms_class": family,
+        "fms_class": family,  # llama | neox | gpt2 | None
         "separate_tokenizer": separate,
         "set": changed,
         "ids": {n: tokenizer.convert_tokens_to_ids(v) for n, v in changed.items()},
@@ -187,6 +158,20 @@ def set_up(tokenizer, model, cfg) -> dict:
         "mean_rows": [start, size] if start < size else None,
         "chat_template_from_job": bool(cfg.chat_template),
     }
+
+
+def check_token_ids(examples, rows: int) -> None:
+    """Pre-tokenized records' ids must each have an embedding row: torch's embedding fails
+    with 'IndexError: index out of range in self' (in fms too) where one has none."""
+    for example in examples or []:
+        ids = example.input_ids
+        if ids and (max(ids) >= rows or min(ids) < 0):
+            bad = max(ids) if max(ids) >= rows else min(ids)
+            raise ConfigError(
+                f"{example.where}: token id {bad} has no embedding row (the model has {rows},"
+                " ids 0 to rows-1, after the tokenizer set-up): tokenize the records with this"
+                " model's tokenizer, or train the model they were tokenized for"
+            )
 
 
 def describe(record: dict) -> str | None:
