@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from test_fms_batches import batches, compare, demo_rows, train
-from tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, added_tokens, no_pad
+from tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
 
 from tuning.data import IGNORE_INDEX
 
@@ -34,8 +34,7 @@ SYSTEM = "You are a cautious assistant. You carefully follow instructions."
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("parity-models")
-    return {"no_pad": no_pad(root / "no_pad"), "added": added_tokens(root / "added")}
+    return build_models(tmp_path_factory)
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:

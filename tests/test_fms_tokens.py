@@ -15,9 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizer_models import added_tokens, no_pad, portable, sentencepiece_llama, variant
+from tokenizer_models import (
+    added_tokens,
+    job_config,
+    no_pad,
+    portable,
+    sentencepiece_llama,
+    variant,
+)
 
-from tuning.config import ConfigError, parse_args
+from tuning.config import ConfigError
 from tuning.fms_tokenizer import NAMES, load
 from tuning.special_tokens import set_up
 
@@ -82,14 +89,9 @@ def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
 def ours(case: dict) -> tuple[dict, object, object]:
     from transformers import AutoModelForCausalLM
 
-    args = ["--model_name_or_path", str(case["model"]), "--training_data_path", "d",
-            "--output_dir", "o"]  # fmt: skip
-    for key in ("tokenizer_name_or_path", "embedding_size_multiple_of", "chat_template"):
-        if key in case:
-            args += [f"--{key}", str(case[key])]
-    if "add_special_tokens" in case:
-        args += ["--add_special_tokens", *case["add_special_tokens"]]
-    cfg = parse_args(args, environ={})
+    keys = ("tokenizer_name_or_path", "embedding_size_multiple_of", "chat_template",
+            "add_special_tokens")  # fmt: skip
+    cfg = job_config(case["model"], **{k: case[k] for k in keys if k in case})
     tokenizer = load(cfg.tokenizer_path)
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path)
     return set_up(tokenizer, model, cfg), tokenizer, model

@@ -14,21 +14,19 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, launch_env, run_launch
-from tokenizer_models import (
-    CHAT_TOKENS,
-    added_tokens,
-    no_pad,
-    portable,
-    sentencepiece_llama,
-    variant,
-)
+from tokenizer_models import CHAT_TOKENS, build_models, job_config
 
-from tuning.config import ConfigError, parse_args
+from tuning.config import ConfigError
 from tuning.data import IGNORE_INDEX, load_examples, tokenize_example
-from tuning.fms_tokenizer import as_fms_loads, fms_class, load
+from tuning.fms_tokenizer import load
 from tuning.special_tokens import set_up, tokens_to_add
 
 LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict:
+    return build_models(tmp_path_factory)
 
 
 @pytest.mark.parametrize(
@@ -68,48 +66,6 @@ def test_special_tokens_as_fms_adds_them(current, family, separate, extra, expec
     assert list(tokens_to_add(current, family, separate, extra)) == list(expected)
 
 
-def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Path:
-    path.mkdir()
-    for name, data in (("tokenizer_config.json", tokenizer_config), ("config.json", config)):
-        if data is not None:
-            (path / name).write_text(json.dumps(data))
-    return path
-
-
-@pytest.mark.parametrize(
-    "tokenizer_config, config, family",
-    [
-        ({"tokenizer_class": "LlamaTokenizer"}, None, "llama"),
-        ({"tokenizer_class": "LlamaTokenizerFast"}, {"model_type": "gpt2"}, "llama"),
-        ({"tokenizer_class": "GPTNeoXTokenizerFast"}, None, "neox"),
-        ({"tokenizer_class": "GPT2Tokenizer"}, None, None),  # 4.55 loads GPT2TokenizerFast
-        ({"tokenizer_class": "PreTrainedTokenizerFast"}, {"model_type": "llama"}, None),
-        ({}, {"tokenizer_class": "LlamaTokenizer", "model_type": "gpt2"}, "llama"),
-        ({}, {"model_type": "mistral"}, "llama"),
-        ({}, {"model_type": "gpt_neox"}, "neox"),
-        ({}, {"model_type": "granite"}, "gpt2"),  # no fast class mapped: the slow GPT2Tokenizer
-        ({}, {"model_type": "gpt2"}, None),
-        (None, None, None),
-    ],
-)  # fmt: skip
-def test_the_class_fms_loads_is_read_from_the_files(tmp_path, tokenizer_config, config, family):
-    assert fms_class(_files(tmp_path / "tok", tokenizer_config, config)) == family
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("token-models")
-    return {"no_pad": no_pad(root / "no_pad"), "added": added_tokens(root / "added")}
-
-
-def _cfg(model: Path, **job) -> object:
-    args = ["--model_name_or_path", str(model), "--training_data_path", "d.jsonl",
-            "--output_dir", "o"]  # fmt: skip
-    for key, value in job.items():
-        args += [f"--{key}", *(value if isinstance(value, list) else [str(value)])]
-    return parse_args(args, environ={})
-
-
 def _load(model: Path):
     from transformers import AutoModelForCausalLM
 
@@ -134,7 +90,7 @@ def test_no_pad_token_gets_pad_and_unk_and_mean_rows(models):
     tokenizer, model = _load(models["no_pad"])
     n = len(tokenizer)
     before = _weights(model)
-    record = set_up(tokenizer, model, _cfg(models["no_pad"]))
+    record = set_up(tokenizer, model, job_config(models["no_pad"]))
     assert tokenizer.pad_token == "<PAD>" and tokenizer.unk_token == "<unk>"
     assert (tokenizer.pad_token_id, tokenizer.unk_token_id) == (n, n + 1)
     assert (
@@ -156,7 +112,7 @@ def test_tied_embeddings_get_the_mean_once(tmp_path, models):
     model = AutoModelForCausalLM.from_config(build_config("gpt2", tokenizer))
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     n, old = len(tokenizer), model.get_input_embeddings().weight.detach().clone()
-    set_up(tokenizer, model, _cfg(models["no_pad"], embedding_size_multiple_of=8))
+    set_up(tokenizer, model, job_config(models["no_pad"], embedding_size_multiple_of=8))
     size = 8 * -(-(n + 2) // 8)
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     weight = model.get_input_embeddings().weight.detach()
@@ -170,7 +126,7 @@ def test_added_tokens_past_the_rows_and_any_multiple(models):
     rows = model.get_input_embeddings().weight.shape[0]
     assert len(tokenizer) == rows + len(CHAT_TOKENS)
     before = _weights(model)
-    record = set_up(tokenizer, model, _cfg(models["added"], embedding_size_multiple_of=64))
+    record = set_up(tokenizer, model, job_config(models["added"], embedding_size_multiple_of=64))
     size = 64 * -(-len(tokenizer) // 64)
     assert record["embedding_rows"] == [rows, size] and record["added_tokens"] == 0
     assert model.config.vocab_size == size
@@ -181,7 +137,9 @@ def test_added_tokens_past_the_rows_and_any_multiple(models):
 
 def test_job_special_tokens_and_chat_template(models):
     tokenizer, model = _load(models["added"])
-    cfg = _cfg(models["added"], add_special_tokens=["<|a,b|>", "<|c|>"], chat_template="{{x}}")
+    cfg = job_config(
+        models["added"], add_special_tokens=["<|a,b|>", "<|c|>"], chat_template="{{x}}"
+    )
     record = set_up(tokenizer, model, cfg)
     assert tokenizer.convert_tokens_to_ids("<|a,b|>") == len(tokenizer) - 2  # one token, no split
     assert tokenizer("x<|c|>")["input_ids"][-1] == len(tokenizer) - 1
@@ -190,11 +148,11 @@ def test_job_special_tokens_and_chat_template(models):
 
 def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models):
     tokenizer, model = _load(models["no_pad"])
-    cfg = _cfg(models["added"], tokenizer_name_or_path=str(models["no_pad"]))
+    cfg = job_config(models["added"], tokenizer_name_or_path=str(models["no_pad"]))
     with pytest.raises(ConfigError, match=r"no pad token.*leave tokenizer_name_or_path unset"):
         set_up(tokenizer, model, cfg)
     tokenizer, model = _load(models["added"])
-    cfg = _cfg(models["added"], tokenizer_name_or_path=str(models["added"]))
+    cfg = job_config(models["added"], tokenizer_name_or_path=str(models["added"]))
     assert set_up(tokenizer, model, cfg)["set"] == {}
 
 
@@ -203,7 +161,7 @@ def test_eos_stays_in_the_labels_without_a_pad_token(models, tmp_path):
     data = tmp_path / "t.jsonl"
     data.write_text(json.dumps({"text": "### Input: ant cat\n\n## Label: teal red"}) + "\n")
     tokenizer, model = _load(models["no_pad"])
-    set_up(tokenizer, model, _cfg(models["no_pad"]))
+    set_up(tokenizer, model, job_config(models["no_pad"]))
     (example,) = load_examples(data, dataset_text_field="text", response_template="\n\n## Label:")
     row = tokenize_example(example, tokenizer, 64, "\n\n## Label:")
     assert row["input_ids"][-1] == tokenizer.eos_token_id
@@ -231,56 +189,6 @@ def test_trainer_records_and_prints_the_set_up_once(models, tmp_path):
     assert tokens["mean_rows"] == [352, 360]
 
 
-def test_portable_tokenizer_loads_the_same_ids(models):
-    """The test models' tokenizer_config is written for fms's transformers too; here it still
-    loads the added tokens as special tokens with their ids."""
-    tokenizer, _ = _load(portable(models["added"]))
-    assert tokenizer.convert_tokens_to_ids(CHAT_TOKENS) == list(range(352, 356))
-    assert tokenizer("a<|user|>b")["input_ids"][1] == 353
-
-
-def test_special_tokens_are_read_as_fms_loads_them(tmp_path):
-    path = _files(tmp_path / "tok", {"eos_token": "</s>", "pad_token": "<pad>",
-                                     "bos_token": {"content": "<s>", "special": True}},
-                  None)  # fmt: skip
-    (path / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<|pad|>"}))
-    assert as_fms_loads(path) == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": None,
-                                  "pad_token": "<|pad|>"}  # fmt: skip
-
-
-def test_neox_and_llama_classes_load_as_fms_loads_them(models, tmp_path):
-    """transformers 5 rebuilds these classes (its GPT-NeoX one adds a <|padding|> pad token);
-    fms's 4.55 takes tokenizer.json as it is, BOS added as add_bos_token says (Llama: yes)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    neox = variant(models["no_pad"], tmp_path / "neox", tokenizer_class="GPTNeoXTokenizer")
-    assert AutoTokenizer.from_pretrained(neox).pad_token == "<|padding|>"  # 5.x's own
-    tokenizer = load(neox)
-    assert tokenizer.pad_token is None and len(tokenizer) == 350
-    set_up(tokenizer, AutoModelForCausalLM.from_pretrained(neox), _cfg(neox))
-    assert tokenizer.unk_token == "<|endoftext|>" and tokenizer.pad_token == "<PAD>"
-    assert (tokenizer.unk_token_id, tokenizer.pad_token_id) == (350, 351)
-    llama = variant(models["no_pad"], tmp_path / "llama", tokenizer_class="LlamaTokenizer")
-    bos = load(llama).convert_tokens_to_ids("<|begin_of_text|>")
-    assert load(llama)("ant cat")["input_ids"][0] == bos  # 4.55's LlamaTokenizerFast adds it
-    assert load(models["no_pad"])("ant cat")["input_ids"][0] != bos
-
-
-def test_a_sentencepiece_llama_tokenizer_is_not_rebuilt(tmp_path):
-    """transformers 5 rebuilds a Llama-class tokenizer and tokenizes a tab differently from
-    fms's 4.55, which uses tokenizer.json as it is (tests/test_fms_tokens.py: load() gives fms's
-    ids on this tokenizer)."""
-    from transformers import AutoTokenizer
-
-    path = sentencepiece_llama(tmp_path / "sp")
-    text = "  two spaces\tand a tab"
-    ours, rebuilt = (
-        load(path)(text)["input_ids"],
-        AutoTokenizer.from_pretrained(path)(text)["input_ids"],
-    )
-    assert ours != rebuilt and ours[0] == rebuilt[0] == load(path).bos_token_id
-
-
 def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
     """Records tokenized for a bigger vocabulary: named before training, not an IndexError."""
     data = tmp_path / "tok.jsonl"
@@ -295,20 +203,3 @@ def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
                           env=launch_env(), capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-2000:]
     assert "tok.jsonl:2: token id 30468 has no embedding row (the model has 352" in proc.stderr
-
-
-def test_batches_are_padded_on_the_tokenizers_side(models, tmp_path):
-    """fms's collators pad through the tokenizer: 4.55's Llama class pads on the left."""
-    from tuning.data import Collator
-
-    rows = [{"input_ids": [5, 6, 7], "labels": [X := IGNORE_INDEX, 6, 7]},
-            {"input_ids": [8], "labels": [8]}]  # fmt: skip
-    left = Collator(0, "left")(rows)
-    assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
-    assert left["labels"].tolist() == [[X, 6, 7], [X, X, 8]]
-    assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
-    assert Collator(0)(rows)["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
-    llama = variant(models["no_pad"], tmp_path / "llama", tokenizer_class="LlamaTokenizer")
-    assert load(llama).padding_side == "left" and load(models["no_pad"]).padding_side == "right"
-    variant(llama, tmp_path / "right", padding_side="right")
-    assert load(tmp_path / "right").padding_side == "right"

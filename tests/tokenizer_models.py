@@ -142,3 +142,19 @@ def added_tokens(out: Path, tokens: list[str] = CHAT_TOKENS) -> Path:
     rows = len(tokenizer)
     tokenizer.add_special_tokens({"additional_special_tokens": list(tokens)})
     return _save(Path(out), tokenizer, rows)
+
+
+def build_models(tmp_path_factory) -> dict:
+    """The no_pad and added_tokens models, for a test module's fixture."""
+    root = tmp_path_factory.mktemp("token-models")
+    return {"no_pad": no_pad(root / "no_pad"), "added": added_tokens(root / "added")}
+
+
+def job_config(model: Path, **job):
+    """A parsed job on `model` (training data and output never read), with `job`'s keys."""
+    from tuning.config import parse_args
+
+    args = ["--model_name_or_path", str(model), "--training_data_path", "d", "--output_dir", "o"]
+    for key, value in job.items():
+        args += [f"--{key}", *(value if isinstance(value, list) else [str(value)])]
+    return parse_args(args, environ={})

@@ -32,6 +32,23 @@ from tuning.records import DataError
 IGNORE_INDEX = -100
 
 
+def config_problem(cfg) -> str | None:
+    """What is wrong with a job's chat keys, if anything. fms 3.2.2 trains chat records when
+    instruction_template and response_template are both set and ignores its chat keys
+    otherwise: here a key that would do nothing is refused."""
+    if cfg.instruction_template and not cfg.response_template:
+        return ("instruction_template needs a response_template (chat records: the text"
+                " that starts a user turn and the one that starts an assistant turn): set"
+                " both")  # fmt: skip
+    if cfg.dataset_conversation_field and not cfg.instruction_template:
+        return ("dataset_conversation_field is read only for chat records: set"
+                " instruction_template and response_template too")  # fmt: skip
+    if cfg.instruction_template and cfg.data_formatter_template:
+        return ("data_formatter_template does nothing with chat records (instruction_template"
+                " set; fms ignores it too): remove one of them")  # fmt: skip
+    return None
+
+
 def _is_turns(value) -> bool:
     return (
         isinstance(value, list)

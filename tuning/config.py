@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.chat import config_problem as chat_config_problem
 from tuning.files import read_or_refuse
 from tuning.fms_keys import NO_OP_KEYS, REFUSED_HINTS, REFUSED_KEYS, is_default
 
@@ -146,7 +147,8 @@ class SFTConfig:
             raise ConfigError(
                 "data_formatter_template needs a response_template to mask the prompt"
             )
-        self._validate_chat()
+        if why := chat_config_problem(self):
+            raise ConfigError(why)
         for name in (
             "max_seq_length",
             "per_device_train_batch_size",
@@ -164,25 +166,6 @@ class SFTConfig:
                 f"ddp_timeout must be a positive number of seconds, not {self.ddp_timeout}"
             )
         return self
-
-    def _validate_chat(self) -> None:
-        """fms 3.2.2 trains chat records when instruction_template and response_template are both
-        set, and ignores its chat keys otherwise: here a key that would do nothing is refused."""
-        if self.instruction_template and not self.response_template:
-            raise ConfigError(
-                "instruction_template needs a response_template (chat records: the text that"
-                " starts a user turn and the one that starts an assistant turn): set both"
-            )
-        if self.dataset_conversation_field and not self.instruction_template:
-            raise ConfigError(
-                "dataset_conversation_field is read only for chat records: set"
-                " instruction_template and response_template too"
-            )
-        if self.instruction_template and self.data_formatter_template:
-            raise ConfigError(
-                "data_formatter_template does nothing with chat records (instruction_template"
-                " set; fms ignores it too): remove one of them"
-            )
 
     @property
     def tokenizer_path(self) -> str:

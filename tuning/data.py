@@ -117,15 +117,6 @@ def _pretokenized(records: list[Record]) -> list[Example]:
     return examples
 
 
-FORMATTING = ("dataset_text_field", "response_template", "data_formatter_template",
-              "instruction_template", "dataset_conversation_field")  # fmt: skip
-
-
-def formatting(cfg) -> dict:
-    """The job's keys that shape its records, as load_examples' keyword arguments."""
-    return {name: getattr(cfg, name) for name in FORMATTING}
-
-
 def _chat(records: list[Record], instruction_template: str, field: str | None) -> list[Example]:
     return [
         Example(

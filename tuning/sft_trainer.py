@@ -46,7 +46,7 @@ from tuning import (
 )
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
-from tuning.data import Collator, DataError, formatting, load_examples, tokenize_examples
+from tuning.data import Collator, DataError, load_examples, tokenize_examples
 from tuning.fault_hooks import FaultHooks, Preemption
 from tuning.metrics import (
     FileLoggingCallback,
@@ -55,6 +55,7 @@ from tuning.metrics import (
     StepMetricsCallback,
     summarize,
 )
+from tuning.shapes import formatting
 
 EXIT_REFUSED = 2
 # SFTConfig fields handed to TrainingArguments under the same name, unchanged.

@@ -14,6 +14,13 @@ SHAPES = (
     " instruction_template and response_template"
 )
 CHAT_FIELDS = ("messages", "conversations")  # trl's conversational records
+FORMATTING = ("dataset_text_field", "response_template", "data_formatter_template",
+              "instruction_template", "dataset_conversation_field")  # fmt: skip
+
+
+def formatting(cfg) -> dict:
+    """The job's keys that shape its records: load_examples' and check_columns' arguments."""
+    return {name: getattr(cfg, name) for name in FORMATTING}
 
 
 def _pretokenized_rules(first: Record, path, formatting: dict) -> None:

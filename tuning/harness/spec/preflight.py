@@ -16,10 +16,10 @@ from pathlib import Path
 import yaml
 
 from tuning.config import ConfigError, SFTConfig, coerce
-from tuning.data import DataError, formatting, load_examples
+from tuning.data import DataError, load_examples
 from tuning.harness.errors import HarnessError
 from tuning.records import describe, needs_datasets, table_columns
-from tuning.shapes import check_columns
+from tuning.shapes import check_columns, formatting
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 CHECK_ACCELERATE = (
