@@ -1,4 +1,4 @@
-"""Training data: four shapes, validated before training, tokenized and masked as fms-hf-tuning
+"""Training data: five shapes, validated before training, tokenized and masked as fms-hf-tuning
 3.2.2 does it (tests/test_fms_batches.py compares the batches fms's own Trainer feeds the model
 with ours, token for token).
 
@@ -12,14 +12,17 @@ Shapes (chosen from the config and the records, as fms chooses them):
   (c) ``data_formatter_template`` over the record's fields, with ``response_template``:
       ``{{input}}``, ``{{element['Tweet text']}}`` (fms's Jinja form) and ``{{Tweet text}}`` (a
       field name with spaces, fms's older form) are filled; other Jinja needs ``jinja2``.
-  (chat) ``messages`` / ``conversations`` records, with instruction_template and response_template:
-      rendered by the tokenizer's chat template and masked as fms masks them (tuning/chat.py).
+  (chat) turns in the field dataset_conversation_field names, with instruction_template and
+      response_template: rendered by the chat template, then as (a); masked by trl's rule for
+      both templates (only the assistant turns count: tuning/chat.py).
 Masking, as fms: (b) labels are -100 over as many tokens as the input alone tokenizes to;
 (a, c) like trl's DataCollatorForCompletionOnlyLM with fms's template ids
 (``encode(response_template)[2:]``): everything up to the end of the template's LAST occurrence
 in the token ids is -100, and a record where it is not found (e.g. truncated away) is all -100.
 A template absent from a record's text altogether is refused here, with its file and line.
-Pad-token ids in (a, c) labels are -100 (as DataCollatorForLanguageModeling does).
+Pad-token ids in (a, c, chat) labels are -100 (as DataCollatorForLanguageModeling does); the
+tokenizer's pad token is fms's (tuning/special_tokens.py: <PAD> where it has none or it is the
+EOS), so the EOS stays in the labels.
 Every record carries an ``index`` (its position in the dataset); the collator turns it into
 ``sample_index`` so the trainer can log which samples a rank used, and never feeds it to the model.
 """
