@@ -137,9 +137,9 @@ def first_loss(output: Path) -> float:
     return next(x["data"]["value"] for x in lines if x["name"] == "training_loss")
 
 
-def compare(theirs_out: Path, ours_out: Path, case: str) -> int:
-    """Both runs' batches equal token for token, rank by rank, step by step, and step 1's loss:
-    the number of tokens compared."""
+def compare(theirs_out: Path, ours_out: Path, case: str, loss_tol: float = 1e-5) -> int:
+    """Both runs' batches equal token for token, rank by rank, step by step, and step 1's loss
+    (to `loss_tol`): the number of tokens compared."""
     tokens = 0
     for rank in (0, 1):
         theirs, ours = batches(theirs_out, rank), batches(ours_out, rank)
@@ -161,10 +161,10 @@ def compare(theirs_out: Path, ours_out: Path, case: str) -> int:
     for rank in (0, 1):
         a, b = batches(ours_out, rank)[0], batches(theirs_out, rank)[0]
         assert a["num_items_in_batch"] == b["num_items_in_batch"], f"{case}, rank {rank}"
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5), f"{case}, rank {rank}: step-1 loss"
+        assert a["loss"] == pytest.approx(b["loss"], abs=loss_tol), f"{case}, rank {rank}: loss"
     logged_ours, logged_fms = first_loss(ours_out), first_loss(theirs_out)
     print(f"{case}: {tokens} tokens identical; step-1 loss ours {logged_ours} fms {logged_fms}")
-    assert round(logged_ours, 4) == logged_fms, f"{case}: logged step-1 losses differ"
+    assert abs(round(logged_ours, 4) - logged_fms) <= loss_tol, f"{case}: logged step-1 losses"
     return tokens
 
 

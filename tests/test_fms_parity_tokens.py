@@ -84,6 +84,11 @@ def chat_multi_turn(tmp_path):
 
 CASES = [(no_pad_text, "no_pad"), (added_tokens_x64, "added"), (chat_single_turn, "added"),
          (chat_multi_turn, "added")]  # fmt: skip
+# fms leaves the rows of tokens a tokenizer already had past the model's rows (the added case)
+# to transformers' mean_resizing: the mean plus noise of 1e-9 x the covariance, drawn afresh
+# each run. fms's own step-1 loss on the same batch then moves by ~2e-5 (5.920576, 5.920561,
+# 5.920559 over three seeds); ours, the mean exactly, sits inside that (5.920564).
+LOSS_TOL = {"added_tokens_x64": 1e-4}
 
 
 @pytest.mark.parametrize("make, model", CASES, ids=[c.__name__ for c, _ in CASES])
@@ -94,7 +99,7 @@ def test_fms_and_ours_feed_the_model_the_same_batches(
     case = make.__name__
     theirs_out = train("fms", case, data, models[model], fms_job, tmp_path)
     ours_out = train("harness", case, data, models[model], our_job, tmp_path)
-    compare(theirs_out, ours_out, case)
+    compare(theirs_out, ours_out, case, LOSS_TOL.get(case, 1e-5))
     summary = json.loads((ours_out / "train_summary.json").read_text())["tokenizer"]
     last = set()
     for rank in (0, 1):  # every text ends with the EOS, and the EOS is learned (not -100)
