@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, launch_env, run_launch
+from conftest import ROOT, launch_env, run_launch, step_losses
 from tokenizer_models import CHAT_TOKENS, build_models, job_config
 
 from tuning.config import ConfigError
@@ -203,3 +203,22 @@ def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
                           env=launch_env(), capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-2000:]
     assert "tok.jsonl:2: token id 30468 has no embedding row (the model has 352" in proc.stderr
+
+
+def test_fsdp_trains_the_resized_model_as_ddp_does(models, demo_data, tmp_path):
+    """FSDP's ranks load the model with cpu_ram_efficient_loading (all but rank 0 on the meta
+    device) and resize it each: the same losses as DDP's, step for step."""
+    from test_fsdp import CONFIGS, TOLERANCE, launch
+
+    losses = {}
+    for name, config in (("fsdp", CONFIGS / "fsdp-cpu.yaml"), ("ddp", CONFIGS / "cpu.yaml")):
+        out = tmp_path / name
+        proc = launch(models["no_pad"], demo_data, out, config, "--embedding_size_multiple_of",
+                      "64", "--max_steps", "4")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert json.loads((out / "train_summary.json").read_text())["tokenizer"][
+            "embedding_rows"] == [350, 384]  # fmt: skip
+        losses[name] = step_losses(out, 0)
+    assert len(losses["fsdp"]) == 4
+    for step, loss in losses["ddp"].items():
+        assert losses["fsdp"][step] == pytest.approx(loss, abs=TOLERANCE), f"step {step}"
