@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, launch_env, run_launch, step_losses
-from tokenizer_models import CHAT_TOKENS, build_models, job_config
+from tokenizer_models import CHAT_TOKENS, build_models, job_config, variant
 
 from tuning.config import ConfigError
 from tuning.data import IGNORE_INDEX, load_examples, tokenize_example
@@ -146,7 +146,7 @@ def test_job_special_tokens_and_chat_template(models):
     assert tokenizer.chat_template == "{{x}}" and record["added_tokens"] == 2
 
 
-def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models):
+def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models, tmp_path):
     tokenizer, model = _load(models["no_pad"])
     cfg = job_config(models["added"], tokenizer_name_or_path=str(models["no_pad"]))
     with pytest.raises(ConfigError, match=r"no pad token.*leave tokenizer_name_or_path unset"):
@@ -154,6 +154,12 @@ def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models):
     tokenizer, model = _load(models["added"])
     cfg = job_config(models["added"], tokenizer_name_or_path=str(models["added"]))
     assert set_up(tokenizer, model, cfg)["set"] == {}
+    pad_eos = variant(models["added"], tmp_path / "pad_eos", pad_token="</s>")
+    tokenizer, model = _load(pad_eos)
+    with pytest.warns(UserWarning, match="its pad token is its EOS, so the EOS is masked"):
+        assert set_up(tokenizer, model, job_config(pad_eos, tokenizer_name_or_path=str(pad_eos)))[
+            "set"] == {}  # fmt: skip
+    assert tokenizer.pad_token == "</s>"  # fms leaves it so
 
 
 def test_eos_stays_in_the_labels_without_a_pad_token(models, tmp_path):

@@ -28,6 +28,7 @@ from the tokenizer's files (tuning/fms_tokenizer.py), never from this environmen
 from __future__ import annotations
 
 import math
+import warnings
 
 from tuning.config import ConfigError
 from tuning.fms_tokenizer import LOADED, NAMES, as_fms_loads, fms_class
@@ -66,7 +67,8 @@ def tokens_to_add(current: dict, family: str | None, separate_tokenizer: bool,
 
 def check_pad(tokenizer, tokenizer_path: str) -> None:
     """fms pads every batch with the tokenizer's pad token and adds none to a separate
-    tokenizer: without one it fails at its first batch. Refused before training."""
+    tokenizer: without one it fails at its first batch (refused here before training); with
+    the EOS as pad it masks the EOS out of the labels (warned)."""
     if tokenizer.pad_token is None:
         raise ConfigError(
             f"tokenizer_name_or_path {tokenizer_path} has no pad token, and fms-hf-tuning adds"
@@ -74,6 +76,14 @@ def check_pad(tokenizer, tokenizer_path: str) -> None:
             " but the tokenizer does not have a padding token'): save the tokenizer with a pad"
             " token (tokenizer.add_special_tokens({'pad_token': '<PAD>'})), or leave"
             " tokenizer_name_or_path unset so the model's own tokenizer gets <PAD> added"
+        )
+    if tokenizer.pad_token == tokenizer.eos_token:
+        warnings.warn(
+            f"tokenizer_name_or_path {tokenizer_path}: its pad token is its EOS, so the EOS is"
+            " masked out of text records' labels with the padding (as in fms, which changes"
+            " nothing in a tokenizer given separately): the model does not learn to stop. Save"
+            " the tokenizer with its own pad token, or leave tokenizer_name_or_path unset",
+            stacklevel=2,
         )
 
 
