@@ -87,6 +87,8 @@ def build_models(artifacts: Path, root: Path) -> dict[str, Path]:
     )  # fmt: skip
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(maykeye)
+    for f in maykeye.iterdir():  # a container's user reads it (tests/test_fms_parity_tokens.py)
+        f.chmod(0o644)
     return {"tiny": tiny, "maykeye": maykeye}
 
 
