@@ -12,7 +12,11 @@ tokenizer_and_embedding_resize), so a model trains on the same token ids here as
   ``<unk>``; a pad equal to eos becomes ``<PAD>`` (or, if eos is ``<PAD>``, eos becomes ``</s>``).
   Without a pad token AND with a separate tokenizer, fms fails at its first batch (nothing can
   pad); refused here before training, naming the fix.
-- The job's ``add_special_tokens`` are added as additional special tokens.
+- The job's ``add_special_tokens`` are added as additional special tokens. A token the
+  tokenizer already has is not re-added (fms's tokenizers 0.21 leaves how it matches text),
+  but counts as added when its settings differ from a fresh special token's, as 0.21 counts it:
+  Llama 2's and TinyLlama's ``<s> </s> <unk>`` are 3, so fms (and so this trainer) sets the
+  last 3 rows of such a vocabulary to the mean even when no row is added.
 - The embeddings are resized to the tokenizer's length rounded up to
   ``embedding_size_multiple_of``, and every row that resize adds, and every row of a token added
   now, is set to the mean of the rows before them (input and output embeddings, tied or not).
