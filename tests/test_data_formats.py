@@ -120,8 +120,9 @@ def test_chat_records_refused_with_what_they_need(tmp_path):
         with pytest.raises(DataError) as err:
             load_examples(path)
         message = str(err.value)
-        assert "record has ['messages']" in message and "TRAINER=fms" in message
-        assert "instruction_template" in message and "missing field 'input'" not in message
+        assert "record has ['messages']" in message and "chat_template" in message
+        assert "instruction_template and response_template" in message
+        assert "missing field 'input'" not in message
 
 
 def test_record_of_no_shape_names_its_keys_format_and_the_shapes(tmp_path):
@@ -132,7 +133,9 @@ def test_record_of_no_shape_names_its_keys_format_and_the_shapes(tmp_path):
         f"{path} row 1: the record matches no shape we train on (a Parquet file; record has"
         " ['answer', 'question']). Accepted: 'input' and 'output' fields (the default); a text"
         " field named by dataset_text_field, with response_template; data_formatter_template"
-        " over the record's fields; 'input_ids' and 'labels' (pre-tokenized)"
+        " over the record's fields; 'input_ids' and 'labels' (pre-tokenized); chat turns"
+        " ('messages', or dataset_conversation_field) with instruction_template and"
+        " response_template"
     )
 
 
@@ -158,8 +161,8 @@ def test_host_check_of_columns_without_rows(tmp_path):
 
     path = write_table(tmp_path / "s.arrow", [{"text": "## Label: x", "n": 1}])
     assert table_columns(path) == ["text", "n"]
-    check_columns(path, ["text", "n"], "text", "## Label:")
+    check_columns(path, ["text", "n"], dataset_text_field="text", response_template="## Label:")
     with pytest.raises(DataError, match=r"s.arrow \(columns\): missing field 'output'"):
         check_columns(path, ["input", "n"])
     with pytest.raises(DataError, match=r"missing field 'body'"):
-        check_columns(path, ["text"], "body")
+        check_columns(path, ["text"], dataset_text_field="body")

@@ -20,12 +20,18 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.chat import config_problem as chat_config_problem
 from tuning.files import read_or_refuse
-from tuning.fms_keys import NO_OP_KEYS, REFUSED_KEYS, is_default
+from tuning.fms_keys import NO_OP_KEYS, REFUSED_HINTS, REFUSED_KEYS, is_default
 
 CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
 # fms unescapes these (DataArguments.__post_init__): "\\n" typed in a flag or a JSON is a newline
-UNESCAPED = ("data_formatter_template", "response_template")
+UNESCAPED = (
+    "data_formatter_template",
+    "response_template",
+    "instruction_template",
+    "chat_template",
+)
 PEFT_METHODS = ("lora", "none")
 
 
@@ -38,6 +44,10 @@ class SFTConfig:
     # model
     model_name_or_path: str | None = None
     tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
+    # fms's tokenizer set-up (tuning/special_tokens.py): embedding rows rounded up to a multiple
+    # of this; more special tokens to add
+    embedding_size_multiple_of: int = 1
+    add_special_tokens: list[str] | None = None
     torch_dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
     # data
     training_data_path: str | None = None
@@ -45,6 +55,10 @@ class SFTConfig:
     dataset_text_field: str | None = None
     response_template: str | None = None
     data_formatter_template: str | None = None  # "### Input: {{input}} \n\n## Label: {{output}}"
+    # chat records (tuning/chat.py): fms's instruction and response templates route
+    instruction_template: str | None = None  # with response_template: chat records
+    chat_template: str | None = None  # replaces the tokenizer's chat template
+    dataset_conversation_field: str | None = None  # the field holding the turns
     max_seq_length: int = 4096  # fms's default; the tokenizer's model_max_length caps it
     # optimisation
     output_dir: str | None = None
@@ -109,6 +123,7 @@ class SFTConfig:
                     f"{name}={value!r} in {source} would change training and is not implemented"
                     f" by this trainer; remove it (fms's default is {default!r}) or run"
                     " fms-hf-tuning itself"
+                    + (f" ({REFUSED_HINTS[name]})" if name in REFUSED_HINTS else "")
                 )
         for name in self.trackers or []:
             if name != "file_logger":
@@ -132,10 +147,13 @@ class SFTConfig:
             raise ConfigError(
                 "data_formatter_template needs a response_template to mask the prompt"
             )
+        if why := chat_config_problem(self):
+            raise ConfigError(why)
         for name in (
             "max_seq_length",
             "per_device_train_batch_size",
             "gradient_accumulation_steps",
+            "embedding_size_multiple_of",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
@@ -205,6 +223,8 @@ def coerce(name: str, value, source: str):
             return None if text.lower() in ("none", "") else text
         if name == "peft_method":
             return str(value).strip().lower()  # fms: type=str.lower
+        if name == "add_special_tokens":  # tokens as typed: never split on commas
+            return [value] if isinstance(value, str) else [str(v) for v in value]
         if name in UNESCAPED and isinstance(value, str):
             return value.encode("utf-8").decode("unicode_escape")  # as fms's DataArguments
         if isinstance(value, list) and kind is not list:  # a flag given once, as nargs

@@ -1,4 +1,4 @@
-"""Training data: four shapes, validated before training, tokenized and masked as fms-hf-tuning
+"""Training data: five shapes, validated before training, tokenized and masked as fms-hf-tuning
 3.2.2 does it (tests/test_fms_batches.py compares the batches fms's own Trainer feeds the model
 with ours, token for token).
 
@@ -12,14 +12,17 @@ Shapes (chosen from the config and the records, as fms chooses them):
   (c) ``data_formatter_template`` over the record's fields, with ``response_template``:
       ``{{input}}``, ``{{element['Tweet text']}}`` (fms's Jinja form) and ``{{Tweet text}}`` (a
       field name with spaces, fms's older form) are filled; other Jinja needs ``jinja2``.
-Chat records (``messages``) are refused: fms trains on them with instruction_template and a chat
-template, which this trainer does not implement (``TRAINER=fms`` does).
+  (chat) turns in the field dataset_conversation_field names, with instruction_template and
+      response_template: rendered by the chat template, then as (a); masked by trl's rule for
+      both templates (only the assistant turns count: tuning/chat.py).
 Masking, as fms: (b) labels are -100 over as many tokens as the input alone tokenizes to;
 (a, c) like trl's DataCollatorForCompletionOnlyLM with fms's template ids
 (``encode(response_template)[2:]``): everything up to the end of the template's LAST occurrence
 in the token ids is -100, and a record where it is not found (e.g. truncated away) is all -100.
 A template absent from a record's text altogether is refused here, with its file and line.
-Pad-token ids in (a, c) labels are -100 (as DataCollatorForLanguageModeling does).
+Pad-token ids in (a, c, chat) labels are -100 (as DataCollatorForLanguageModeling does); the
+tokenizer's pad token is fms's (tuning/special_tokens.py: <PAD> where it has none or it is the
+EOS), so the EOS stays in the labels.
 Every record carries an ``index`` (its position in the dataset); the collator turns it into
 ``sample_index`` so the trainer can log which samples a rank used, and never feeds it to the model.
 """
@@ -30,6 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning import chat
 from tuning.records import DataError, Record, read_path
 from tuning.shapes import shape_of
 from tuning.template import SPECIAL_NAMES, NeedsJinja, render_template
@@ -51,6 +55,8 @@ class Example:
     where: str = ""  # file:line or file row N
     input_ids: list[int] | None = None  # shape (p)
     labels: list[int] | None = None  # shape (p)
+    conversation: list[dict] | None = None  # chat: the turns (``record`` has tools, documents)
+    instruction_template: str | None = None  # chat
 
     def render(self, special_tokens: dict | None) -> str:
         if self.template is None:
@@ -114,12 +120,28 @@ def _pretokenized(records: list[Record]) -> list[Example]:
     return examples
 
 
+def _chat(records: list[Record], instruction_template: str, field: str | None) -> list[Example]:
+    return [
+        Example(
+            index,
+            line,
+            where=where,
+            record=record,
+            instruction_template=instruction_template,
+            conversation=chat.conversation_of(where, record, field),
+        )  # fmt: skip
+        for index, (where, line, record) in enumerate(records)
+    ]
+
+
 def load_examples(
     path: str | Path,
     dataset_text_field: str | None = None,
     response_template: str | None = None,
     data_formatter_template: str | None = None,
     special_tokens: dict | None = None,
+    instruction_template: str | None = None,
+    dataset_conversation_field: str | None = None,
 ) -> list[Example]:
     """Read and validate a whole file or directory into Examples. Safe to call before
     rendezvous (and on the host, for JSON). ``special_tokens``: the tokenizer's
@@ -127,11 +149,15 @@ def load_examples(
     records = read_path(path)
     if not records:
         raise DataError(f"{path}: empty data file (no records)")
-    shape = shape_of(
-        records[0], path, dataset_text_field, response_template, data_formatter_template
-    )
+    fmt = dict(dataset_text_field=dataset_text_field, response_template=response_template,
+               data_formatter_template=data_formatter_template,
+               instruction_template=instruction_template,
+               dataset_conversation_field=dataset_conversation_field)  # fmt: skip
+    shape = shape_of(records[0], path, **fmt)
     if shape == "p":
         return _pretokenized(records)
+    if shape == "chat":
+        return _chat(records, instruction_template, dataset_conversation_field)
     special = {name: f"<{name}>" for name in SPECIAL_NAMES}
     special.update(special_tokens or {})
     examples = []
@@ -191,7 +217,7 @@ def tokenize_example(
         ids, labels = example.input_ids[:max_len], example.labels[:max_len]
         return {"input_ids": list(ids), "labels": list(labels), "index": example.index}
     eos = tokenizer.eos_token or ""
-    if example.text is None and example.template is None:  # (b) input/output
+    if example.prompt is not None:  # (b) input/output
         prompt, response = example.prompt, example.response
         blank = (" ", "\n", "\t")
         joiner = "" if prompt.endswith(blank) or response.startswith(blank) else " "
@@ -199,14 +225,23 @@ def tokenize_example(
         input_ids = list(tokenizer(prompt + joiner + response + eos, **kw)["input_ids"])
         n_prompt = len(tokenizer(prompt, **kw)["input_ids"])
         labels = [IGNORE_INDEX] * n_prompt + input_ids[n_prompt:]
-    else:  # (a, c) a text, EOS appended unless it ends with it
-        text = example.render(getattr(tokenizer, "special_tokens_map", None))
+    else:  # (a, c, chat) a text, EOS appended unless it ends with it
+        if example.conversation is not None:
+            templates = (example.instruction_template, response_template)
+            text = chat.text(
+                example.conversation, example.record, tokenizer, templates, example.where
+            )
+        else:
+            text = example.render(getattr(tokenizer, "special_tokens_map", None))
         if not text.endswith(eos):
             text += eos
         input_ids = list(tokenizer(text)["input_ids"])[:max_len]
         pad = tokenizer.pad_token_id
         labels = [IGNORE_INDEX if t == pad else t for t in input_ids]
-        if response_template:
+        if example.conversation is not None:
+            templates = (example.instruction_template, response_template)
+            chat.mask(labels, tokenizer, templates, f"record {example.index} ({example.where})")
+        elif response_template:
             template_ids = response_template_ids(tokenizer, response_template)
             if not _mask_through_last(labels, template_ids):
                 warnings.warn(
@@ -244,10 +279,11 @@ def tokenize_examples(
 
 
 class Collator:
-    """Right-pads a batch: padding gets attention 0 and label -100; `index` -> `sample_index`."""
+    """Pads a batch on the tokenizer's padding side (as the collators fms uses pad it, through
+    the tokenizer): padding gets attention 0 and label -100; `index` -> `sample_index`."""
 
-    def __init__(self, pad_token_id: int):
-        self.pad_token_id = pad_token_id
+    def __init__(self, pad_token_id: int, padding_side: str = "right"):
+        self.pad_token_id, self.left = pad_token_id, padding_side == "left"
 
     def __call__(self, features: list[dict]) -> dict:
         import torch
@@ -258,9 +294,10 @@ class Collator:
         mask = torch.zeros((len(features), width), dtype=torch.long)
         for row, f in enumerate(features):
             n = len(f["input_ids"])
-            ids[row, :n] = torch.tensor(f["input_ids"], dtype=torch.long)
-            labels[row, :n] = torch.tensor(f["labels"], dtype=torch.long)
-            mask[row, :n] = 1
+            cols = slice(width - n, width) if self.left else slice(0, n)
+            ids[row, cols] = torch.tensor(f["input_ids"], dtype=torch.long)
+            labels[row, cols] = torch.tensor(f["labels"], dtype=torch.long)
+            mask[row, cols] = 1
         batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         if "index" in features[0]:
             batch["sample_index"] = torch.tensor([f["index"] for f in features], dtype=torch.long)

@@ -50,13 +50,8 @@ NO_OP_KEYS = {
 # this trainer does not implement: fms's default -> accepted; anything else -> refused.
 REFUSED_KEYS = {
     # fms ModelArguments / DataArguments
-    "embedding_size_multiple_of": 1,
-    "instruction_template": None,
-    "chat_template": None,
-    "dataset_conversation_field": None,
     "dataset_image_field": None,
     "data_config_path": None,
-    "add_special_tokens": None,
     "do_dataprocessing_only": False,
     # fms TrainingArguments
     "packing": False,
@@ -102,6 +97,12 @@ REFUSED_KEYS = {
     "layers_pattern": None,
     "trainable_token_indices": None,
     "init_lora_weights": True,
+}
+
+# What a user of a refused key can do here instead.
+REFUSED_HINTS = {
+    "data_config_path": "chat records train here through fms's other route: instruction_template"
+    " and response_template, with the tokenizer's chat template or chat_template",
 }
 
 

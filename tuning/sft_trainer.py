@@ -28,14 +28,23 @@ import torch
 import torch.distributed as dist
 from transformers import (
     AutoModelForCausalLM,
-    AutoTokenizer,
     Trainer,
     TrainerCallback,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import affinity, batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
+from tuning import (
+    affinity,
+    batch_dump,
+    fms_tokenizer,
+    fs_errors,
+    fsdp_gloo,
+    gpu_guard,
+    special_tokens,
+    stack_dump,
+    torn,
+)
 from tuning.atomic_save import AtomicSaveMixin
 from tuning.config import ConfigError, SFTConfig, parse_args
 from tuning.data import Collator, DataError, load_examples, tokenize_examples
@@ -48,6 +57,7 @@ from tuning.metrics import (
     summarize,
 )
 from tuning.records import gc_paused
+from tuning.shapes import formatting
 from tuning.tokenized import Node
 
 EXIT_REFUSED = 2
@@ -114,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 def _load_data(cfg: SFTConfig) -> dict:
     """Every record read and checked, on every rank, before any rendezvous: bad data is refused
     by each rank alike. A dict, so _train can drop the examples once they are tokenized."""
-    fmt = dict(
-        dataset_text_field=cfg.dataset_text_field,
-        response_template=cfg.response_template,
-        data_formatter_template=cfg.data_formatter_template,
-    )
+    fmt = formatting(cfg)
     with gc_paused():
         train = load_examples(cfg.training_data_path, **fmt)
         val = load_examples(cfg.validation_data_path, **fmt) if cfg.validation_data_path else None
@@ -168,10 +174,14 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
         cfg.torch_dtype, "auto"
     )
-    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer = fms_tokenizer.load(cfg.tokenizer_path)  # the token ids fms's loading gives
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=dtype)
+    # fms's setup_tokenizer: its special tokens, the embeddings resized (before LoRA, as fms)
+    tokens = special_tokens.set_up(tokenizer, model, cfg)
+    for _, records in data.values():  # pre-tokenized ids past the rows: refused
+        special_tokens.check_token_ids(records, tokens["embedding_rows"][1])
+    if rank == 0 and special_tokens.describe(tokens):
+        print(f"sft_trainer: {special_tokens.describe(tokens)}", flush=True)
     if cfg.peft_method == "lora":
         from peft import LoraConfig, get_peft_model
 
@@ -219,7 +229,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
         args=args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
-        data_collator=Collator(tokenizer.pad_token_id),
+        data_collator=Collator(tokenizer.pad_token_id, tokenizer.padding_side),
         processing_class=tokenizer,
         callbacks=[
             metrics,
@@ -237,6 +247,7 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
     # 6. Summary (every rank joins the reduction; rank 0 writes it).
     status = "preempted" if preempt.stopped else "completed"
     summary = summarize(metrics.steps, world_size, status, "cuda" if on_gpu else "cpu")
+    summary["tokenizer"] = tokens
     if rank == 0:
         with open(os.path.join(cfg.output_dir, "train_summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2)

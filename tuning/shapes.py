@@ -10,9 +10,17 @@ from tuning.records import DataError, Record, describe
 SHAPES = (
     "'input' and 'output' fields (the default); a text field named by dataset_text_field, with"
     " response_template; data_formatter_template over the record's fields; 'input_ids' and"
-    " 'labels' (pre-tokenized)"
+    " 'labels' (pre-tokenized); chat turns ('messages', or dataset_conversation_field) with"
+    " instruction_template and response_template"
 )
 CHAT_FIELDS = ("messages", "conversations")  # trl's conversational records
+FORMATTING = ("dataset_text_field", "response_template", "data_formatter_template",
+              "instruction_template", "dataset_conversation_field")  # fmt: skip
+
+
+def formatting(cfg) -> dict:
+    """The job's keys that shape its records: load_examples' and check_columns' arguments."""
+    return {name: getattr(cfg, name) for name in FORMATTING}
 
 
 def _pretokenized_rules(first: Record, path, formatting: dict) -> None:
@@ -32,15 +40,22 @@ def _pretokenized_rules(first: Record, path, formatting: dict) -> None:
         )
 
 
-def shape_of(first: Record, path, text_field, response_template, formatter) -> str:
+def shape_of(first: Record, path, dataset_text_field=None, response_template=None,
+             data_formatter_template=None, instruction_template=None,
+             dataset_conversation_field=None) -> str:  # fmt: skip
     """The shape the first record's fields (or a table's columns) make with the config: "p",
-    "io" or "text"; a DataError naming what was found and what is accepted when none."""
+    "chat", "io" or "text"; a DataError naming what was found and what is accepted when none."""
     keys = set(first.data)
+    text_field, formatter = dataset_text_field, data_formatter_template
     if "input_ids" in keys:
         formatting = {"dataset_text_field": text_field, "response_template": response_template,
-                      "data_formatter_template": formatter}  # fmt: skip
+                      "data_formatter_template": formatter,
+                      "instruction_template": instruction_template,
+                      "dataset_conversation_field": dataset_conversation_field}  # fmt: skip
         _pretokenized_rules(first, path, formatting)
         return "p"
+    if instruction_template and response_template:  # fms's chat route comes next
+        return "chat"
     if formatter or text_field:
         if text_field and not formatter and text_field not in keys:
             raise DataError(
@@ -56,11 +71,11 @@ def shape_of(first: Record, path, text_field, response_template, formatter) -> s
         return "io"
     if keys & set(CHAT_FIELDS):
         raise DataError(
-            f"{first.where}: chat records ({describe(path)}; record has {sorted(keys)}): this"
-            " trainer does not apply chat templates. fms 3.2.2 trains on them with"
-            " instruction_template and response_template set, the tokenizer's chat template (or"
-            " chat_template) and dataset_conversation_field: run it with TRAINER=fms. Accepted"
-            " here: " + SHAPES
+            f"{first.where}: chat records ({describe(path)}; record has {sorted(keys)}) need"
+            " instruction_template and response_template (the text that starts a user turn and"
+            " an assistant turn in the chat template's output, e.g. '<|user|>' and"
+            " '<|assistant|>'), and dataset_conversation_field (the field holding the turns),"
+            " as fms 3.2.2 needs them; chat_template if the tokenizer has none"
         )
     raise DataError(
         f"{first.where}: the record matches no shape we train on ({describe(path)}; record has"
@@ -68,8 +83,7 @@ def shape_of(first: Record, path, text_field, response_template, formatter) -> s
     )
 
 
-def check_columns(path, columns: list[str], text_field=None, response_template=None,
-                  formatter=None) -> None:  # fmt: skip
-    """The host's check of a table it cannot read rows of: its columns make a shape."""
-    shape_of(Record(f"{path} (columns)", 0, dict.fromkeys(columns)), path, text_field,
-           response_template, formatter)  # fmt: skip
+def check_columns(path, columns: list[str], **formatting) -> None:
+    """The host's check of a table it cannot read rows of: its columns make a shape
+    (``formatting``: load_examples' keyword arguments)."""
+    shape_of(Record(f"{path} (columns)", 0, dict.fromkeys(columns)), path, **formatting)

@@ -19,7 +19,7 @@ from tuning.config import ConfigError, SFTConfig, coerce
 from tuning.data import DataError, load_examples
 from tuning.harness.errors import HarnessError
 from tuning.records import describe, gc_paused, reader_missing, table_columns
-from tuning.shapes import check_columns
+from tuning.shapes import check_columns, formatting
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 CHECK_ACCELERATE = (
@@ -58,7 +58,7 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
     where pyarrow reads it, and the rest is the trainer's to check."""
     if not path:
         return
-    fmt = (cfg.dataset_text_field, cfg.response_template, cfg.data_formatter_template)
+    fmt = formatting(cfg)
     try:
         missing = reader_missing(path)
         if missing is None:
@@ -67,7 +67,7 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
             return
         columns = table_columns(path)
         if columns is not None:
-            check_columns(path, columns, *fmt)
+            check_columns(path, columns, **fmt)
         checked = "its columns checked" if columns is not None else "not read here"
         print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `{missing}` in this"
               " environment); the trainer checks its records before training")  # fmt: skip
