@@ -8,7 +8,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuning.harness.commands import bench, examples, fault, housekeeping, image, kube, stacks, up
+from tuning.harness.commands import (
+    bench,
+    examples,
+    fault,
+    housekeeping,
+    image,
+    kube,
+    soak,
+    stacks,
+    up,
+)
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import devices, flag_table, options
 
@@ -16,7 +26,7 @@ from tuning.harness.spec import devices, flag_table, options
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
-    for command in (up, bench, fault, kube, examples, devices, housekeeping, image, stacks):
+    for command in (up, bench, fault, soak, kube, examples, devices, housekeeping, image, stacks):
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():
         flag_table.add(s)  # every flag everywhere: one a command cannot honour is refused
