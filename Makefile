@@ -13,8 +13,8 @@ RUNS   ?= runs
 # passes every typed one, and a command refuses by name, with the reason, one it cannot honour.
 VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC GPUS NPROC CUDA \
   LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM GRACE RUN_ID STALL REPEAT BUDGET \
-  LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE NODES NAME KIND RESTART_POLICY \
-  OUTPUT_CLAIM GPU_HOURS_PER_FAILURE KILL DEVICE PICK
+  LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE PICK MTBF DURATION KINDS FAULT_SEED \
+  SAVE_EVERY NODES NAME KIND RESTART_POLICY OUTPUT_CLAIM GPU_HOURS_PER_FAILURE KILL DEVICE
 # A switch (RESUME, DRY_RUN, REHEARSE, ...) is on unless empty, 0, false, no or off.
 SWITCHES := RESUME DRY_RUN REHEARSE SAVE_ADVISED REBUILD ALL
 OFF := 0 false False FALSE no No NO off Off OFF
@@ -28,7 +28,7 @@ SWITCHED = $(strip $(foreach v,$(SWITCHES),$(if $(call typed,$(v)),$(if $(call o
 FLAGS = --runs $(call quote,$(RUNS)) $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$($(v)))) \
   $(foreach v,$(SWITCHED),$(call option,$(v)))
 
-.PHONY: help up down ps logs stacks image lock bench fault pool kube test test-gpu-image lint fmt clean fms-lock gpu-check
+.PHONY: help up down ps logs stacks image lock bench fault soak pool kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -76,6 +76,9 @@ bench: $(VENV)/.train ## the layouts side by side: host, single, per-rank isolat
 
 fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] [AT_STEP=k]
 	$(PY) -m tuning.harness fault $(FLAGS)
+
+soak: $(VENV)/.train ## train for DURATION under seeded failures: MTBF=3m DURATION=20m [KINDS=kill,oom] [FAULT_SEED=n] [SAVE_EVERY=n]
+	$(PY) -m tuning.harness soak $(FLAGS)
 
 pool: $(VENV)/.harness ## the scored pool: 26 fault runs, each verdict against what was injected (PICK=1,9)
 	$(PY) -m tuning.harness pool $(FLAGS)

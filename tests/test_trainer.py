@@ -50,7 +50,7 @@ def assert_two_rank_run(out: Path, steps: int = STEPS, min_drop: float = 1.0) ->
             assert (r["rank"], r["world_size"]) == (rank, 2), r
             assert 0 < r["t"] < 3600 and abs(r["time"] - time.time()) < 3600
         phases = [r["name"] for r in records if r["event"] == "phase"]
-        assert phases == ["imports", "rendezvous", "model_loaded", "data_ready"]
+        assert phases == ["imports", "rendezvous", "model_loaded", "data_ready", "training"]
         assert records[-1] == {**records[-1], "event": "end", "status": "completed"}
         st = steps_of(out, rank)
         assert [s["step"] for s in st] == list(range(1, steps + 1))

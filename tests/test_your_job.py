@@ -18,7 +18,7 @@ from tuning.harness import cli
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import flag_table
 
-COMMANDS = ("up", "bench", "fault", "kube", "down", "ps", "logs", "stacks", "image")
+COMMANDS = ("up", "bench", "fault", "soak", "kube", "down", "ps", "logs", "stacks", "image")
 
 
 def make_n(*args: str, env: dict | None = None) -> str:

@@ -14,7 +14,9 @@ naming data still in the page cache. A staging dir a kill leaves behind is moved
 tuning/torn.py at the next start.
 
 HARNESS_SAVE_SLEEP=s (set only by `make fault FAULT=save-kill`) holds every rank s seconds
-inside the save, after the weights and before the optimizer, so a kill lands in it every time.
+inside the save, after the weights and before the optimizer, so a kill lands in it every time;
+a soak's save-kill holds its one target rank there instead, in the save it was planned for
+(HARNESS_HOLD_FILE: tuning/fault_hooks.hold), so the other saves cost what they cost.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from tuning import torn
+from tuning.fault_hooks import hold
 
 
 class AtomicSaveMixin:
@@ -66,6 +69,8 @@ class AtomicSaveMixin:
         pause = float(os.environ.get("HARNESS_SAVE_SLEEP") or 0)
         if pause and self._staging:
             time.sleep(pause)  # the save-kill fault's window: weights written, the rest not
+        if self._staging:
+            hold("save", self.args.process_index, self.state.global_step)
         super()._save_optimizer_and_scheduler(output_dir)
 
 

@@ -1,9 +1,11 @@
 """What the harness's faults hook into in our trainer (tuning/sft_trainer.py): an injected
-crash at a step (HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK), step pacing (HARNESS_STEP_SLEEP)
-and checkpoint-and-stop on SIGTERM, agreed by every rank."""
+crash at a step (HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK), step pacing (HARNESS_STEP_SLEEP),
+a hold where a soak's next failure strikes (HARNESS_HOLD_FILE) and checkpoint-and-stop on
+SIGTERM, agreed by every rank."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -44,8 +46,34 @@ class Preemption:
             self._work = None
 
 
+HOLD_MAX_S = 120  # a hold the harness never ends (its fault did not land) lets the rank go on
+
+
+def hold(where: str, rank: int, step: int, preempt: Preemption | None = None) -> bool:
+    """A soak's failure lands at its planned step (make soak: commands/soak_plan.py): the file
+    HARNESS_HOLD_FILE names a rank and a step, and `where` (at the end of that step, once its
+    step line is written; or inside the save of the first checkpoint at or after it). That rank
+    waits there until the harness, which follows the step lines, has struck it: killed (the
+    wait ends with the process), SIGTERM (preempt, term) or HOLD_MAX_S. Returns whether it held."""
+    path = os.environ.get("HARNESS_HOLD_FILE")
+    try:
+        with open(path or os.devnull) as fh:
+            want = json.loads(fh.read() or "{}")
+    except (OSError, ValueError):  # not written yet (the harness writes it whole, by a rename)
+        return False
+    if (want.get("rank"), want.get("at")) != (rank, where) or not isinstance(want.get("step"), int):
+        return False
+    if (step != want["step"]) if where == "step" else (step < want["step"]):
+        return False
+    until = time.monotonic() + HOLD_MAX_S
+    while time.monotonic() < until and not (preempt and preempt.requested):
+        time.sleep(0.05)
+    return True
+
+
 class FaultHooks(TrainerCallback):
-    """HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK, and checkpoint-and-stop on SIGTERM."""
+    """HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK, step pacing, a soak's hold, and
+    checkpoint-and-stop on SIGTERM."""
 
     def __init__(self, rank: int, preempt: Preemption):
         self.rank, self.preempt = rank, preempt
@@ -55,6 +83,8 @@ class FaultHooks(TrainerCallback):
         self.step_sleep = float(os.environ.get("HARNESS_STEP_SLEEP") or 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if self.step_sleep:  # at the start: a step's time holds it, the save before it does not
+            time.sleep(self.step_sleep)
         step = state.global_step + 1
         if self.crash_at is not None and step == self.crash_at and self.rank == self.crash_rank:
             # Once per run: a group restarted from a checkpoint (MAX_RESTARTS) must get past it.
@@ -68,8 +98,7 @@ class FaultHooks(TrainerCallback):
             raise RuntimeError(f"injected crash at step {step}")
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.step_sleep:
-            time.sleep(self.step_sleep)
+        hold("step", self.rank, state.global_step, self.preempt)  # after the step line (metrics)
         if self.preempt.agreed() and not self.preempt.stopped:
             self.preempt.stopped = True
             control.should_save = True

@@ -3,7 +3,8 @@
 Every line has ``event``, ``rank``, ``world_size`` (as this rank's torch.distributed saw them),
 ``time`` (unix seconds) and ``t`` (seconds since the *process* started, from /proc, so
 interpreter start-up and imports count). Events: ``phase`` (imports, rendezvous, model_loaded,
-data_ready), ``step``, ``checkpoint``, ``end``. Every line is flushed as it is written.
+data_ready; training, with the ``step`` it starts from: a restart's checkpoint is loaded by
+then), ``step``, ``checkpoint``, ``end``. Every line is flushed as it is written.
 
 The step numbers come from MetricsTrainerMixin (what each rank fed the model in an optimizer
 step: its loss, tokens and sample indices) and StepMetricsCallback (timing, lr, writing).
@@ -154,6 +155,9 @@ class StepMetricsCallback(TrainerCallback):
         self._mark = None  # when the last step, evaluation or save ended
 
     def on_train_begin(self, args, state, control, **kwargs):
+        # After the Trainer is built and a checkpoint resumed from is loaded (a soak's restart
+        # cost ends here), before the batches it skips.
+        self.writer.log("phase", name="training", step=state.global_step)
         self._t0 = self._mark = time.perf_counter()
         if self.trainer is not None:
             self.trainer._reset_step_record()

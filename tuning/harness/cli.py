@@ -16,6 +16,7 @@ from tuning.harness.commands import (
     image,
     kube,
     pool,
+    soak,
     stacks,
     up,
 )
@@ -26,7 +27,8 @@ from tuning.harness.spec import devices, flag_table, options
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
-    for command in (up, bench, fault, pool, kube, examples, devices, housekeeping, image, stacks):
+    commands = (up, bench, fault, soak, pool, kube, examples, devices, housekeeping, image, stacks)
+    for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():
         flag_table.add(s)  # every flag everywhere: one a command cannot honour is refused

@@ -38,7 +38,7 @@ class Nodes(Protocol):
 
     def start(self) -> None: ...
     def poll(self) -> dict[str, int | None]: ...  # node -> exit code, None while it runs
-    def restart(self, state: dict[str, int | None]) -> None: ...
+    def restart(self, state: dict[str, int | None], why: str = "", left: bool = True) -> None: ...
     def details(self) -> dict[str, dict]: ...  # node -> container, exit code, OOM, times
     def save_logs(self) -> None: ...
     def stop(self) -> None: ...
@@ -111,17 +111,21 @@ class ComposeNodes:
             )
         return state
 
-    def restart(self, state: dict[str, int | None]) -> None:
+    def restart(self, state: dict[str, int | None], why: str = "", left: bool = True) -> None:
         """A node failed: stop every rank container, start them all again (as a JobSet
-        recreates every pod); the trainers resume from the newest checkpoint in /output."""
+        recreates every pod); the trainers resume from the newest checkpoint in /output.
+        A soak restarts the group whenever it stops (`why`; `left`: no count to say)."""
         self.restarts_left -= 1
         failed = {name: code for name, code in state.items() if code not in (None, 0)}
         t = time.time()
-        print(f"harness: {', '.join(f'{n} exited {c}' for n, c in failed.items())}; restarting "
-              f"every rank ({self.restarts_left} restart(s) left)", file=sys.stderr)  # fmt: skip
+        why = why or ", ".join(f"{n} exited {c}" for n, c in failed.items())
+        count = f" ({self.restarts_left} restart(s) left)" if left else ""
+        print(f"harness: {why}; restarting every rank{count}", file=sys.stderr)
         engine.compose(self.file, "stop", "--timeout", "5", capture=True)
+        stopped = time.time()
         engine.compose(self.file, "start", *self.services, capture=True)
         self.restarts.append({"time": round(t, 3), "by": "harness", "failed": failed,
+                              "stopped_s": round(stopped - t, 2),
                               "restarted_s": round(time.time() - t, 2)})  # fmt: skip
 
     def details(self) -> dict[str, dict]:
@@ -198,7 +202,7 @@ class HostNodes:
     def poll(self) -> dict[str, int | None]:
         return {"host": self.proc.poll()}
 
-    def restart(self, state: dict[str, int | None]) -> None:
+    def restart(self, state: dict[str, int | None], why: str = "", left: bool = True) -> None:
         raise NotImplementedError("host ranks are restarted by torchrun, never by the harness")
 
     def details(self) -> dict[str, dict]:

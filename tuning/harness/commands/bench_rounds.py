@@ -10,27 +10,21 @@ starts a round that the rounds so far say would not end within the budget, and s
 
 from __future__ import annotations
 
-import re
 import time
 
 from tuning.harness.commands.report_derive import derive
 from tuning.harness.commands.report_stats import MIN_PAIRS
 from tuning.harness.errors import HarnessError
+from tuning.harness.spec.flags import time_arg
 
 DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
 MAX_ROUNDS = 30
 DEFAULT_BUDGET_S = 900.0  # 5 rounds take about 11 min on 2 cores
-UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
 def budget_s(raw: str | None) -> float:
     """BUDGET: seconds, or a number with s, m or h (``10m``, ``90s``, ``1.5h``)."""
-    if not raw:
-        return DEFAULT_BUDGET_S
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(raw))
-    if not m or float(m[1]) <= 0:
-        raise HarnessError(f"BUDGET={raw!r}: use a positive time such as BUDGET=10m, 600s or 1h")
-    return float(m[1]) * UNITS[m[2]]
+    return time_arg("BUDGET", raw) or DEFAULT_BUDGET_S
 
 
 class Rounds:

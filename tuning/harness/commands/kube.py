@@ -184,7 +184,7 @@ def main(a: argparse.Namespace) -> int:
     if f.config:
         preflight.check_world_size(accelerate_config, layout.world_size)
     measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
-    rate = float(a.gpu_hours_per_failure or save_interval.LLAMA3_GPU_HOURS)
+    rate = save_interval.rate_arg(a.gpu_hours_per_failure)
     job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
                                a.save_advised)  # fmt: skip
     objects = render(layout, job, accelerate_config.read_text(), f.max_restarts,

@@ -101,3 +101,27 @@ def shown_rounds(n: int) -> str:
     if n > MAX_ROUNDS_SHOWN:
         return f"more than {MAX_ROUNDS_SHOWN} more rounds"
     return f"about {n} more round" + ("s" if n != 1 else "")
+
+
+def poisson_interval(n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The exact (Garwood) interval of a Poisson mean from one count `n`: the means under which
+    seeing n or more (lower end) or n or fewer (upper end) has probability (1 - level) / 2."""
+    tail = (1 - level) / 2
+
+    def cdf(k: int, mean: float) -> float:  # P(X <= k)
+        term = total = math.exp(-mean)
+        for i in range(1, k + 1):
+            term *= mean / i
+            total += term
+        return total
+
+    def solve(f, lo: float, hi: float) -> float:  # f increasing on [lo, hi], f(root) = 0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+        return (lo + hi) / 2
+
+    top = n + 20 + 10 * math.sqrt(n + 1)
+    upper = solve(lambda m: tail - cdf(n, m), 0.0, top)  # P(X <= n) falls as the mean grows
+    lower = 0.0 if n == 0 else solve(lambda m: (1 - cdf(n - 1, m)) - tail, 0.0, top)
+    return lower, upper

@@ -154,7 +154,8 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
     their exit codes.
 
     `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
-    waits for a step there); it may return "stop" to end the follow early."""
+    waits for a step there); it may return "stop" to end the follow early (its `stop_reason`
+    says why), or "restarted" when it restarted the group itself (a soak)."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     status, reason = "failed", None
     progress = Progress(total_steps=total_steps, quiet=quiet)
@@ -166,14 +167,20 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             metrics = runs.read_metrics(output)
             progress.update(metrics)
             state = nodes.poll()
-            if on_tick and on_tick(metrics, state, nodes) == "stop":
+            verdict = on_tick(metrics, state, nodes) if on_tick else None
+            if verdict == "stop":
                 # Every rank may have ended already (a launcher lingers in torchrun's exit
                 # barrier): then they say how the run went; else the harness cut it short.
-                if len(runs.ends_seen(metrics)) == layout.world_size:
+                if len(runs.returned_now(metrics)) == layout.world_size:
                     status, reason = runs.status_of({n: c or 0 for n, c in state.items()}, metrics)
                 else:
-                    reason = "stopped by the harness (fault injection)"
+                    reason = getattr(on_tick, "stop_reason", None) or (
+                        "stopped by the harness (fault injection)"
+                    )
                 break
+            if verdict == "restarted":  # the on_tick restarted the group itself (make soak)
+                failed_at = ended_at = None
+                continue
             failed = any(code not in (None, 0) for code in state.values())
             if failed and nodes.restarts_left > 0:
                 nodes.restart(state)

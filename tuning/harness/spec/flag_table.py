@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-RUN = ("up", "bench", "fault")  # the commands that run a job here
+RUN = ("up", "bench", "fault", "soak")  # the commands that run a job here
 JOB = (*RUN, "kube")  # ... and the one that renders it for a cluster
 
 
@@ -41,6 +41,7 @@ _KUBE_SHAPE = ("a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks ea
 _BENCH_LAYOUTS = "bench runs every layout side by side; choose them with LAYOUTS=single,..."
 _FRESH = "every fault run starts afresh, so that what the fault did is all that happened"
 _HERE = "a run here writes to runs/<id>/output; a claim is a cluster's (make kube)"
+_SOAK_FRESH = "a soak starts afresh and resumes from its own checkpoints after each failure"
 
 TABLE = (
     # The job: what trains, the same in every command that runs or renders it.
@@ -126,14 +127,14 @@ TABLE = (
     Flag(
         "LAYOUT",
         "single (default) | per-rank | host",
-        ("up", "fault"),
+        ("up", "fault", "soak"),
         "name",
         why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
     ),  # fmt: skip
     Flag(
         "NETWORK",
         "per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)",
-        ("up", "fault"),
+        ("up", "fault", "soak"),
         "mode",
         why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
     ),  # fmt: skip
@@ -151,21 +152,32 @@ TABLE = (
         "restart the group up to n times, from its newest checkpoint",
         ("up", "fault", "kube"),
         "n",
-        why_not={"bench": "a bench measures runs that are not restarted"},
+        why_not={
+            "bench": "a bench measures runs that are not restarted",
+            "soak": "a soak restarts the group without a limit until DURATION is up",
+        },
     ),  # fmt: skip
     Flag(
         "RESUME",
         "resume from RUNS/latest's newest checkpoint (checked and named first)",
         ("up",),
         switch=True,
-        why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
+        why_not={
+            "bench": "every layout run of a bench starts afresh",
+            "fault": _FRESH,
+            "soak": _SOAK_FRESH,
+        },
     ),
     Flag(
         "RESUME_FROM",
         "resume from that run's newest checkpoint",
         ("up",),
         "id",
-        why_not={"bench": "every layout run of a bench starts afresh", "fault": _FRESH},
+        why_not={
+            "bench": "every layout run of a bench starts afresh",
+            "fault": _FRESH,
+            "soak": _SOAK_FRESH,
+        },
     ),
     Flag(
         "GRACE",
@@ -240,6 +252,27 @@ TABLE = (
         ("pool",),
         "n,m",
     ),  # fmt: skip
+    # soak
+    Flag(
+        "MTBF",
+        "mean time between the job's failures: a time (3m, 180s) or steps (400steps)",
+        ("soak",),
+        "t",
+    ),
+    Flag("DURATION", "how long the soak trains: 20m, 1200s, 1h", ("soak",), "t"),
+    Flag(
+        "KINDS",
+        "the failures, comma-separated: kill (default), oom, save-kill, term, preempt",
+        ("soak",),
+        "a,b",
+    ),
+    Flag(
+        "FAULT_SEED",
+        "seed of the failures' steps, ranks and kinds (default 0); SEED stays training's",
+        ("soak",),
+        "n",
+    ),
+    Flag("SAVE_EVERY", "save every n steps (the job's save_steps)", ("soak",), "n"),
     # kube
     Flag("NODES", "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes", ("kube",), "m"),
     Flag("NAME", "the job's name (default sft; pods <name>-master-0, ...)", ("kube",), "job"),
@@ -271,7 +304,7 @@ TABLE = (
         "GPU_HOURS_PER_FAILURE",
         "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
         "~50,700 GPU-hours)",
-        ("kube",),
+        ("kube", "soak"),
         "h",
     ),
     Flag("SAVE_ADVISED", "the rendered job saves at the advised interval", ("kube",), switch=True),

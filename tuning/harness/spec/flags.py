@@ -31,6 +31,20 @@ def int_arg(name: str, raw: str | int | None, minimum: int) -> int | None:
     return value
 
 
+TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def time_arg(name: str, raw: str | float | None) -> float | None:
+    """A length of time: seconds, or a number with s, m or h (``10m``, ``90s``, ``1.5h``);
+    None when unset."""
+    if raw is None or raw == "":
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(raw))
+    if not m or float(m[1]) <= 0:
+        raise HarnessError(f"{name}={raw!r}: use a positive time such as {name}=10m, 600s or 1h")
+    return float(m[1]) * TIME_UNITS[m[2]]
+
+
 def memory(raw: str | None) -> str | None:
     """MEMORY, a per-container limit as Compose takes it: a number and a unit (b, k, m, g)."""
     if not raw:

@@ -73,6 +73,24 @@ def duration(seconds: float) -> str:
     return f"{m} min" if m else f"{seconds:.0f} s"
 
 
+def rate_arg(raw: str | float | None) -> float:
+    """GPU_HOURS_PER_FAILURE: a positive number of GPU-hours (default Llama 3's)."""
+    from tuning.harness.errors import HarnessError
+
+    if raw is None or raw == "":
+        return LLAMA3_GPU_HOURS
+    try:
+        value = float(str(raw).replace(",", "").replace("_", ""))
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise HarnessError(
+            f"GPU_HOURS_PER_FAILURE={raw!r}: a positive number of GPU-hours per failure, e.g. "
+            "GPU_HOURS_PER_FAILURE=50000 (Llama 3's: 50,700)"
+        )
+    return value
+
+
 def from_run(run_dir, gpus: int, gpu_hours_per_failure: float) -> Advice | None:
     """The advice for `gpus` from what a run of the job measured here (its slowest save, its
     median step); None when it logged no save or no step."""

@@ -1,0 +1,76 @@
+"""`make soak` on the engine: one short seeded soak of 2 CPU ranks (issue 32). Its failures
+strike at the steps its plan says (the pure plan of tests/test_soak_plan.py: the same
+FAULT_SEED fails at the same steps), the group resumes where the plan says, and the record
+holds ETT with its interval, every failure's parts, the saves and the model. Times are
+recorded, never asserted. The bad-input tests at the top need no engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import harness, leftovers
+
+from tuning.harness.commands import soak_plan
+
+PARTS = ("detect_s", "teardown_s", "restart_s", "imports_s", "rendezvous_s", "load_s",
+         "first_step_s", "restart_cost_s", "work_lost_s")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--duration", "1m"], "MTBF is not set"),
+        (["--mtbf", "40steps"], "DURATION is not set"),
+        (["--mtbf", "40steps", "--duration", "1m", "--kinds", "pause"], "pause not a soak's kind"),
+        (["--mtbf", "40steps", "--duration", "1m", "--resume"], "RESUME=1 does not apply"),
+        (["--mtbf", "1m", "--duration", "1m", "--layout", "host"], "a soak runs in containers"),
+    ],
+)
+def test_a_bad_soak_is_refused_before_anything_is_written(tmp_path, args, said):
+    out = harness("soak", *args, runs=tmp_path / "runs")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert said in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.docker
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_path, harness_image):
+    runs, kinds = tmp_path / "runs", ("kill", "save-kill")
+    out = harness("soak", "--run-id", "soak1", "--mtbf", "30steps", "--duration", "75s",
+                  "--save-every", "5", "--kinds", ",".join(kinds), "--fault-seed", "3",
+                  runs=runs, timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads((runs / "soak1" / "soak.json").read_text())
+    assert rec["plan"] == {"fault_seed": 3, "mtbf_steps": 30, "world_size": 2,
+                           "kinds": list(kinds)}  # fmt: skip
+    failures = rec["failures"]
+    assert failures, rec
+    plan = soak_plan.schedule(soak_plan.Plan(3, 30, 2, kinds), 5, len(failures))
+    for f, want in zip(failures, plan, strict=True):
+        # held at its step: it lands exactly there, and the group resumes where the plan says
+        assert (f["kind"], f["rank"], f["planned"], f["landed"]) == (
+            want["kind"], want["rank"], want["step"], want["step"]
+        )  # fmt: skip
+        assert "resumed_unplanned" not in f
+    back = [f for f in failures if f["resumed_from"] is not None]
+    assert len(back) >= len(failures) - 1  # the last may strike as DURATION ends
+    for f, want in zip(back, plan, strict=False):
+        assert f["resumed_from"] == want["resumes"]
+        assert f["steps_lost"] == f["last_step"] - want["resumes"] >= 0
+        assert all(f[k] is not None for k in PARTS), f
+        assert f["restart_cost_s"] > 0 and f["work_lost_s"] >= 0
+    assert 0 < rec["ett"] < 1
+    lo, hi = rec["ett_interval"]
+    assert lo <= rec["ett"] <= hi
+    assert rec["saves"]["count"] > 0 and rec["saves"]["median_s"] > 0
+    assert rec["model"]["ett"] > 0 and rec["model"]["best_save_steps"] >= 1
+    assert rec["final_step"] > soak_plan.STARTS_AT
+    assert rec["stop_reason"] == "soak stopped: DURATION reached"
+    md = (runs / "soak1" / "soak.md").read_text()
+    assert "ETT" in md and f"| {failures[0]['n']} | {failures[0]['kind']} |" in md
+    assert (runs / "soak1" / "soak.png").stat().st_size > 0
+    assert "harness: save interval: 2 GPUs at one failure per 50,674 GPU-hours" in out.stdout
+    assert not leftovers("soak1", runs) and not rec["leftovers"]
