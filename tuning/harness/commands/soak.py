@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from tuning.harness.backends import engine
 from tuning.harness.commands import soak_plan, soak_record, soak_write
-from tuning.harness.commands.fault import LAYOUTS, STEP_SLEEP_S
+from tuning.harness.commands.fault import LAYOUTS
+from tuning.harness.commands.fault_kinds.kind import STEP_SLEEP_S
 from tuning.harness.commands.soak_follow import HOLD_FILE, SoakFollow
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle

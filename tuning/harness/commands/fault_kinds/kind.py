@@ -20,6 +20,7 @@ PID = ("single", "always", "never")
 SHORT = "TIMEOUT + 15 s after the fault"  # the job must end or hang by then
 LONG = "180 s after the fault"  # the job is expected to go on (or restart: MAX_RESTARTS)
 SINCE_STEP = "180 s after the newest step"  # the job goes on, slower: never cut while it steps
+STEP_SLEEP_S = 0.2  # HARNESS_STEP_SLEEP: paces steps so a fault lands near its step
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Kind:
     # --- the run it needs
     knobs: tuple[Knob, ...] = ()
     rank: int | None = None  # the rank it always hits (else RANK)
-    step_sleep_s: float = 0.2  # HARNESS_STEP_SLEEP: paces steps so the fault lands near its step
+    step_sleep_s: float = STEP_SLEEP_S
     # The ranks' environment: how a kind that acts inside the rank (our trainer's hooks, the rank
     # recorder) is told what to do: (knobs) -> {NAME: value}
     rank_env: Callable[[dict], dict[str, str]] | None = None
