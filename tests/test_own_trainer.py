@@ -204,7 +204,7 @@ def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(tiny_model
     for rank in (0, 1):
         lines = _lines(out, rank)
         (phase,) = [x for x in lines if x.get("name") == "training"]
-        assert (phase["trainer"], phase["max_steps"], phase["first_step"]) == ("Trainer", 12, 1)
+        assert (phase["trainer"], phase["max_steps"], phase["step"]) == ("Trainer", 12, 0)
         steps = [x for x in lines if x["event"] == "step"]
         assert [x["step"] for x in steps] == list(range(1, 13))
         assert [x["step"] for x in steps if x["loss"] is not None] == [2, 4, 6, 8, 10, 12]
@@ -226,7 +226,7 @@ def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(tiny_model
     assert f"train_sft: resuming from {out / 'checkpoint-10'}" in again.stdout
     assert [p for p in torn.moved(out) if p.startswith("torn-checkpoint-12-")]
     last = [x for x in _lines(out, 1) if x.get("name") == "training"][-1]
-    assert (last["max_steps"], last["first_step"]) == (14, 11)
+    assert (last["max_steps"], last["step"]) == (14, 10)  # resumed from checkpoint-10
 
 
 def test_a_trainer_saving_elsewhere_is_refused_before_its_first_step(

@@ -5,8 +5,9 @@ the metrics, and an HF script writes none of its own.
 The rank recorder (rank_record.py) calls `install` before it runs ENTRY: every
 `transformers.Trainer` (and subclass: trl's SFTTrainer, ...) then gets a TrainerCallback that
 appends to the rank's metrics/rank<N>.jsonl, in the metrics schema (docs/design.md):
-  {"event": "phase", "name": "training", "trainer", "output_dir", "max_steps", "first_step"}
-      at train begin (first_step: global_step + 1, after a resume from a checkpoint)
+  {"event": "phase", "name": "training", "step", "trainer", "output_dir", "max_steps"}
+      at train begin, after a checkpoint resumed from is loaded (step: its global_step, as our
+      trainer's metrics.py writes it; 0 on a fresh start)
   {"event": "step", "step", "loss", "lr", "epoch", "step_s", "peak_rss_bytes"}
       every optimizer step; loss and lr on the steps the Trainer logs (logging_steps), as it
       logs them: the mean over every rank and over the steps since its previous log; else null
@@ -68,9 +69,8 @@ def callback_class(write, sleep_s: float):
                 write("step", **line)
 
         def on_train_begin(self, args, state, control, **kwargs):
-            write("phase", name="training", trainer=self.trainer,
-                  output_dir=args.output_dir, max_steps=state.max_steps,
-                  first_step=state.global_step + 1)  # fmt: skip
+            write("phase", name="training", step=state.global_step, trainer=self.trainer,
+                  output_dir=args.output_dir, max_steps=state.max_steps)  # fmt: skip
             self.began = time.time()
 
         def on_step_begin(self, args, state, control, **kwargs):

@@ -1,2 +1,3 @@
-"""The subcommands, one module (or family folder) each: up, down/ps/logs (housekeeping),
-image, stacks, bench, fault, kube, examples; `gpus` lives in spec/devices.py."""
+"""The subcommands, one module (or a family of modules) each: up, down/ps/logs (housekeeping),
+image, stacks, bench, fault (its kinds in fault_kinds/), soak, pool, kube, examples; `gpus`
+lives in spec/devices.py."""

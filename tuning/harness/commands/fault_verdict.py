@@ -2,7 +2,7 @@
 before the peers' collective timeout; steps slowed), printed then, and judged again at the end
 with every rank's exit. fault.json and summary.json keep the last one, with how long after the
 fault a verdict first named those culprits (`verdict_s`); fault.md says it first. The verdict
-reads what the ranks showed, never what was injected: the pool (benchmarks/fault_pool.py)
+reads what the ranks showed, never what was injected: the pool (`make pool`, pool.py)
 compares the two."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and how long after the fault the verdict was ready against the collective timeou
 
 `python -m tuning.harness pool [--run-id base] [--pick 1,5,23] [--dry-run]`: PICK runs some
 experiments by number (the suite runs three); DRY_RUN lists them. Writes
-runs/<base>/pool.json and pool.md (the table docs/faults.md shows); exits 1 unless every
+runs/<base>/pool.json and pool.md (docs/faults.md: how to read it); exits 1 unless every
 culprit was named right.
 """
 
@@ -118,7 +118,7 @@ def write(out: Path, rows: list[dict], took_s: float) -> None:
 
 
 def table(rows: list[dict], took_s: float) -> list[str]:
-    """The pool's table (docs/faults.md shows it)."""
+    """The pool's table, for pool.md."""
     lines = ["| # | experiment | outcome | verdict (class: culprits) | culprit | class | "
              "verdict after fault s (timeout s) | evidence |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip

@@ -8,15 +8,16 @@ injected. The rules, in order (the first that finds something decides):
 
   torch       TORCH_DISTRIBUTED_DEBUG=DETAIL's own mismatch check raised on the ranks (its
               message names a rank and the peer that differs: the odd one out is named most)
+  desync      ranks wait at the same sequence number in different collectives, or the same
+              one with different sizes; `left a collective` when the odd rank's op is the one
+              that follows the others' (it skipped theirs). Before deaths: gloo's size check
+              aborts a peer of the odd rank, not the odd rank itself
   died        a rank ended first by itself: a signal, the OOM killer, its own exception, while
               the others failed after it on the broken connection or a timeout
   never arrived  a rank never started, or never joined the group the others wait in
   frozen      a rank that cannot run (its container paused, its process stopped)
   network     a rank's node is off the run's network
   slow        (the run still steps) a rank reaches the collectives late
-  desync      ranks wait at the same sequence number in different collectives, or the same
-              one with different sizes; `left a collective` when the odd rank's op is the one
-              that follows the others' (it skipped theirs)
   never arrived  a live rank outside any collective while the others wait in one
   left        a rank ended cleanly while the others wait
 With two ranks a desync has no odd one out: both are named, and the verdict says so. Where no
