@@ -63,7 +63,7 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
         missing = reader_missing(path)
         if missing is None:
             with gc_paused():
-                load_examples(path, *fmt)
+                load_examples(path, **fmt)
             return
         columns = table_columns(path)
         if columns is not None:
