@@ -74,8 +74,8 @@ def make_data(work: Path, fmt: str, n: int) -> Path:
 
 
 def child_host(data: str, out: str, model: str) -> dict:
-    from tuning.config import parse_args
     from tuning.harness.spec.preflight import check_data
+    from tuning.sft.config import parse_args
 
     cfg = parse_args(["--model_name_or_path", model, "--training_data_path", data,
                       "--output_dir", out])  # fmt: skip
@@ -91,7 +91,7 @@ def child_rank(data: str, out: str, model: str) -> dict:
     from transformers import AutoTokenizer
 
     from tuning import sft_trainer
-    from tuning.config import parse_args
+    from tuning.sft.config import parse_args
 
     cfg = parse_args(["--model_name_or_path", model, "--training_data_path", data,
                       "--output_dir", out, "--max_seq_length", "128"])  # fmt: skip

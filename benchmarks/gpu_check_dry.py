@@ -71,7 +71,7 @@ from tuning.probe import _parse_args  # noqa: E402
 
 _parse_args(shlex.split(os.environ["GC_PROBE_ARGS"]))
 ok("the probe accepts its arguments")
-from tuning.config import parse_args  # noqa: E402
+from tuning.sft.config import parse_args  # noqa: E402
 
 cfg = parse_args(train_args, environ={})
 (cfg.torch_dtype == "bfloat16" and cfg.save_strategy == "no") or fail("trainer arguments")
@@ -96,8 +96,8 @@ ok(
     f"{n['non_embedding']:,} non-embedding"
 )
 seq <= tok.model_max_length or fail(f"seq {seq} > the tokenizer's {tok.model_max_length}")
-from tuning.data import load_examples, tokenize_examples  # noqa: E402
 from tuning.demo_data import write  # noqa: E402
+from tuning.sft.data import load_examples, tokenize_examples  # noqa: E402
 
 data = write(dry / "data.jsonl", n=2, seed=0, words=words)
 for row in tokenize_examples(load_examples(str(data)), tok, seq, str(data)).rows:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuning.transport import parse_nccl_transport
+from tuning.shared.transport import parse_nccl_transport
 
 BEGIN = "<!-- gpu-check:begin (benchmarks/gpu_check.sh writes this section; rerun to replace) -->"
 END = "<!-- gpu-check:end -->"

@@ -14,7 +14,7 @@ quarter of it and four times it, and each predicted ETT falls inside its measure
 3. The table: per interval, the model's ETT with the C and R the three soaks measured together
    (and the renewal model of the soaks' own failure process, exact where Young/Daly is first
    order), beside each soak's measured ETT, its 90 % interval from its count of failures
-   (soak_record.py), and whether the prediction falls inside. It is printed as markdown (for
+   (soak/record.py), and whether the prediction falls inside. It is printed as markdown (for
    docs/faults.md) and written with every number to --out.
 Each soak is `python -m tuning.harness soak`, the real command; the script only chooses the
 intervals and reads the soaks' soak.json.
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuning.harness.commands.soak_record import renewal  # noqa: E402
+from tuning.harness.commands.soak.record import renewal  # noqa: E402
 from tuning.harness.spec import save_interval  # noqa: E402
 from tuning.harness.spec.flags import time_arg  # noqa: E402
 

@@ -77,7 +77,7 @@ def bare(model_dir: str, data: str, out: str, c: dict) -> None:
         TrainingArguments,
     )
 
-    from tuning.data import load_examples, tokenize_examples
+    from tuning.sft.data import load_examples, tokenize_examples
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)

@@ -128,9 +128,9 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     launch_dir, user = tmp_path / "opt-harness-launch", tmp_path / "user"
     launch_dir.mkdir()
     user.mkdir()
-    shutil.copy(ROOT / "tuning/rank_record.py", launch_dir / "harness_rank.py")
+    shutil.copy(ROOT / "tuning/rank/rank_record.py", launch_dir / "harness_rank.py")
     for name in BESIDE_RECORDER:  # as Compose mounts them
-        shutil.copy(ROOT / "tuning" / name, launch_dir / name)
+        shutil.copy(ROOT / "tuning/rank" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     env = {**os.environ, "PYTHONPATH": f"{launch_dir}{os.pathsep}{user}",

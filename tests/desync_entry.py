@@ -1,4 +1,4 @@
-"""A training loop's collectives without a model, for the desync faults (tuning/desync.py):
+"""A training loop's collectives without a model, for the desync faults (tuning/rank/desync.py):
 each iteration an all_reduce of the "gradients" (4 floats) and an all_gather of the "loss",
 as a trainer's step does, ITERS times (DESYNC_ENTRY_ITERS, default 40), then a barrier.
 Prints "desync_entry: rank R step i" each iteration. Run under torchrun (gloo) with the

@@ -124,7 +124,7 @@ def ours(job: Path, out: Path) -> str:
 def fms(python: str, job: Path, out: Path) -> str:
     entry = out.parent / "entry"
     entry.mkdir()
-    shutil.copy(ROOT / "tuning/batch_dump.py", entry / "harness_batch_dump.py")
+    shutil.copy(ROOT / "tuning/rank/batch_dump.py", entry / "harness_batch_dump.py")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SFT_TRAINER_CONFIG_JSON_PATH": str(job),
            "TERMINATION_LOG_FILE": str(out / "termination.log"), "PYTHONPATH": str(entry),
            "HARNESS_DUMP_BATCHES": str(out / "batches")}  # fmt: skip

@@ -17,8 +17,8 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 from test_report import parse_table
 
-from tuning.harness.commands import bench_samples as bench
-from tuning.harness.commands import report
+from tuning.harness.commands.bench import report
+from tuning.harness.commands.bench import samples as bench
 
 LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 STEPS = 10

@@ -10,13 +10,14 @@ import gpu_standin
 import pytest
 from gpu_standin import device_ids
 
-from tuning import affinity, launch
+from tuning import launch
 from tuning.harness.backends import compose
 from tuning.harness.cli import parser
 from tuning.harness.commands import bench
-from tuning.harness.commands.report_goals import path
+from tuning.harness.commands.bench.report_goals import path
 from tuning.harness.run import lifecycle
 from tuning.harness.spec.flags import RunFlags
+from tuning.shared import affinity
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_report_hand import SINGLE_STEP, profile
 
-from tuning.harness.commands.bench_rounds import Rounds, budget_s
+from tuning.harness.commands.bench.rounds import Rounds, budget_s
 from tuning.harness.errors import HarnessError
 
 

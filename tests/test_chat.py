@@ -1,5 +1,5 @@
 """Chat records trained as fms-hf-tuning 3.2.2 trains them with instruction_template and
-response_template (tuning/chat.py): the conversation found as fms finds it, rendered by the chat
+response_template (tuning/sft/chat.py): the conversation found as fms finds it, rendered by the chat
 template, only the assistant turns in the loss (trl's rule), refusals that name the fix.
 Token-for-token parity with fms's own run: tests/test_fms_batches.py (chat cases)."""
 
@@ -11,11 +11,11 @@ import pytest
 from conftest import run_launch
 from tokenizer_models import CHAT_TEMPLATE, added_tokens
 
-from tuning.chat import conversation_of, mask_turns
-from tuning.config import ConfigError, parse_args
-from tuning.data import IGNORE_INDEX, DataError, load_examples, tokenize_example
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.preflight import check_data
+from tuning.sft.chat import conversation_of, mask_turns
+from tuning.sft.config import ConfigError, parse_args
+from tuning.sft.data import IGNORE_INDEX, DataError, load_examples, tokenize_example
 
 X = IGNORE_INDEX
 CHAT = {"instruction_template": "<|user|>", "response_template": "<|assistant|>",

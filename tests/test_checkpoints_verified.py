@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import harness, leftovers
 
-from tuning import torn
+from tuning.rank import torn
 
 LAYOUTS = ("single", "per-rank")
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tuning.data import (
+from tuning.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
+from tuning.sft.data import (
     IGNORE_INDEX,
     Collator,
     DataError,
@@ -19,7 +20,6 @@ from tuning.data import (
     tokenize_example,
     tokenize_examples,
 )
-from tuning.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"input": "a", "output": "b"}

@@ -9,7 +9,7 @@ import pytest
 from conftest import write_table
 from test_data import _write
 
-from tuning.data import (
+from tuning.sft.data import (
     DataError,
     load_examples,
     tokenize_example,
@@ -156,8 +156,8 @@ def test_file_in_no_format_we_read(tmp_path):
 
 def test_host_check_of_columns_without_rows(tmp_path):
     """What preflight does where datasets is absent: the schema's columns make a shape."""
-    from tuning.records import table_columns
-    from tuning.shapes import check_columns
+    from tuning.sft.records import table_columns
+    from tuning.sft.shapes import check_columns
 
     path = write_table(tmp_path / "s.arrow", [{"text": "## Label: x", "n": 1}])
     assert table_columns(path) == ["text", "n"]

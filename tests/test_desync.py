@@ -1,7 +1,8 @@
-"""The desync faults (tuning/desync.py) in real gloo ranks under torchrun and the rank recorder,
-as a foreign ENTRY runs (tests/desync_entry.py: a training loop's collectives), and the verdict
-the host reads from what the ranks show: their stacks, their flight recorders (with torch's own
-analysis, tuning/fr_check.py, run with this project's Python as for LAYOUT=host), their ends."""
+"""The desync faults (tuning/rank/desync.py) in real gloo ranks under torchrun and the rank
+recorder, as a foreign ENTRY runs (tests/desync_entry.py: a training loop's collectives), and
+the verdict the host reads from what the ranks show: their stacks, their flight recorders (with
+torch's own analysis, tuning/rank/fr_check.py, run with this project's Python as for
+LAYOUT=host), their ends."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class Ranks:
                "HARNESS_OUTPUT_DIR": str(self.out), "OMP_NUM_THREADS": "1",
                "DESYNC_ENTRY_TIMEOUT": "120", **env}  # fmt: skip
         argv = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(n),
-                "--master-port", str(free_port()), str(ROOT / "tuning/rank_record.py")]  # fmt: skip
+                "--master-port", str(free_port()),
+                str(ROOT / "tuning/rank/rank_record.py")]  # fmt: skip
         self.log = tmp_path / "torchrun.log"
         self.agent = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
                                       stderr=subprocess.STDOUT)  # fmt: skip
@@ -140,7 +142,7 @@ def test_slow_main_is_the_rank_the_others_wait_for(ranks):
     assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
     assert v["evidence"].startswith(
         "rank 0 never entered all_reduce #9, where ranks 1, 2 and 3 wait; rank 0 is in "
-        f"main_process_work at {ROOT / 'tuning/desync.py'}:"
+        f"main_process_work at {ROOT / 'tuning/rank/desync.py'}:"
     ), v["evidence"]
     assert v["evidence"].endswith(f", called from {ENTRY}:{_line('# STEP_ALL_REDUCE')}")
     assert v["fr_trace"]["flagged"]["missing"] == [0] and v["fr_trace"]["agrees"] is True
@@ -195,7 +197,8 @@ def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mo
 
 def test_fr_check_reports_why_when_it_cannot_read(tmp_path):
     (tmp_path / "fr").mkdir()
-    out = subprocess.run([sys.executable, str(ROOT / "tuning/fr_check.py"), str(tmp_path / "fr")],
+    fr_check = str(ROOT / "tuning/rank/fr_check.py")
+    out = subprocess.run([sys.executable, fr_check, str(tmp_path / "fr")],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0
     said = json.loads(out.stdout)

@@ -19,9 +19,9 @@ import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
 
 from tuning import launch
-from tuning.harness.commands import fault_record
 from tuning.harness.commands.fault import KINDS, LAYOUTS
-from tuning.harness.commands.fault_kinds import disk_full, late_master, save_kill
+from tuning.harness.commands.fault import record as fault_record
+from tuning.harness.commands.fault.kinds import disk_full, late_master, save_kill
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
@@ -65,7 +65,7 @@ def test_rdzv_timeout_reaches_torchrun():
 def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
     """The follow is made before `lifecycle.start` builds the image (minutes on a fresh
     machine): the ranks' time to reach AT_STEP counts from the first tick, once they run."""
-    from tuning.harness.commands.fault_follow import START_DEADLINE_S, Follow
+    from tuning.harness.commands.fault.follow import START_DEADLINE_S, Follow
 
     knobs = {"rank": 1, "at_step": 12, "timeout_s": TIMEOUT, "world_size": 2}
     follow = Follow("kill", "per-rank", "rank1", knobs, "r")

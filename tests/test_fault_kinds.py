@@ -1,4 +1,4 @@
-"""The disk-full fault and what a rank's file-system failure says (tuning/fs_errors.py).
+"""The disk-full fault and what a rank's file-system failure says (tuning/rank/fs_errors.py).
 
 Quick tests need no engine: the sentences for ENOSPC and EROFS, and the Compose file with
 /output on a volume. The engine matrix runs disk-full for our trainer and fms in both layouts;
@@ -18,11 +18,11 @@ import pytest
 from conftest import ROOT, harness, leftovers
 from safetensors import safe_open
 
-from tuning import fs_errors, torn
 from tuning.harness.backends import compose
-from tuning.harness.commands.fault_kinds import disk_full
+from tuning.harness.commands.fault.kinds import disk_full
 from tuning.harness.rundirs import runs as run_files
 from tuning.harness.spec.layout import Layout
+from tuning.rank import fs_errors, torn
 
 TIMEOUT = 15
 

@@ -1,4 +1,4 @@
-"""The late-master fault (commands/fault_kinds/late_master.py): rank 0's node starts LATE s
+"""The late-master fault (commands/fault/kinds/late_master.py): rank 0's node starts LATE s
 after the others.
 
 Quick tests need no engine: what a waiting node's log says (lines as torch 2.13 writes them,
@@ -13,9 +13,9 @@ import json
 import pytest
 from conftest import harness, leftovers
 
-from tuning.harness.commands import fault_record
-from tuning.harness.commands.fault_kinds import late_master
-from tuning.harness.commands.fault_kinds.late_master import Late
+from tuning.harness.commands.fault import record as fault_record
+from tuning.harness.commands.fault.kinds import late_master
+from tuning.harness.commands.fault.kinds.late_master import Late
 
 # rank1's log from a per-rank run with LATE=40, RDZV_TIMEOUT=8 (torch 2.13, Docker's DNS)
 WAITED = """\

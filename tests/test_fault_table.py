@@ -1,4 +1,4 @@
-"""The table of fault kinds (commands/fault_kinds/): every kind is whole (an injector in its own
+"""The table of fault kinds (commands/fault/kinds/): every kind is whole (an injector in its own
 module, a record rule, a section in docs/faults.md), `make fault FAULT=?` lists exactly the
 table, and the modules that run a fault read the table instead of naming kinds. No engine."""
 
@@ -11,12 +11,18 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from tuning.harness.commands.fault_kinds import NAMES, TABLE
-from tuning.harness.commands.fault_kinds.kind import FAILS, Kind
+from tuning.harness.commands.fault.kinds import NAMES, TABLE
+from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 
 COMMANDS = ROOT / "tuning/harness/commands"
 # The modules that run, follow, record and write any fault: they read the table
-READERS = ("fault.py", "fault_inject.py", "fault_follow.py", "fault_record.py", "fault_write.py")
+READERS = (
+    "fault/__init__.py",
+    "fault/inject.py",
+    "fault/follow.py",
+    "fault/record.py",
+    "fault/write.py",
+)
 
 
 def docs_sections() -> dict[str, str]:
@@ -35,7 +41,7 @@ def test_every_kind_has_an_injector_a_record_rule_and_a_docs_section(name):
     kind = TABLE[name]
     injector = kind.inject or kind.due
     assert callable(injector), f"{name}: no injector"
-    assert injector.__module__.startswith("tuning.harness.commands.fault_kinds."), (
+    assert injector.__module__.startswith("tuning.harness.commands.fault.kinds."), (
         f"{name}'s injector lives in {injector.__module__}, not in its kind's module"
     )
     assert callable(kind.goal) or callable(kind.expect.goal), f"{name}: no record rule"

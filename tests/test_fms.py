@@ -41,9 +41,9 @@ def test_foreign_service_gets_launcher_recorder_and_json_job():
     assert svc["entrypoint"] == ["python3", LAUNCHER] and "command" not in svc
     binds = {v["target"]: v for v in svc["volumes"]}
     assert binds[LAUNCHER]["read_only"] and binds[LAUNCHER]["source"].endswith("tuning/launch.py")
-    assert binds[RANK_RECORD]["source"].endswith("tuning/rank_record.py")
+    assert binds[RANK_RECORD]["source"].endswith("tuning/rank/rank_record.py")
     assert binds[f"{LAUNCH_DIR}/gpu_guard.py"]["source"].endswith(
-        "tuning/gpu_guard.py"
+        "tuning/rank/gpu_guard.py"
     )  # beside the recorder
     env = svc["environment"]
     assert env["HARNESS_ENTRY"] == "harness_rank"

@@ -1,7 +1,7 @@
 """Parity with fms-hf-tuning 3.2.2, taken from fms's own run: the same job (model, data, seed,
 config) trained by `TRAINER=fms` and by our trainer, through the harness in one layout (single,
 2 CPU ranks, a few steps), with HARNESS_DUMP_BATCHES=1: every rank dumps each batch its HF
-Trainer feeds the model (tuning/batch_dump.py, mounted beside the rank recorder for fms). The
+Trainer feeds the model (tuning/rank/batch_dump.py, mounted beside the rank recorder for fms). The
 two dumps must be equal token for token: input_ids, labels and attention_mask, rank by rank,
 step by step; so must the losses of step 1 (fms's training_logs.jsonl and ours).
 
@@ -18,8 +18,8 @@ import pytest
 from conftest import harness, write_table
 from tokenizer_models import portable, variant
 
-from tuning.data import IGNORE_INDEX
 from tuning.demo_data import write as write_demo
+from tuning.sft.data import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
 STEPS = 3

@@ -1,4 +1,4 @@
-"""A tokenizer as fms-hf-tuning 3.2.2's transformers (4.55) loads it (tuning/fms_tokenizer.py):
+"""A tokenizer as fms-hf-tuning 3.2.2's transformers (4.55) loads it (tuning/sft/fms_tokenizer.py):
 the class read from the files, the special tokens it starts from, tokenizer.json as it is for
 the Llama and GPT-NeoX classes (transformers 5 rebuilds them), the padding side.
 (tests/test_fms_tokens.py compares the ids with fms's own, in its image.)"""
@@ -18,9 +18,9 @@ from tokenizer_models import (
     variant,
 )
 
-from tuning.data import IGNORE_INDEX, Collator
-from tuning.fms_tokenizer import as_fms_loads, fms_class, load
-from tuning.special_tokens import set_up
+from tuning.sft.data import IGNORE_INDEX, Collator
+from tuning.sft.fms_tokenizer import as_fms_loads, fms_class, load
+from tuning.sft.special_tokens import set_up
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Our tokenizer set-up (tuning/special_tokens.py) against fms-hf-tuning 3.2.2's own, run in its
+"""Our tokenizer set-up (tuning/sft/special_tokens.py) against fms-hf-tuning 3.2.2's own, run in its
 image (tests/fms_setup_probe.py calls fms's setup_tokenizer) on the same model directories: the
 same special tokens with the same ids, the same length, the same embedding rows, the old rows
 untouched and the new ones at the mean. One container run covers every case.
@@ -24,9 +24,9 @@ from tokenizer_models import (
     variant,
 )
 
-from tuning.config import ConfigError
-from tuning.fms_tokenizer import NAMES, load
-from tuning.special_tokens import set_up
+from tuning.sft.config import ConfigError
+from tuning.sft.fms_tokenizer import NAMES, load
+from tuning.sft.special_tokens import set_up
 
 pytestmark = pytest.mark.docker
 PROBE = Path(__file__).with_name("fms_setup_probe.py")

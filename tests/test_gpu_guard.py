@@ -13,8 +13,9 @@ from pathlib import Path
 
 from conftest import ROOT, free_port, launch_env, read_metrics, recorder
 
-from tuning import gpu_guard, launch
+from tuning import launch
 from tuning.harness.rundirs import runs
+from tuning.rank import gpu_guard
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"

@@ -1,5 +1,5 @@
 """`make kube REHEARSE=1 KILL=i`: a rank's pod SIGKILLed at a step, and each operator's
-restart rules acting on it (kube_faults.py), recorded in restarts.json and restarts.md."""
+restart rules acting on it (kube/faults.py), recorded in restarts.json and restarts.md."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from conftest import harness, leftovers
 
 from tuning.harness.backends import kube_restarts
-from tuning.harness.commands import kube_faults
+from tuning.harness.commands.kube import faults as kube_faults
 from tuning.harness.rundirs import runs
 from tuning.harness.spec.layout import Node
 

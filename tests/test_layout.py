@@ -145,7 +145,7 @@ def test_launcher_refuses_a_node_rank_outside_the_job():
 
 def test_host_side_never_imports_torch_and_container_side_never_imports_docker():
     host = (
-        "import sys, tuning.harness.cli, tuning.harness.commands.report,"
+        "import sys, tuning.harness.cli, tuning.harness.commands.bench.report,"
         " tuning.harness.commands.kube, tuning.harness.commands.bench,"
         " tuning.harness.commands.fault; tuning.harness.cli.parser();"
         " assert 'torch' not in sys.modules, 'host side imported torch'"

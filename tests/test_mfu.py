@@ -215,7 +215,7 @@ def test_gpu_peaks_cli():
 
 
 def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_path, llama_1b):
-    from tuning.harness.commands import report as rp
+    from tuning.harness.commands.bench import report as rp
 
     def rep(name, transport, busbw):
         probe = {"backend": "nccl", "world_size": 2, "samples": [

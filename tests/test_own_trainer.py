@@ -21,13 +21,13 @@ import pytest
 import yaml
 from conftest import ROOT, free_port, harness, recorder
 
-from tuning import torn
 from tuning.harness import cli
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import own_trainer
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import SRC_DIR, Layout
+from tuning.rank import torn
 
 SCRIPTS = ROOT / "tests/user_scripts"
 SCRIPT = SCRIPTS / "train_sft.py"
@@ -183,7 +183,7 @@ def _torchrun(out: Path, model: Path, data: Path, *extra: str) -> subprocess.Com
            "OMP_NUM_THREADS": "1", "HF_HOME": str(out.parent / "hf")}  # fmt: skip
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-            str(ROOT / "tuning/rank_record.py"), "--model_name_or_path", str(model),
+            str(ROOT / "tuning/rank/rank_record.py"), "--model_name_or_path", str(model),
             "--train_file", str(data), "--output_dir", str(out), *TRAIN_ARGS, *extra]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
                           cwd=out.parent)  # fmt: skip

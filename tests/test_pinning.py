@@ -1,4 +1,4 @@
-"""Each rank on its own cores (tuning/affinity.py): the split, the Compose cpuset of every
+"""Each rank on its own cores (tuning/shared/affinity.py): the split, the Compose cpuset of every
 layout's containers, the host launcher's CPUs, and a real process narrowing itself to its
 rank's list (this machine's CPUs, not a stand-in)."""
 
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from tuning import affinity
 from tuning.harness.backends import compose
 from tuning.harness.backends.nodes import _die_with
 from tuning.harness.spec.layout import Layout
+from tuning.shared import affinity
 
 PINNED = ((affinity.VAR, "0;1"),)  # what bench gives 2 ranks on a 2-core machine
 
@@ -44,7 +44,7 @@ def test_every_container_gets_its_ranks_cores(kind, network, cpusets):
 
 def _affinity_of_child(preexec=None, env=None) -> list[str]:
     """A real child process: what pin_rank returned, and the CPUs it then runs on."""
-    code = ("import os; from tuning.affinity import pin_rank; r = pin_rank(); "
+    code = ("import os; from tuning.shared.affinity import pin_rank; r = pin_rank(); "
             "print(r, sorted(os.sched_getaffinity(0)))")  # fmt: skip
     env = {**os.environ, **(env or {})}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,5 +1,5 @@
-"""The scored pool's list and its scoring (commands/pool.py, pool_list.py); the pool's runs are
-fault runs (tests/test_pool_docker.py runs three of them on the engine)."""
+"""The scored pool's list and its scoring (commands/pool.py, fault/pool_list.py); the pool's
+runs are fault runs (tests/test_pool_docker.py runs three of them on the engine)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import sys
 
 from conftest import ROOT
 
-from tuning.harness.commands import fault_verdict, pool, pool_list
+from tuning.harness.commands import pool
+from tuning.harness.commands.fault import pool_list
+from tuning.harness.commands.fault import verdict as fault_verdict
 
 
 def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():

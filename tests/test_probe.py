@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tuning import probe, transport
+from tuning import probe
+from tuning.shared import transport
 
 REPO = Path(__file__).resolve().parents[1]
 

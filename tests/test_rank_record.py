@@ -1,4 +1,4 @@
-"""The rank recorder (tuning/rank_record.py, mounted as harness_rank) around a foreign trainer
+"""The rank recorder (tuning/rank/rank_record.py, mounted as harness_rank) around a foreign trainer
 that returns with its process group still open, as fms 3.2.2 does: real torch, real gloo
 groups. The recorder destroys the group after a trainer that returned 0 only (on a failure its
 peers may still be inside a collective), and ends the process without finalizing the

@@ -1,4 +1,4 @@
-"""The readers at scale (tuning/records.py): JSON Lines split as datasets splits them, a JSON
+"""The readers at scale (tuning/sft/records.py): JSON Lines split as datasets splits them, a JSON
 array read once through, tables read by pyarrow as datasets reads them, and errors that still
 name the file, the line and the column."""
 
@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import ROOT, write_table
 
-from tuning import records
-from tuning.data import DataError, load_examples
-from tuning.records import read_path
+from tuning.sft import records
+from tuning.sft.data import DataError, load_examples
+from tuning.sft.records import read_path
 
 GOOD = {"input": "a", "output": "b"}
 
@@ -144,7 +144,7 @@ def test_host_check_reads_every_row_of_a_table_without_datasets(tmp_path):
     bad row stops the run before anything starts."""
     check = (
         "import sys; sys.modules['datasets'] = None  # the host's environment: no datasets\n"
-        "from tuning.config import SFTConfig\n"
+        "from tuning.sft.config import SFTConfig\n"
         "from tuning.harness.spec.preflight import check_data\n"
         "check_data(sys.argv[1], SFTConfig()); print('checked')\n"
     )

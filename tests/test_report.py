@@ -1,4 +1,4 @@
-"""tuning.harness.commands.report on a larger generated profile: the files it writes, the
+"""tuning.harness.commands.bench.report on a larger generated profile: the files it writes, the
 raw samples kept, the table's shape, and the PNG. Every figure's value is pinned on the
 hand-worked profile in test_report_hand.py. Fast; no docker, no torch."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuning.harness.commands import report as rp
+from tuning.harness.commands.bench import report as rp
 
 REPO = Path(__file__).resolve().parents[1]
 ORDER = ["host", "single", "per-rank-isolated", "per-rank-shared"]

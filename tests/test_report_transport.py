@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tuning import transport
-from tuning.harness.commands import report as rp
+from tuning.harness.commands.bench import report as rp
+from tuning.shared import transport
 
 
 def test_parse_nccl_transport():
@@ -31,7 +31,7 @@ def test_parse_nccl_transport():
 
 
 def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
-    from tuning.harness.commands import bench_samples
+    from tuning.harness.commands.bench import samples as bench_samples
 
     run = tmp_path / "run"
     (run / "output").mkdir(parents=True)

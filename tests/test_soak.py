@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import harness, leftovers
 
-from tuning.harness.commands import soak_plan
+from tuning.harness.commands.soak import plan as soak_plan
 
 PARTS = ("detect_s", "teardown_s", "restart_s", "imports_s", "rendezvous_s", "load_s",
          "first_step_s", "restart_cost_s", "work_lost_s")  # fmt: skip

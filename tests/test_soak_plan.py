@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuning.harness.commands import soak_plan
-from tuning.harness.commands.report_stats import poisson_interval
-from tuning.harness.commands.soak_plan import Failure, Plan, schedule, strike
-from tuning.harness.commands.soak_record import renewal
+from tuning.harness.commands.bench.report_stats import poisson_interval
+from tuning.harness.commands.soak import plan as soak_plan
+from tuning.harness.commands.soak.plan import Failure, Plan, schedule, strike
+from tuning.harness.commands.soak.record import renewal
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import save_interval
 
@@ -78,7 +78,7 @@ def test_the_schedule_counts_each_gap_from_where_the_group_resumed():
 
 
 def test_the_hold_file_names_the_rank_and_step_and_the_trainer_holds_there(tmp_path, monkeypatch):
-    from tuning import fault_hooks
+    from tuning.sft import fault_hooks
 
     path = tmp_path / "hold.json"
     monkeypatch.setenv("HARNESS_HOLD_FILE", str(path))

@@ -1,5 +1,5 @@
 """The tokenizer and embeddings set up as fms-hf-tuning 3.2.2 sets them up
-(tuning/special_tokens.py): its special-token cases, the resize to a multiple, new rows at the
+(tuning/sft/special_tokens.py): its special-token cases, the resize to a multiple, new rows at the
 mean; the EOS of a tokenizer without a pad token stays in the labels; added special tokens past
 the model's rows train. (tests/test_fms_tokens.py compares the set-up with fms's own, in its
 image.)"""
@@ -16,10 +16,10 @@ import torch
 from conftest import ROOT, launch_env, run_launch, step_losses
 from tokenizer_models import CHAT_TOKENS, build_models, job_config, variant
 
-from tuning.config import ConfigError
-from tuning.data import IGNORE_INDEX, load_examples, tokenize_example
-from tuning.fms_tokenizer import load
-from tuning.special_tokens import set_up, tokens_to_add
+from tuning.sft.config import ConfigError
+from tuning.sft.data import IGNORE_INDEX, load_examples, tokenize_example
+from tuning.sft.fms_tokenizer import load
+from tuning.sft.special_tokens import set_up, tokens_to_add
 
 LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 

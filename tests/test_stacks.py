@@ -1,4 +1,4 @@
-"""Stack dumps without Docker: real processes dump through tuning/stack_dump.py (faulthandler),
+"""Stack dumps without Docker: real processes dump through tuning/rank/stack_dump.py (faulthandler),
 the host's run/stacks.py signals and reads them (LAYOUT=host's way: a shell on this machine),
 and run/stack_text.py parses real faulthandler text. The container path differs only in
 where that shell runs (docker exec); tests/test_stacks_docker.py covers it."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-from tuning.harness.commands import fault_stacks
+from tuning.harness.commands.fault import stacks as fault_stacks
 from tuning.harness.run import stack_text, stacks, stall
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 CHILD = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
-from tuning import stack_dump
+from tuning.rank import stack_dump
 stack_dump.install({out!r}, {rank})
 threading.Thread(target=lambda: time.sleep(1000), name="helper", daemon=True).start()
 def deep():
@@ -92,7 +92,7 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
            "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}  # fmt: skip
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-            str(ROOT / "tuning/rank_record.py")]  # fmt: skip
+            str(ROOT / "tuning/rank/rank_record.py")]  # fmt: skip
     log = tmp_path / "torchrun.log"
     agent = subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:

@@ -98,7 +98,7 @@ def test_a_node_that_exited_does_not_turn_the_watch_off():
 SAVING = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tuning import stack_dump
+from tuning.rank import stack_dump
 stack_dump.install({out!r}, 0)
 def _save_checkpoint(model, trial):  # the HF Trainer's name for its save
     print("ready", flush=True)

@@ -1,4 +1,4 @@
-"""Tokenized data kept compact and tokenized once per node (tuning/tokenized.py): the same rows
+"""Tokenized data kept compact and tokenized once per node (tuning/sft/tokenized.py): the same rows
 as tokenize_example gives, 8 bytes a token, each rank of a node tokenizing its slice and mapping
 the others', and a failure on one rank ending every rank with the reason."""
 
@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT
 from tokens_entry import Ex, N, tokenize_as
 
-from tuning.data import DataError, load_examples, tokenize_example, tokenize_examples
 from tuning.demo_data import records
-from tuning.tokenized import Node, TokenizedDataset, build, pack, read_part, write_part
+from tuning.sft.data import DataError, load_examples, tokenize_example, tokenize_examples
+from tuning.sft.tokenized import Node, TokenizedDataset, build, pack, read_part, write_part
 
 
 def _expected() -> list[dict]:

@@ -1,7 +1,7 @@
 """Torn checkpoints (issue 23): found and moved aside, never deleted, before every start; our
 trainer's saves are complete under their name or not there at all.
 
-The tree tests build output dirs by hand (stdlib only, as tuning/torn.py is). The trainer tests
+The tree tests build output dirs by hand (stdlib only, as tuning/rank/torn.py is). The trainer tests
 run tuning.sft_trainer for real on CPU: a kill inside a save cannot be timed in a test, so the
 checkpoint is torn the way such a kill leaves it (trainer_state.json and the RNG state gone,
 the optimizer cut short) and the trainer is started again on the same output dir, as a
@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT, launch_env, step_losses
 from test_trainer import check, trainer_args
 
-from tuning import torn
+from tuning.rank import torn
 
 COMPLETE = ["trainer_state.json", "model.safetensors", "optimizer.pt", "rng_state.pth"]
 TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
@@ -166,10 +166,10 @@ def test_other_ranks_wait_for_rank_0_then_go_on(tmp_path):
 
 def test_command_line(tmp_path):
     out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
-    run = subprocess.run([sys.executable, str(ROOT / "tuning/torn.py"), str(out)],
+    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank/torn.py"), str(out)],
                          capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 0 and "checkpoint-20 is incomplete" in run.stdout, run.stderr
-    bad = subprocess.run([sys.executable, str(ROOT / "tuning/torn.py"), str(tmp_path / "no")],
+    bad = subprocess.run([sys.executable, str(ROOT / "tuning/rank/torn.py"), str(tmp_path / "no")],
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "is not a directory" in bad.stderr
 
@@ -195,7 +195,7 @@ def test_a_foreign_trainer_meets_no_torn_checkpoint(tmp_path):
     )
     env = {**launch_env(), "HARNESS_OUTPUT_DIR": str(out), "HARNESS_WRAPPED_ENTRY": "lister",
            "RANK": "0", "PYTHONPATH": str(tmp_path)}  # fmt: skip
-    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank_record.py")], env=env,
+    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank/rank_record.py")], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
     said = run.stdout.splitlines()

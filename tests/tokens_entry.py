@@ -1,4 +1,4 @@
-"""Two ranks of one node tokenizing together (tuning/tokenized.py), run under torchrun: each
+"""Two ranks of one node tokenizing together (tuning/sft/tokenized.py), run under torchrun: each
 writes what it saw to OUT/rank<N>.json. MODE: ok; refuse (rank 1's tokenizing refuses its
 data); crash (rank 1's raises an ordinary error)."""
 
@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
-from tuning.data import DataError
-from tuning.tokenized import Node, build
+from tuning.sft.data import DataError
+from tuning.sft.tokenized import Node, build
 
 N = 11
 

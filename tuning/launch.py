@@ -24,7 +24,7 @@ Harness extras, all optional:
   HARNESS_ENTRY_ARGS                that module's arguments (shell words), in place of the
                                     trainer's (bench: the probe's --out, --max-bytes ...)
   HARNESS_OUTPUT_DIR                where node 0 moves torn checkpoints aside before it
-                                    starts the group (default /output; tuning/torn.py)
+                                    starts the group (default /output; tuning/rank/torn.py)
 Set for the ranks: HARNESS_DISTRIBUTED_TYPE, what the accelerate config asks for (FSDP, ...):
 the trainer fails when accelerate sets up something else. For the probe on GPUs (the bench, the
 GPU check) also NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS, unless set: NCCL's log then names the
@@ -182,9 +182,11 @@ def command(
 
 def sweep_torn(env: Mapping[str, str]) -> None:
     """Before this node's group starts (a restarted container or pod, the kube rehearsal),
-    node 0 moves torn checkpoints in the output dir aside: torn.py, beside this file here and
-    in a user's image (/opt/harness-launch), loaded by path (fms has its own `tuning`)."""
-    path = Path(__file__).with_name("torn.py")
+    node 0 moves torn checkpoints in the output dir aside: torn.py, beside this file in a
+    user's image (/opt/harness-launch), or in tuning/rank/ in ours; loaded by path (fms has its
+    own `tuning`)."""
+    here = Path(__file__).parent
+    path = next((p for p in (here / "torn.py", here / "rank" / "torn.py") if p.is_file()), here)
     if _int(env, *NODE_RANK, default=0) or not path.is_file():
         return
     spec = importlib.util.spec_from_file_location("harness_torn", path)

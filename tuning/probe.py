@@ -36,7 +36,7 @@ or from ``MASTER_PORT`` are the rendezvous store ("store"); the rest are the col
 ("collective": gloo's pairs, or NCCL's bootstrap and NET/Socket sockets). For NCCL the
 transport between GPUs (P2P/IPC, SHM, NET/Socket) is not visible from here: NCCL names it in
 its log at ``NCCL_DEBUG=INFO`` (the launcher sets that for the probe on GPUs), which the host
-reads with ``tuning.transport.parse_nccl_transport``; the probe records ``nccl_debug`` (the
+reads with ``tuning.shared.transport.parse_nccl_transport``; the probe records ``nccl_debug`` (the
 variable's value) so the host knows whether to look.
 
 Rank 0 writes ``DIR/probe.json``::
@@ -57,7 +57,7 @@ connection stays inside this network namespace (its remote address is a loopback
 one of this namespace's own addresses, so the kernel carries it over ``lo``).
 
 Exit status: 0; 1 when any sum was wrong (probe.json is written first) or when
-``HARNESS_DEVICE=gpu`` finds no usable GPU (tuning/gpu_guard.py names what it found); 2 on bad
+``HARNESS_DEVICE=gpu`` finds no usable GPU (tuning/rank/gpu_guard.py names what it found); 2 on bad
 arguments.
 """
 
@@ -74,8 +74,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tuning import affinity, gpu_guard
-from tuning.transport import transport_info
+from tuning.rank import gpu_guard
+from tuning.shared import affinity
+from tuning.shared.transport import transport_info
 
 GB = 1e9
 MIN_TIMED_ITERS = 20  # nccl-tests' default iterations; fewer left 256 MiB at 3-11 on CPU
@@ -231,7 +232,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    affinity.pin_rank()  # bench: this rank's own cores, as in training (tuning/affinity.py)
+    affinity.pin_rank()  # bench: this rank's own cores, as in training (tuning/shared/affinity.py)
     backend, device = _backend_and_device()
     kwargs = {"timeout": _dt.timedelta(seconds=args.timeout_s)}
     if backend == "nccl":

@@ -2,17 +2,17 @@
 
 Reads in one sitting, top to bottom: config -> output dirs -> data validated -> imports ->
 rendezvous -> model -> tokenized data -> Trainer.train -> summary. Everything tunable is in
-tuning/config.py. Runs under ``accelerate launch`` (any number of ranks) or plain ``python``.
+tuning/sft/config.py. Runs under ``accelerate launch`` (any number of ranks) or plain ``python``.
 
 Exit status: 0 done (or preempted and checkpointed), 2 refused config or data, 1 anything else
-(HARNESS_DEVICE=gpu on a rank that cannot use CUDA among them: tuning/gpu_guard.py, before data
+(HARNESS_DEVICE=gpu on a rank that cannot use CUDA among them: tuning/rank/gpu_guard.py, before data
 or model are read; never a quiet fall back to CPU).
 Fault hooks for the harness: HARNESS_CRASH_AT_STEP=k with HARNESS_CRASH_RANK=i makes global rank
 i raise at the start of step k, once per output_dir (a marker in <output_dir>/.harness/ lets a
 restarted group pass it); HARNESS_STEP_SLEEP=s paces every step (s seconds of sleep at
 its end, no CPU) so a fault can land at a chosen step; HARNESS_SAVE_SLEEP=s holds every
-save s seconds half written (tuning/atomic_save.py); HARNESS_DESYNC=<kind> strikes one
-collective (tuning/desync.py: slow-main, skip-collective, mismatch); SIGTERM makes every rank
+save s seconds half written (tuning/sft/atomic_save.py); HARNESS_DESYNC=<kind> strikes one
+collective (tuning/rank/desync.py: slow-main, skip-collective, mismatch); SIGTERM makes every rank
 checkpoint at the next step boundary they agree on and exit 0 with status "preempted".
 """
 
@@ -34,31 +34,23 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from tuning import (
-    affinity,
-    batch_dump,
-    fms_tokenizer,
-    fs_errors,
-    fsdp_gloo,
-    gpu_guard,
-    special_tokens,
-    stack_dump,
-    torn,
-)
-from tuning.atomic_save import AtomicSaveMixin
-from tuning.config import ConfigError, SFTConfig, parse_args
-from tuning.data import Collator, DataError, load_examples, tokenize_examples
-from tuning.fault_hooks import FaultHooks, Preemption
-from tuning.metrics import (
+from tuning.rank import batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
+from tuning.sft import fms_tokenizer, special_tokens
+from tuning.sft.atomic_save import AtomicSaveMixin
+from tuning.sft.config import ConfigError, SFTConfig, parse_args
+from tuning.sft.data import Collator, DataError, load_examples, tokenize_examples
+from tuning.sft.fault_hooks import FaultHooks, Preemption
+from tuning.sft.metrics import (
     FileLoggingCallback,
     MetricsTrainerMixin,
     MetricsWriter,
     StepMetricsCallback,
     summarize,
 )
-from tuning.records import gc_paused
-from tuning.shapes import formatting
-from tuning.tokenized import Node
+from tuning.sft.records import gc_paused
+from tuning.sft.shapes import formatting
+from tuning.sft.tokenized import Node
+from tuning.shared import affinity
 
 EXIT_REFUSED = 2
 # SFTConfig fields handed to TrainingArguments under the same name, unchanged.
@@ -81,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_REFUSED
     os.makedirs(os.path.join(cfg.output_dir, "metrics"), exist_ok=True)
     # Every start (torchrun's restarts too): a checkpoint torn by a kill is moved aside, so
-    # get_last_checkpoint below finds the newest complete one (tuning/torn.py).
+    # get_last_checkpoint below finds the newest complete one (tuning/rank/torn.py).
     torn.before_start(cfg.output_dir, int(os.environ.get("RANK") or 0))
     # SIGUSR1: every thread's stack to <output_dir>/stacks (the host's `stacks`, stall, fault)
     stack_dump.install(cfg.output_dir, int(os.environ.get("RANK") or 0))
     writer = MetricsWriter(cfg.output_dir)
-    if os.environ.get("HARNESS_DESYNC"):  # make fault's desync kinds (tuning/desync.py)
-        from tuning import desync
+    if os.environ.get("HARNESS_DESYNC"):  # make fault's desync kinds (tuning/rank/desync.py)
+        from tuning.rank import desync
 
         desync.install(int(os.environ.get("RANK") or 0), lambda line: writer.log(**line))
     writer.phase("imports")  # the module's imports (torch, transformers) are done by now
@@ -135,7 +127,7 @@ def _load_data(cfg: SFTConfig) -> dict:
 
 
 def _tokenize(cfg: SFTConfig, data: dict, tokenizer, name: str):
-    """One data set tokenized (each rank of a node a slice: tuning/tokenized.py); its examples
+    """One data set tokenized (each rank of a node a slice: tuning/sft/tokenized.py); its examples
     dropped from `data` as they are done with, so training holds the compact arrays alone."""
     path, examples = data.pop(name)
     if examples is None:
@@ -290,8 +282,8 @@ def _local_numel(param) -> int:
 
 
 class SFTTrainer(AtomicSaveMixin, MetricsTrainerMixin, Trainer):
-    """The HF Trainer plus per-rank step metrics (tuning.metrics), each checkpoint complete
-    under its name or not there at all (tuning.atomic_save)."""
+    """The HF Trainer plus per-rank step metrics (tuning.sft.metrics), each checkpoint complete
+    under its name or not there at all (tuning.sft.atomic_save)."""
 
 
 if __name__ == "__main__":

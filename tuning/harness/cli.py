@@ -12,6 +12,7 @@ from tuning.harness.commands import (
     bench,
     examples,
     fault,
+    gpus,
     housekeeping,
     image,
     kube,
@@ -21,13 +22,13 @@ from tuning.harness.commands import (
     up,
 )
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import devices, flag_table, options
+from tuning.harness.spec import flag_table, options
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
-    commands = (up, bench, fault, soak, pool, kube, examples, devices, housekeeping, image, stacks)
+    commands = (up, bench, fault, soak, pool, kube, examples, gpus, housekeeping, image, stacks)
     for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():

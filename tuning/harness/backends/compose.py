@@ -8,7 +8,6 @@ from pathlib import Path
 
 import yaml
 
-from tuning import affinity
 from tuning.harness.errors import ROOT
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import (
@@ -27,6 +26,7 @@ from tuning.harness.spec.layout import (
     data_target,
     launch_files,
 )
+from tuning.shared import affinity
 
 TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in
 

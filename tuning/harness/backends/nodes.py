@@ -18,11 +18,11 @@ from typing import Protocol
 import docker.errors
 import requests.exceptions
 
-from tuning import affinity
 from tuning.harness.backends import compose as compose_mod
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, NodeLost
 from tuning.harness.spec.layout import RUNS_LABEL, Layout
+from tuning.shared import affinity
 
 
 class Nodes(Protocol):
@@ -165,7 +165,7 @@ def _die_with(parent: int, cpus: str | None = None):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the harness died before the signal was armed
             os._exit(1)
-        if cpus:  # bench: every rank's cores, as a container's cpuset (tuning/affinity.py)
+        if cpus:  # bench: every rank's cores, as a container's cpuset (tuning/shared/affinity.py)
             os.sched_setaffinity(0, affinity.parse_list(cpus))
 
     return arm

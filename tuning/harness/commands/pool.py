@@ -1,4 +1,4 @@
-"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (pool_list.py), one
+"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (fault/pool_list.py), one
 `make fault` each, as a user would type it, and scores each run's verdict against what was
 injected: the culprit named right (exactly the rank hit), a wrong rank named (never), the class,
 and how long after the fault the verdict was ready against the collective timeout.
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuning.harness.commands import pool_list
+from tuning.harness.commands.fault import pool_list
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuning import launch, torn
+from tuning import launch
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
 from tuning.harness.errors import ROOT, HarnessError, NodeLost
@@ -26,6 +26,7 @@ from tuning.harness.spec import gpu_locks, preflight
 from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import RUNS_LABEL, Layout
 from tuning.harness.spec.options import Spec
+from tuning.rank import torn
 
 EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
 

@@ -13,10 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
-from tuning import torn
 from tuning.harness.rundirs.runs import FMS_LOGS
 from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.ranks_user import ids
+from tuning.rank import torn
 
 
 def prepare(output: Path, layout: Layout) -> None:

@@ -1,4 +1,4 @@
-"""Reading one dump of a rank's stacks (faulthandler's text, as tuning/stack_dump.py has a rank
+"""Reading one dump of a rank's stacks (faulthandler's text, as tuning/rank/stack_dump.py has a rank
 write it) into threads and frames, and saying in one line where the rank is."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from tuning.stack_dump import END, FR_PREFIX
+from tuning.rank.stack_dump import END, FR_PREFIX
 
 # CPython's faulthandler (Python/traceback.c): a thread header, then its frames, newest first.
 _THREAD = re.compile(
@@ -16,7 +16,7 @@ _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<f
 _DIST = "torch/distributed/"
 # Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
 # package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper and
-# its desync faults' wrapper (tuning/desync.py: the call it wraps is the user's).
+# its desync faults' wrapper (tuning/rank/desync.py: the call it wraps is the user's).
 _LIBS = "torch|transformers|accelerate|peft|trl|datasets|safetensors|huggingface_hub"
 _NOT_USER = re.compile(
     rf"/lib/python3\.\d+/(?!site-packages/|dist-packages/)|-packages/({_LIBS})/|^<frozen "

@@ -1,6 +1,6 @@
 """What each rank showed, gathered for the verdict (verdict.py): from a dump of the ranks'
 stacks and flight recorders (run/stacks.py), the ranks' metrics (phases, steps, end lines),
-their exits where a fault run recorded them (fault_record.py), and their nodes (started at
+their exits where a fault run recorded them (fault/record.py), and their nodes (started at
 all, on the run's network). Never what was injected: a fault run and a stalled `make up` give
 the same kind of facts.
 """

@@ -8,7 +8,7 @@
   lines; each rank names one peer, and the odd rank is named by all the others (which rank is
   the odd one out is counted here, by hand).
 - The flight recorder's analysis (fr_trace's library), run in a rank's container over every
-  rank's dump (tuning/fr_check.py): the first collective not called alike, which is attached
+  rank's dump (tuning/rank/fr_check.py): the first collective not called alike, which is attached
   to the verdict with whether it agrees. Its "culprit" is every rank unlike the one it read
   first, so it is reported, not used to name anyone.
 """
@@ -69,13 +69,13 @@ def detail_mismatch(ranks: dict) -> dict | None:
 
 
 def run_fr_check(places, output, since: float) -> dict | None:
-    """tuning/fr_check.py over the dumps written since `since`, in the first running node (its
+    """tuning/rank/fr_check.py over the dumps written since `since`, in the first running node (its
     image's torch), or with this project's Python for LAYOUT=host. None where no node runs."""
     for node in places:
         if node.state()[0] != "running":
             continue
         if node.ctr is None:
-            cmd = [sys.executable, str(ROOT / "tuning/fr_check.py"), str(output / "stacks/fr"),
+            cmd = [sys.executable, str(ROOT / "tuning/rank/fr_check.py"), str(output / "stacks/fr"),
                    str(since)]  # fmt: skip
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=FR_TIMEOUT_S)
@@ -85,7 +85,7 @@ def run_fr_check(places, output, since: float) -> dict | None:
         else:
             since_arg = shlex.quote(str(since))
             script = ("f=/opt/harness-launch/fr_check.py; [ -f $f ] || "
-                      "f=/opt/harness/tuning/fr_check.py; timeout "
+                      "f=/opt/harness/tuning/rank/fr_check.py; timeout "
                       f"{FR_TIMEOUT_S} python3 $f /output/stacks/fr {since_arg}")  # fmt: skip
             text = node.sh(script)
         line = next((x for x in reversed(text.splitlines()) if x.startswith("{")), None)

@@ -63,14 +63,16 @@ IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
 # job as JSON (fms's SFT_TRAINER_CONFIG_JSON_PATH) instead of `--config job.yaml`.
 LAUNCH_DIR = "/opt/harness-launch"
 LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
-RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank_record.py
-TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/torn.py, beside the launcher and the rank recorder
-# tuning/<name>, mounted beside the rank recorder, which loads each by file (standard library
-# only): FSDP on gloo, no silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC,
-# an HF Trainer's step lines, desync faults; and torch's flight recorder analysis over the
-# ranks' dumps (fr_check.py)
-BESIDE_RECORDER = ("fsdp_gloo.py", "gpu_guard.py", "torn.py", "stack_dump.py", "batch_dump.py",
-                   "fs_errors.py", "trainer_steps.py", "desync.py", "fr_check.py")  # fmt: skip
+RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank/rank_record.py
+TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/rank/torn.py, beside the launcher and the rank recorder
+# tuning/rank/: the rank recorder and the modules mounted beside it, which it loads by file
+# (standard library only at import: tests/test_rank_folder.py): FSDP on gloo, no silent CPU,
+# torn checkpoints, stack dumps, batch dumps, plain ENOSPC, an HF Trainer's step lines, desync
+# faults, and torch's flight recorder analysis over the ranks' dumps. A module added there is
+# mounted with the others.
+RANK_FOLDER = Path(__file__).resolve().parents[2] / "rank"
+BESIDE_RECORDER = tuple(sorted(p.name for p in RANK_FOLDER.glob("*.py")
+                               if p.name not in ("__init__.py", "rank_record.py")))  # fmt: skip
 SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
 
 
@@ -78,8 +80,8 @@ def launch_files(tuning: Path) -> dict[str, Path]:
     """What a foreign trainer finds in LAUNCH_DIR: each file's name there -> the file of
     `tuning` (the package folder) it is (Compose binds each; kube puts them in a ConfigMap)."""
     return {Path(LAUNCHER).name: tuning / "launch.py",
-            Path(RANK_RECORD).name: tuning / "rank_record.py",
-            **{name: tuning / name for name in BESIDE_RECORDER}}  # fmt: skip
+            Path(RANK_RECORD).name: tuning / "rank" / "rank_record.py",
+            **{name: tuning / "rank" / name for name in BESIDE_RECORDER}}  # fmt: skip
 
 
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
@@ -291,7 +293,7 @@ class Layout:
         return env
 
     def foreign_env(self) -> dict[str, str]:
-        """A foreign trainer runs under the rank recorder (tuning/rank_record.py), which
+        """A foreign trainer runs under the rank recorder (tuning/rank/rank_record.py), which
         records the process group each rank joined and how it ended, then runs ENTRY."""
         env = {
             "HARNESS_ENTRY": "harness_rank",

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import yaml
 
-from tuning import torn
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import devices, job_paths, own_trainer, preflight, ranks_user, trainers
@@ -30,6 +29,7 @@ from tuning.harness.spec.layout import (
     data_target,
     output_dir_of,
 )
+from tuning.rank import torn
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
@@ -90,7 +90,10 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
     output = output_dir_of(f.layout, str(run_dir))
     extra = tuple(env(plan.count or nproc, output).items()) if env else ()
-    if os.environ.get(DUMP_BATCHES, "0") not in ("", "0"):  # a debug switch: tuning/batch_dump.py
+    if os.environ.get(DUMP_BATCHES, "0") not in (
+        "",
+        "0",
+    ):  # a debug switch: tuning/rank/batch_dump.py
         extra += ((DUMP_BATCHES, f"{output}/batches"),)
     own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     try:
@@ -246,7 +249,7 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
     that run. Checked and named before anything starts (dry run too): the checkpoint the
     trainer will load (the newest complete one) must be saved by as many ranks as this run
     has. An incomplete one after it (a save cut short) is taken too and moved aside in this
-    run's output when it starts (tuning/torn.py); the earlier run stays as it was."""
+    run's output when it starts (tuning/rank/torn.py); the earlier run stays as it was."""
     if not (f.resume or f.resume_from):
         return None
     name = checked_run_id(f.resume_from) if f.resume_from else "latest"

@@ -1,8 +1,8 @@
 """Checks a run's inputs on the host before anything starts, so a mistake costs a second and
 a clear message instead of a container that dies in its log.
 
-The job and data are checked by the trainer's own pure-Python code (tuning.config,
-tuning.data: no torch), so the host and the ranks can never disagree about what is valid.
+The job and data are checked by the trainer's own pure-Python code (tuning.sft.config,
+tuning.sft.data: no torch), so the host and the ranks can never disagree about what is valid.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
-from tuning.config import ConfigError, SFTConfig, coerce
-from tuning.data import DataError, load_examples
 from tuning.harness.errors import HarnessError
-from tuning.records import describe, gc_paused, reader_missing, table_columns
-from tuning.shapes import check_columns, formatting
+from tuning.sft.config import ConfigError, SFTConfig, coerce
+from tuning.sft.data import DataError, load_examples
+from tuning.sft.records import describe, gc_paused, reader_missing, table_columns
+from tuning.sft.shapes import check_columns, formatting
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 CHECK_ACCELERATE = (

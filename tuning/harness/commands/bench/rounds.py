@@ -1,0 +1,87 @@
+"""How many rounds a bench runs: REPEAT=r rounds, or REPEAT=auto: rounds until every goal is
+resolved (MET or MISSED, `report_goals`) or the time budget (BUDGET=10m) runs out.
+
+Auto never decides before `MIN_ROUNDS` (the 5 rounds a 90 % interval of a median takes, see
+`report_stats`), never
+starts a round that the rounds so far say would not end within the budget, and stops at
+`MAX_ROUNDS` whatever the budget. The reason it stopped goes into report.json's meta
+(``stopped``) and report.md.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tuning.harness.commands.bench.report_derive import derive
+from tuning.harness.commands.bench.report_stats import MIN_PAIRS
+from tuning.harness.errors import HarnessError
+from tuning.harness.spec.flags import time_arg
+
+DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
+MAX_ROUNDS = 30
+DEFAULT_BUDGET_S = 900.0  # 5 rounds take about 11 min on 2 cores
+
+
+def budget_s(raw: str | None) -> float:
+    """BUDGET: seconds, or a number with s, m or h (``10m``, ``90s``, ``1.5h``)."""
+    return time_arg("BUDGET", raw) or DEFAULT_BUDGET_S
+
+
+class Rounds:
+    """`next_round(raw)` before each round: whether to run it; `stopped` says why not."""
+
+    def __init__(self, repeat: str | int | None, budget: str | None, clock=time.monotonic):
+        self.auto = str(repeat).strip().lower() == "auto"
+        if not self.auto and budget:
+            raise HarnessError("BUDGET applies to REPEAT=auto only; drop it or set REPEAT=auto")
+        if self.auto:
+            self.planned, self.budget = MIN_ROUNDS, budget_s(budget)
+        else:
+            self.planned, self.budget = _whole(repeat), None
+        self.clock = clock  # time.monotonic; a test's stand-in steps it by hand
+        self.t0 = clock()
+        self.done = 0
+        self.stopped = ""
+
+    def describe(self) -> str:
+        if not self.auto:
+            return f"{self.planned} round(s)"
+        return (f"REPEAT=auto: at least {MIN_ROUNDS} rounds, then rounds until every goal is "
+                f"resolved or the budget of {self.budget:.0f} s runs out (at most "
+                f"{MAX_ROUNDS})")  # fmt: skip
+
+    def next_round(self, raw: dict) -> bool:
+        elapsed = self.clock() - self.t0
+        if not self.auto and self.done >= self.planned:
+            self.stopped = f"{self.done} round(s), as REPEAT asked."
+            return False
+        per_round = elapsed / self.done if self.done else 0.0
+        if self.auto and self.done >= MIN_ROUNDS:
+            open_goals = [g["name"] for g in derive(raw)["goals"] if g["verdict"] == "UNRESOLVED"]
+            if not open_goals:
+                self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
+            elif self.done >= MAX_ROUNDS:
+                self.stopped = (f"REPEAT=auto: stopped at the most rounds ({MAX_ROUNDS}); still "
+                                f"unresolved: {', '.join(open_goals)}.")  # fmt: skip
+            elif elapsed + per_round > self.budget:
+                self.stopped = (f"REPEAT=auto: the budget of {self.budget:.0f} s ran out after "
+                                f"{self.done} rounds ({elapsed:.0f} s); still unresolved: "
+                                f"{', '.join(open_goals)}.")  # fmt: skip
+        if self.stopped:
+            return False
+        self.done += 1
+        self.planned = max(self.planned, self.done)
+        return True
+
+
+def _whole(raw) -> int:
+    if raw is None or raw == "":
+        return DEFAULT_REPEAT
+    try:
+        n = int(raw)
+    except ValueError:
+        raise HarnessError(f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=5) or "
+                           "REPEAT=auto") from None  # fmt: skip
+    if n < 1:
+        raise HarnessError(f"REPEAT={n} must be at least 1, or REPEAT=auto")
+    return n

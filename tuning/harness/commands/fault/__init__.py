@@ -1,0 +1,146 @@
+"""`make fault`: start a job, hit one rank at a chosen step, follow every rank to its end,
+tear down, and record what happened (runs/<run-id>/fault.json and fault.md).
+
+`python -m tuning.harness fault <run flags> --fault KIND [--rank i] [--at-step k]
+[--rdzv-timeout s]`; `--fault all` runs every kind in both layouts and writes one matrix.
+The fault lands when the target rank's own metrics show step k (on_tick, not a sleep).
+The kinds, each declared once with its injector, are fault/kinds/; what each does in each
+layout, and why some cannot apply: docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+
+from tuning.harness.backends import engine
+from tuning.harness.commands.fault import record as fault_record
+from tuning.harness.commands.fault import write as fault_write
+from tuning.harness.commands.fault.follow import Follow
+from tuning.harness.commands.fault.kinds import KNOBS, NAMES, TABLE
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import foreign, lifecycle
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import options
+from tuning.harness.spec.flags import RunFlags, int_arg
+from tuning.harness.spec.layout import CONTAINER_KINDS, RUNS_LABEL
+
+KINDS = NAMES  # the table's order (fault/kinds/): FAULT=all runs them so
+LAYOUTS = CONTAINER_KINDS
+DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
+FOREIGN_STEPS = ("a foreign trainer (fms) logs steps from rank 0 only (training_logs.jsonl): the "
+                 "fault lands when rank 0 shows the step (the group steps together), and ranks "
+                 "other than 0 have no last step of their own")  # fmt: skip
+ARGS_NOTE = ("ARGS is ENTRY's whole command line: its steps, seed and collective timeout are its "
+             "own (--max_steps, --seed, --ddp_timeout); steps is the max_steps its Trainer "
+             "logged, and timeout_s only how long the harness waits without a step")  # fmt: skip
+
+
+def register(sub) -> None:
+    # FAULT, RANK, AT_STEP, RDZV_TIMEOUT and the kinds' knobs (LATE): flag_table (defaults:
+    # DEFAULTS, kinds.KNOBS)
+    p = sub.add_parser("fault", help="reproduce a cluster failure and record it")
+    p.set_defaults(fn=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    if a.fault not in (*KINDS, "all"):
+        said = f"FAULT={a.fault} is unknown" if a.fault else "FAULT is not set"
+        raise HarnessError(f"{said}; use one of {', '.join(KINDS)}, or all")
+    layout = a.layout or RunFlags.layout  # LAYOUT not typed: the default, as for make up
+    if a.fault != "all" and layout not in LAYOUTS:
+        raise HarnessError(f"fault runs in containers: LAYOUT=single or per-rank, not {layout}")
+    kinds = KINDS if a.fault == "all" else (a.fault,)
+    layouts = LAYOUTS if a.fault == "all" else (layout,)
+    f = RunFlags.of(a)
+    base = options.checked_run_id(f.run_id)
+    k = _knobs(a, f)
+    # every fault run starts afresh, with the knobs' TIMEOUT and STEPS
+    f = replace(f, timeout=k["timeout_s"], steps=k["steps"], resume=False, resume_from=None)
+    records = []
+    for layout in layouts:
+        for kind in kinds:
+            run_id = base if len(kinds) == 1 else f"{base}-{kind}-{layout}"
+            records.append(run_one(replace(f, layout=layout), k, kind, run_id))
+    if len(records) > 1:
+        out = fault_write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
+        print(f"harness: fault matrix: {out}")
+    return 0 if all(r["goal_met"] is not False for r in records) else 1
+
+
+def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
+    """TIMEOUT, RDZV_TIMEOUT, RANK, AT_STEP, STEPS and every kind's own knobs (all checked before
+    any run starts), with the fault's defaults."""
+    timeout = f.timeout or DEFAULTS["timeout"]
+    rank = int_arg("RANK", a.rank, 0)
+    return {
+        "timeout_s": timeout,
+        "rdzv_timeout_s": int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout,
+        "rank": DEFAULTS["rank"] if rank is None else rank,
+        "at_step": int_arg("AT_STEP", a.at_step, 1) or DEFAULTS["at_step"],
+        "steps": f.steps or DEFAULTS["steps"],
+        **{k.key: int_arg(k.flag, getattr(a, k.flag.lower()), k.minimum) or k.default
+           for k in KNOBS},
+    }  # fmt: skip
+
+
+def run_one(f: RunFlags, k: dict, name: str, run_id: str) -> dict:
+    kind, layout_kind = TABLE[name], f.layout
+    if kind.rank is not None:
+        k = {**k, "rank": kind.rank}  # it always hits that rank (the master's node)
+    env = {
+        "HARNESS_STEP_SLEEP": str(kind.step_sleep_s),
+        "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
+        **(kind.rank_env(k) if kind.rank_env else {}),  # what acts inside the rank
+    }
+
+    def ranks_env(world: int, _output_dir: str) -> dict[str, str]:
+        return {**env, "OMP_NUM_THREADS": str(options.threads_per_rank(world))}
+
+    spec = options.spec_from(f, run_id, ranks_env)
+    layout = spec.layout
+    if not 0 <= k["rank"] < layout.world_size:
+        raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
+    base = {"run_id": run_id, "kind": name, "layout": layout_kind, **k,
+            "max_restarts": layout.max_restarts, "world_size": layout.world_size,
+            "step_sleep_s": kind.step_sleep_s}  # fmt: skip
+    if layout.entry:
+        base["trainer"] = foreign.trainer_record(layout)
+        if not layout.recorder_steps:  # fms: rank 0's own log, not paced
+            base["steps_note"] = FOREIGN_STEPS
+            base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces the recorder's steps only
+        if layout.args is not None:  # the Trainer's own max_steps, once it logs it
+            base.update(steps=None, args_note=ARGS_NOTE)
+    reason = kind.why_not(layout_kind, layout.network, bool(layout.entry))
+    if reason is None and kind.check:
+        reason = kind.check(layout)  # a probe of this machine (netem)
+        status = "unsupported"
+    else:
+        status = "not applicable"
+    if reason:
+        run_dir = runs.create(spec.runs_root, run_id)
+        record = {**base, "status": status, "reason": reason, "outcome": status,
+                  "goal_met": None, "leftovers": []}  # fmt: skip
+        fault_write.write(run_dir, record)
+        print(f"harness: fault {name} ({layout_kind}): {status}: {reason}")
+        return record
+    target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
+    if kind.held_back and layout_kind == "per-rank":
+        spec.services = [n.name for n in layout.nodes() if n.name != target]
+    knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
+             "group_steps": bool(layout.entry) and not layout.recorder_steps}  # fmt: skip
+    follow = Follow(name, layout_kind, target, knobs, run_id)
+    with kind.staged(spec) if kind.staged else nullcontext():  # e.g. a volume of its own
+        summary = lifecycle.start(spec, on_tick=follow)
+    follow.finished_at = follow.finished_at or time.time()
+    run_dir = spec.runs_root / run_id
+    leftovers = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
+    record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
+    fault_write.write(run_dir, record)
+    print(f"harness: fault {name} ({layout_kind}): {record['outcome']}; "
+          f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "
+          f"{run_dir / 'fault.md'}")  # fmt: skip
+    return record

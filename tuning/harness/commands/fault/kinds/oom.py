@@ -1,0 +1,33 @@
+"""oom: the kernel's OOM killer takes the rank's worker. Its container's memory limit is set
+just above its usage and a process beside the worker pushes past it while the worker lives."""
+
+from __future__ import annotations
+
+from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
+from tuning.harness.commands.fault.kinds.tools import sh
+
+OOM_HEADROOM = 256 << 20  # limit = current usage + this; then memory is pushed past it
+
+
+def oom(inj, nodes, ctr, pid) -> str:
+    # The kernel's OOM killer picks the process with the highest badness in the cgroup;
+    # oom_score_adj=1000 makes that rank's worker (raising it needs no capability).
+    sh(ctr, f"echo 1000 > /proc/{pid}/oom_score_adj")
+    usage = ctr.stats(stream=False)["memory_stats"].get("usage") or (2 << 30)
+    limit = int(usage + OOM_HEADROOM)
+    ctr.update(mem_limit=limit, memswap_limit=limit)
+    # Grow 16 MiB at a time while the worker lives (a zombie counts as gone), then stop,
+    # so the OOM killer has no reason to take anything else.
+    push = (
+        "import time\nb = []\ndef alive():\n    try:\n"
+        f"        return open('/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'\n"
+        "    except OSError:\n        return False\n"
+        "while alive() and len(b) < 256:\n    b.append(b'x' * (16 << 20)); time.sleep(0.02)\n"
+    )
+    ctr.exec_run(["python3", "-c", push], detach=True)
+    return (f"docker update --memory {limit >> 20}m {ctr.name} (usage + "
+            f"{OOM_HEADROOM >> 20} MiB), rank {inj.rank}'s worker (pid {pid}) "
+            f"oom_score_adj=1000, then memory pushed past the limit beside it")  # fmt: skip
+
+
+KINDS = (Kind("oom", 110, inject=oom, pid="always", expect=FAILS),)

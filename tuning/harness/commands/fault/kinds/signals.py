@@ -1,0 +1,38 @@
+"""kill, term and preempt: a signal to one rank, or SIGTERM to every launcher at once.
+
+SIGKILL ends the rank at once; its peers fail on the broken connection. SIGTERM is a
+preemption: the ranks agree to stop at the next step and checkpoint (tuning/sft/fault_hooks.py).
+"""
+
+from __future__ import annotations
+
+from tuning.harness.commands.fault.kinds.kind import FAILS, LONG, STOPS, Kind
+from tuning.harness.commands.fault.kinds.tools import signal
+
+STOP_CLUSTER = (
+    "the ranks agree to stop at the next step and checkpoint; Kubernetes gives a pod 30 s "
+    "(terminationGracePeriodSeconds) before SIGKILL, so the step time plus the save must fit in "
+    "it"
+)
+
+
+def kill(inj, nodes, ctr, pid) -> str:
+    return signal(inj, ctr, pid, "KILL")
+
+
+def term(inj, nodes, ctr, pid) -> str:
+    return signal(inj, ctr, pid, "TERM")
+
+
+def preempt(inj, nodes, ctr, pid) -> str:
+    for c in nodes.all_containers():
+        c.kill("SIGTERM")
+    names = ", ".join(c.name for c in nodes.all_containers())
+    return f"docker kill --signal SIGTERM {names} (every launcher, at once)"
+
+
+KINDS = (
+    Kind("kill", 10, inject=kill, expect=FAILS, recovers=True),
+    Kind("term", 40, inject=term, expect=STOPS, deadline=LONG, cluster=STOP_CLUSTER),
+    Kind("preempt", 50, inject=preempt, expect=STOPS, deadline=LONG, cluster=STOP_CLUSTER),
+)

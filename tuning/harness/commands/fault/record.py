@@ -1,0 +1,215 @@
+"""What a fault run leaves on record: fault.json's facts (fault/write.py writes them, and
+fault.md, the same, readable).
+
+Per rank: its last step, when it ended, exit code, signal, OOM flag and the error signature
+found in its end line or its log. For the run: the outcome, fault-to-end time against the
+bound (TIMEOUT + 15 s), what a cluster's default timeouts would make of it, what was left
+behind and which checkpoints survive. What a kind adds (its signatures, facts, goal, cluster
+line) is its own (fault/kinds/).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from tuning.harness.commands.fault import stacks as fault_stacks
+from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault.kinds import TABLE
+from tuning.harness.rundirs import runs
+from tuning.rank import torn
+
+SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
+
+# (label, pattern) in the order they are looked for; the first match is a rank's signature:
+# the kinds' own (an injected crash, ENOSPC), then what any fault can leave.
+SIGNATURES = [
+    *(sig for kind in TABLE.values() for sig in kind.signatures),
+    # gloo's own size check aborting a rank that received more than it expected: a peer ran
+    # another collective or another shape (a desync), not this rank's fault
+    ("gloo size check", r"gloo::EnforceNotMet|enforce fail at [^\n]*gloo"),
+    ("process-group timeout", r"wait timeout after \d+ms, keys"),
+    (
+        "rendezvous timeout",
+        r"RendezvousTimeoutError|waiting for clients|DistStoreError|client socket has timed out",
+    ),
+    ("collective timeout", r"Timed out waiting|Application timeout|timed out|Timeout"),
+    ("Connection reset by peer", r"Connection reset by peer"),
+    ("Connection closed by peer", r"Connection closed by peer"),
+    ("Broken pipe", r"Broken pipe"),
+    ("Network is unreachable", r"Network is unreachable"),
+    ("No route to host", r"No route to host"),
+    ("Connection refused", r"Connection refused"),
+    ("SIGKILL", r"Signal 9 \(SIGKILL\)|SIGKILL"),
+    ("SIGTERM", r"Signal 15 \(SIGTERM\)|SIGTERM"),
+]
+TIMEOUTS = ("rendezvous timeout", "process-group timeout", "collective timeout")
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+CLUSTER = {"collective": "NCCL 10 min, gloo 30 min", "rendezvous": "torchrun's join timeout 600 s"}
+
+
+def signature(text: str) -> str | None:
+    for label, pattern in SIGNATURES:
+        if re.search(pattern, text):
+            return label
+    return None
+
+
+def is_timeout(text: str) -> bool:
+    return signature(text) in TIMEOUTS
+
+
+def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: dict) -> dict:
+    t0, fault_at = follow.t0, follow.injected_at
+    metrics = runs.read_metrics(run_dir / "output")
+    if base.get("steps", 0) is None:  # ENTRY with ARGS: the steps its Trainer said it runs
+        base = {**base, "steps": runs.trainer_max_steps(metrics)}
+    logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
+    node_rows = {r["node"]: r for r in summary.get("ranks", [])}
+    ranks = []
+    for node in layout.nodes():
+        d = node_rows.get(node.name, {})
+        log = logs.get(node.name, "")
+        failures = {int(r): int(c) for r, c in _FAILURE.findall(log)}
+        for r in node.ranks:
+            ranks.append(_rank(r, node, d, log, failures, metrics.get(r, []), follow, t0))
+    job_end = max([*follow.ended.values(), follow.finished_at or 0]) or None
+    outcome = _outcome(follow, ranks, fault_at, job_end, base["timeout_s"])
+    restarts = summary.get("restarts") or []
+    if outcome == "finished" and restarts and summary.get("status") == "succeeded":
+        outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
+    bound = base["timeout_s"] + SLACK_S
+    fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
+    detect = round(follow.detected_at - fault_at, 2) if follow.detected_at and fault_at else None
+    left = [f"{kind[:-1]} {getattr(o, 'name', None) or o.id}" for kind, objs in leftovers.items()
+            for o in objs]  # fmt: skip
+    record = {
+        **base,
+        "status": "done" if fault_at else "not injected",
+        "how": follow.how,
+        "injected_t": round(fault_at - t0, 2) if fault_at else None,
+        "injected_step": follow.inject_step,
+        "stopped_by": follow.stopped_by,
+        "outcome": outcome,
+        "fault_to_end_s": fault_to_end,
+        "hang_detected_s": detect,
+        "ranks_ended_s": round(max(x["end_t"] for x in ranks) + t0 - fault_at, 2)
+        if fault_at and ranks and all(x["end_t"] for x in ranks)
+        else None,
+        "bound_s": bound,
+        "run_status": summary.get("status"),
+        "restarts": restarts,
+        "steps_reached": max((x for x, _ in summary.get("losses") or []), default=None),
+        "ranks": ranks,
+        "timeline": follow.timeline,
+        "leftovers": left,
+        "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
+        "on_a_cluster": follow.kind.cluster or _cluster_cost(ranks, base),
+    }
+    timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
+    record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
+    if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
+        seen = SimpleNamespace(output=run_dir / "output", ranks=ranks, logs=logs,
+                               metrics=metrics, job_end=job_end)  # fmt: skip
+        record.update(follow.kind.facts(follow, seen))
+    record["verdict"] = fault_verdict.final(record, follow, run_dir, follow.hang_stacks.taken)
+    record["goal_met"] = follow.kind.met(record)
+    return record
+
+
+def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
+    steps = runs.steps(lines)
+    end = next((x for x in reversed(lines) if x.get("event") == "end"), None)
+    own_log = "\n".join(x for x in log.splitlines() if x.startswith(f"[rank{r}]"))
+    ended = follow.ended.get(node.name)
+    if node.nproc == 1:  # a container per rank: its exit is the rank's (None: still running)
+        code = d.get("exit_code") if ended else None
+        sig = code - 128 if code and code > 128 else None
+        if sig is None and failures.get(r, 0) < 0:  # the launcher outlived its worker
+            sig = -failures[r]
+        own_log = log
+    elif r in failures:  # torchrun's failure table in the node's log
+        code = failures[r]
+        sig = -code if code < 0 else None
+    elif end is not None:
+        code = 0 if end.get("status") in ("completed", "preempted") else 1
+        sig = None
+    else:
+        code, sig = None, None
+    text = "\n".join([(end or {}).get("error") or "", own_log])
+    found = signature(text)
+    if sig == 9 and found is None or (sig == 9 and not (end or {}).get("error")):
+        found = "SIGKILL"
+    oom = bool(d.get("oom_killed"))
+    if oom and r == follow.rank:
+        found = "OOM-killed"
+    end_t = end["time"] if end else ended
+    return {
+        "rank": r,
+        "node": node.name,
+        "last_step": steps[-1]["step"] if steps else None,
+        "last_step_t": round(steps[-1]["time"] - t0, 2) if steps else None,
+        "end_t": round(end_t - t0, 2) if end_t else None,
+        "ended_by": "itself" if ended else "harness teardown",
+        "end_status": (end or {}).get("status"),
+        "exit_code": code,
+        "node_exit_code": d.get("exit_code") if ended else None,
+        "signal": sig,
+        "oom_killed": oom,
+        "signature": found,
+        "error": ((end or {}).get("error") or "")[:300] or None,
+    }
+
+
+def _outcome(follow, ranks, fault_at, job_end, timeout) -> str:
+    if fault_at is None:
+        return f"not injected ({follow.stopped_by or 'the run ended first'})"
+    if follow.stopped_by == "hang detected":
+        return "hung (detected)"
+    if follow.stopped_by == "deadline":
+        return "hung until the deadline"
+    statuses = {x["end_status"] for x in ranks}
+    if statuses == {"preempted"}:
+        return "preempted"
+    if statuses == {"completed"} or all(x["exit_code"] == 0 for x in ranks):
+        return "finished"
+    if job_end and job_end - fault_at <= timeout + SLACK_S:
+        return "failed fast"
+    return "failed slowly"
+
+
+def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
+    saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
+             if x.get("event") == "checkpoint"}  # fmt: skip
+    out = []
+    for path in torn.checkpoints(output):
+        step = int(path.name.split("-")[-1])
+        at = saved.get(step)
+        out.append({"name": path.name, "step": step,
+                    "complete": torn.missing(path) is None,
+                    "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
+    return out
+
+
+def _cluster_cost(ranks, base) -> str:
+    """What the same fault costs on a cluster with default timeouts, by the ranks' signatures
+    (a kind whose cost does not follow from them says its own: Kind.cluster)."""
+    sigs = {x["signature"] for x in ranks}
+    if "rendezvous timeout" in sigs:
+        return (
+            f"peers gave up after RDZV_TIMEOUT={base['rdzv_timeout_s']} s; with "
+            f"{CLUSTER['rendezvous']} they would wait 10 min for the missing rank"
+        )
+    if "process-group timeout" in sigs:
+        return (
+            f"peers gave up building the process group after TIMEOUT={base['timeout_s']} s "
+            f"(that wait uses the collective timeout); with the defaults "
+            f"({CLUSTER['collective']}) the same fault holds the job that long"
+        )
+    if "collective timeout" in sigs:
+        return (
+            f"peers gave up after TIMEOUT={base['timeout_s']} s; with the defaults "
+            f"({CLUSTER['collective']}) the same fault holds the job that long"
+        )
+    return "no timeout was involved: peers failed on the broken connection, as on a cluster"

@@ -1,0 +1,106 @@
+"""A fault run's verdict (run/verdict.py): judged when the ranks' stacks are taken (a hang,
+before the peers' collective timeout; steps slowed), printed then, and judged again at the end
+with every rank's exit. fault.json and summary.json keep the last one, with how long after the
+fault a verdict first named those culprits (`verdict_s`); fault.md says it first. The verdict
+reads what the ranks showed, never what was injected: the pool (`make pool`, pool.py)
+compares the two."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tuning.harness.run import verdict_run
+from tuning.harness.rundirs import runs
+
+SLOWED_X = 3  # steps this many times slower than before the fault: a dump, judged as slow
+SLOWED_STEPS = 3  # ... over this many steps
+
+
+class Verdicts:
+    """What a fault run's follow keeps for its verdicts: each early one (with when), torch's
+    analysis of the dump, the nodes' facts while they still existed."""
+
+    def __init__(self):
+        self.early: list[dict] = []
+        self.fr: dict | None = None
+        self.nodes: dict | None = None
+
+    def at_dump(self, follow, nodes, taken: dict, metrics: dict) -> None:
+        self.nodes = verdict_run.node_facts(nodes, set(follow.running))
+        self.fr = verdict_run.fr_of(nodes, taken)
+        v = verdict_run.judge(nodes.layout.world_size, nodes.run_dir / "output", metrics,
+                              taken, self.fr, facts_of_nodes=self.nodes)  # fmt: skip
+        self.early.append({**v, "at": time.time()})
+        print("\n".join(verdict_run.said(v)))
+
+
+def slowed(metrics: dict, fault_at: float) -> float | None:
+    """How many times slower the group's last SLOWED_STEPS steps came than its steps before the
+    fault (by the time between them; any rank's), when that is SLOWED_X or more."""
+    times = sorted({x["time"] for lines in metrics.values() for x in runs.steps(lines)})
+    before = [b - a for a, b in zip(times, times[1:], strict=False) if b < fault_at]
+    after = [b - a for a, b in zip(times, times[1:], strict=False) if a > fault_at]
+    if len(before) < 3 or len(after) < SLOWED_STEPS:
+        return None
+    base = sorted(before)[len(before) // 2]
+    now = sorted(after[-SLOWED_STEPS:])[SLOWED_STEPS // 2]
+    return now / base if base > 0 and now / base >= SLOWED_X else None
+
+
+def exits(record: dict, t0: float) -> dict[int, dict]:
+    """Each rank's exit as fault/record.py found it, for the verdict. Its OOM-killed label is
+    given to the rank the fault hit: left out, the verdict reads the signal and the flag."""
+    return {
+        x["rank"]: {"code": x["exit_code"], "signal": x["signal"], "oom": x["oom_killed"],
+                    "signature": None if x["signature"] == "OOM-killed" else x["signature"],
+                    "t": (x["end_t"] or 0) + t0, "by_itself": x["ended_by"] == "itself"}
+        for x in record["ranks"]
+    }  # fmt: skip
+
+
+def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
+    """The verdict at the end, with `verdict_s`: from the fault to the first verdict that named
+    the same culprits and class (an early one; else when its last fact came: the ranks' end)."""
+    keep: Verdicts = follow.verdicts
+    nodes = {r: dict(x) for r, x in (keep.nodes or {}).items()}
+    for x in record["ranks"]:  # a node the follow never saw running never started
+        nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
+    output = run_dir / "output"
+    v = verdict_run.judge(record["world_size"], output, runs.read_metrics(output), taken, keep.fr,
+                          exits(record, follow.t0), nodes)  # fmt: skip
+    fault_at = follow.injected_at
+    same = [e for e in keep.early if (e["class"], e["culprits"]) == (v["class"], v["culprits"])]
+    at = same[0]["at"] if same else _last_fact(record, follow)
+    v["verdict_s"] = round(at - fault_at, 2) if fault_at and at else None
+    v["early"] = bool(same)
+    runs.write_json(run_dir / "summary.json", {**runs.read_json(run_dir / "summary.json"),
+                                                 "verdict": v})  # fmt: skip
+    return v
+
+
+def _last_fact(record: dict, follow) -> float | None:
+    ends = [x["end_t"] for x in record["ranks"] if x["end_t"] is not None]
+    return max(ends) + follow.t0 if ends else follow.finished_at
+
+
+def lines(rec: dict) -> list[str]:
+    """fault.md's verdict, said first."""
+    v = rec.get("verdict")
+    if not v:
+        return []
+    who = ", ".join(map(str, v["culprits"])) or "none named"
+    said = ["torch's own check" if v["rule"] == "torch" else "the harness's reading of the ranks"]
+    if v.get("verdict_s") is not None:
+        early = " (at the dump, before the collective timeout)" if v.get("early") else ""
+        said.append(f"{v['verdict_s']} s after the fault{early}")
+    out = [f"- **verdict: {v['class']}; culprit rank(s): {who}** ({', '.join(said)})",
+           f"- evidence: {v['evidence']}"]  # fmt: skip
+    fr = v.get("fr_trace") or {}
+    if fr.get("said"):
+        agrees = {True: "; the same collective", False: "; another collective"}
+        out.append(f"- torch's flight recorder analysis: {fr['said']}"
+                   f"{agrees.get(fr.get('agrees'), '')}")  # fmt: skip
+    elif fr.get("error"):
+        out.append(f"- torch's flight recorder analysis could not run: {fr['error']}")
+    return out

@@ -1,0 +1,270 @@
+"""`make kube`: the run as a Kubernetes job for `kubectl apply -f`, and a local rehearsal of
+it (kube/rehearse.py). KIND chooses the object:
+- pytorchjob (default): a Kubeflow PyTorchJob, NODES pods (backends/kube_pytorchjob.py);
+- trainjob: a Trainer v2 TrainJob and its TrainingRuntime (backends/kube_trainjob.py);
+- job: option 2, one pod with a container per rank, a batch/v1 Job (backends/kube_job.py);
+each with the ConfigMap of the job's files, and for ENTRY the launcher's (kube_pod.py).
+
+1. `JobLayout` (job_layout.py): the layout model with a job's shape and the claims it mounts.
+2. The job as `up` runs it (options.job_for), key by key: only the paths change, to where the
+   pods find them: MODEL and DATA a claim (`pvc:<claim>/<path>`, mounted read-only where the job
+   says) or a path inside the image (job_paths.for_cluster). /output is an emptyDir, gone with
+   its pod, or OUTPUT_CLAIM. resume_from_checkpoint is rendered only over a claim; MAX_RESTARTS
+   without one is rendered, and said: every restart starts from step 0.
+3. `pods_of()`: what the object's operator (or the Job controller) runs, read from the object.
+
+The SDKs are imported only in the backends, lazily: the rest of the CLI works without the
+`kube` extra, and nothing on this side imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuning.harness.backends import (
+    kube_job,
+    kube_manifest,
+    kube_pod,
+    kube_pytorchjob,
+    kube_restarts,
+    kube_trainjob,
+)
+from tuning.harness.errors import HarnessError
+from tuning.harness.run import lifecycle
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import (
+    devices,
+    flags,
+    job_paths,
+    nvidia,
+    options,
+    preflight,
+    save_interval,
+    timeouts,
+)
+from tuning.harness.spec.job_layout import ClaimMount, JobLayout
+from tuning.harness.spec.layout import (
+    CONTAINER_UID,
+    IMAGE,
+    JOB_KINDS,
+    LAUNCH_DIR,
+    OUTPUT_DIR,
+    LayoutError,
+    Node,
+)
+
+KINDS = JOB_KINDS
+MANIFESTS = {"pytorchjob": kube_pytorchjob.MANIFEST, "trainjob": kube_trainjob.MANIFEST,
+             "job": kube_job.MANIFEST}  # fmt: skip
+MANIFEST = kube_pytorchjob.MANIFEST
+dump = kube_manifest.dump
+operator_pods = kube_pytorchjob.operator_pods
+config_map_name = kube_pod.config_map_name
+
+
+def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
+               **kw) -> JobLayout:  # fmt: skip
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
+    per_pod = gpus_per_pod or nproc_per_pod
+    kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
+    try:
+        return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int = 0,
+           restart_policy: str | None = None) -> tuple:  # fmt: skip
+    """The ConfigMap(s) and the object of the layout's kind, as API models."""
+    if layout.kind == "trainjob":
+        return kube_trainjob.render(layout, job, accelerate_yaml, max_restarts)
+    maps = kube_pod.config_maps(layout, job, accelerate_yaml)
+    if layout.kind == "job":
+        return (*maps, kube_job.render(layout, max_restarts))
+    return (*maps, kube_pytorchjob.render(layout, max_restarts, restart_policy))
+
+
+def load(text: str) -> tuple[object, object]:
+    """(the job's ConfigMap, the PyTorchJob or Job) back from `dump`'s YAML, through the
+    models."""
+    objects = kube_manifest.load(text)
+    return kube_manifest.job_config_map(objects), objects[-1]
+
+
+@dataclass(frozen=True)
+class Made:
+    """What runs of a rendered object: its kind, image and nodes (a Compose service each in
+    the rehearsal: a pod, or KIND=job a container of the one pod), each node's pod, the
+    manifest's name, and the object the restart rules are read from."""
+
+    kind: str
+    image: str
+    nodes: list[Node]
+    pod_of: dict[str, str]
+    manifest: str
+    rules_from: object
+
+
+def pods_of(objects: tuple) -> Made:
+    job = objects[-1]
+    if job.kind == "TrainJob":
+        runtime = kube_manifest.of_kind(objects, "TrainingRuntime")
+        nodes = kube_trainjob.trainer_pods(runtime, job)
+        return Made("TrainJob", job.spec.trainer.image, nodes, {n.name: n.name for n in nodes},
+                    kube_trainjob.MANIFEST, runtime)  # fmt: skip
+    if job.kind == "Job":
+        nodes = kube_job.containers(job)
+        pod = f"{job.metadata.name}-pod"  # the Job's one pod (on a cluster <name>-<5 letters>)
+        return Made("Job", kube_job.image_of(job), nodes, {n.name: pod for n in nodes},
+                    kube_job.MANIFEST, job)  # fmt: skip
+    nodes = operator_pods(job)
+    return Made("PyTorchJob", kube_pytorchjob.image_of(job), nodes,
+                {n.name: n.name for n in nodes}, MANIFEST, job)  # fmt: skip
+
+
+def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...]:
+    """MODEL and DATA on claims, where the job says the ranks find them (job_paths.rank_path:
+    /model, /data/<name>), and OUTPUT_CLAIM, the whole claim, at /output."""
+    mounts = [ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
+              for src in (model, data) if src.where == "claim"]  # fmt: skip
+    if output_claim:
+        mounts.append(ClaimMount(output_claim, "", OUTPUT_DIR, "OUTPUT_CLAIM", read_only=False))
+    return tuple(mounts)
+
+
+# --- The command ----------------------------------------------------------------------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob, a TrainJob or a "
+                                    "Job of one pod (and rehearse it)")  # fmt: skip
+    # KIND (default pytorchjob), NODES, NAME (default sft), RESTART_POLICY (PyTorchJob: Never
+    # without restarts, ExitCode with MAX_RESTARTS), OUTPUT_CLAIM, REHEARSE, KILL and AT_STEP
+    # (default 12), RDZV_TIMEOUT (default TIMEOUT), GRACE, and the job's flags: flag_table
+    p.set_defaults(fn=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    from tuning.harness.commands.kube import rehearse as kube_rehearse
+
+    kind = a.kind or JOB_KINDS[0]
+    if kind not in KINDS:
+        raise HarnessError(f"KIND={kind} is unknown; use one of {', '.join(KINDS)}")
+    if a.restart_policy and a.restart_policy not in kube_restarts.V1_POLICIES:
+        raise HarnessError(f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
+                           f"{', '.join(kube_restarts.V1_POLICIES)}")  # fmt: skip
+    f = flags.RunFlags.of(a)
+    if f.gpu_names:
+        raise HarnessError(f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
+                           "cluster's scheduler picks a pod's GPUs: GPUS=N per pod")  # fmt: skip
+    nodes = flags.int_arg("NODES", a.nodes, 1) or 1
+    # GPUS per pod, on a cluster; unset: as many as this host shows
+    gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus
+    nproc = f.nproc if a.nproc else (2 if nodes == 1 else 1)  # CPU ranks per pod
+    if a.restart_policy and kind != "pytorchjob":
+        raise HarnessError(f"RESTART_POLICY is a PyTorchJob's; {RESTARTS[kind]}")
+    kill = flags.int_arg("KILL", a.kill, 0)
+    if kill is not None and not a.rehearse:
+        raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
+    run_id = options.checked_run_id(f.run_id)
+    runs_root = Path(f.runs).resolve()
+    base = options.load_job(Path(f.job), bool(f.entry))
+    model, data = (job_paths.for_cluster(v, getattr(f, v.lower()), base, f"JOB={f.job}")
+                   for v in ("MODEL", "DATA"))  # fmt: skip
+    layout = job_layout(gpus, nproc, nodes, f.cuda, kind=kind, name=a.name or "sft",
+                        image=f.image, run_id=run_id, run_dir=str(runs_root / run_id),
+                        user=CONTAINER_UID, entry=f.entry,
+                        claims=claim_mounts(model, data, a.output_claim))  # fmt: skip
+    # Every (re)start resumes from the newest checkpoint in /output: only when it outlives a pod.
+    resume = f.max_restarts > 0 and layout.output_claim is not None
+    job = options.job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
+    accelerate_config = options.accelerate_config(f, layout)
+    if f.config:
+        preflight.check_world_size(accelerate_config, layout.world_size)
+    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    rate = save_interval.rate_arg(a.gpu_hours_per_failure)
+    job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
+                               a.save_advised)  # fmt: skip
+    objects = render(layout, job, accelerate_config.read_text(), f.max_restarts,
+                     a.restart_policy)  # fmt: skip
+    text = dump(*objects)
+    # the rehearsal's stand-ins for the claims, checked before anything is written
+    here = kube_rehearse.claims_here(layout, runs_root) if a.rehearse else {}
+
+    # a rehearsal is a run: `latest` moves, as for `up`
+    run_dir = runs.create(runs_root, run_id, starts=bool(a.rehearse))
+    manifest = run_dir / MANIFESTS[kind]
+    manifest.write_text(text)
+    for line in said(layout, objects, model, data, accelerate_config, f.max_restarts):
+        print(f"harness: {line}")
+    if measured_in:  # what the job measured here, against the cluster's timeouts
+        rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1)
+        t = timeouts.Timeouts.of(job, rdzv, grace_period_s=timeouts.K8S_GRACE_S)
+        timeouts.say(timeouts.check(t, timeouts.measured(measured_in)), "on the cluster")
+    print(f"harness: apply with `kubectl apply -f {manifest}` ({WHAT[kind]})")
+    print(manifest, flush=True)
+    if not a.rehearse:
+        return 0
+    made = pods_of(objects)
+    if kill is None:
+        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, f.grace,
+                                         accelerate_config, here)  # fmt: skip
+        return lifecycle.EXIT_CODES.get(summary["status"], 1)
+    return kube_rehearse.rehearse_kill(a, f, layout, run_dir, objects, made, accelerate_config,
+                                       kill, here)  # fmt: skip
+
+
+RESTARTS = {  # how each object restarts (kube_restarts.py), for a refused RESTART_POLICY
+    "trainjob": "a TrainJob restarts every pod (MAX_RESTARTS = JobSet failurePolicy.maxRestarts)",
+    "job": "a Job's pod restarts whole, every container (restartPolicy Never, MAX_RESTARTS = "
+    "backoffLimit)",
+}
+WHAT = {"pytorchjob": "the ConfigMap(s) and the PyTorchJob",
+        "trainjob": "the ConfigMap(s), the TrainingRuntime and the TrainJob",
+        "job": "the ConfigMap(s) and the Job"}  # fmt: skip
+
+
+def said(layout: JobLayout, objects: tuple, model, data, accelerate_config: Path,
+         max_restarts: int) -> list[str]:  # fmt: skip
+    """What was rendered, in words: the shape, what trains, where /output lives and what a
+    restart then does."""
+    per = f"{layout.gpus_per_pod} x nvidia.com/gpu" if layout.gpus else "CPU ranks, no GPU"
+    if layout.one_pod:
+        one = "1 GPU" if layout.gpus else "1 CPU rank"
+        shape = (f"1 pod of {layout.per_pod} containers, {one} each, sharing the pod's network "
+                 "(master 127.0.0.1) and /dev/shm (option 2); a restart recreates the pod: "
+                 f"every rank together (backoffLimit {max_restarts})")  # fmt: skip
+    elif layout.kind == "trainjob":
+        shape = f"numNodes {layout.replicas}; numProcPerNode {layout.per_pod} ({per} per pod)"
+    else:
+        pods = f"Master 1 + Worker {layout.replicas - 1}" if layout.replicas > 1 else "Master 1"
+        shape = f"{pods}; nprocPerNode {layout.per_pod} ({per} per pod)"
+    lines = [f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.world_size}; "
+             f"image {layout.image}",
+             f"model {model.describe()}; data {data.describe()}; accelerate config "
+             f"{accelerate_config}"]  # fmt: skip
+    if layout.entry:
+        lines.append(f"trainer: ENTRY={layout.entry} of the image, under the harness's launcher "
+                     f"and rank recorder from ConfigMap {kube_pod.launch_map_name(layout)} at "
+                     f"{LAUNCH_DIR}")  # fmt: skip
+    claim = layout.output_claim
+    if claim:
+        access = (
+            f"{layout.writers} pods write to it: it must be ReadWriteMany"
+            if layout.writers > 1
+            else "one pod writes to it (ReadWriteOnce will do)"
+        )
+        resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
+        lines.append(f"output: claim {claim} at {OUTPUT_DIR} (made beforehand: README), "
+                     f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}")  # fmt: skip
+    elif max_restarts:
+        lines.append(f"output: an emptyDir at {OUTPUT_DIR}, gone with its pod: each of the "
+                     f"MAX_RESTARTS={max_restarts} restart(s) starts from step 0 "
+                     "(resume_from_checkpoint is not set); OUTPUT_CLAIM=<claim> keeps the "
+                     "checkpoints and resumes from them")  # fmt: skip
+    else:
+        lines.append(f"output: an emptyDir at {OUTPUT_DIR}: checkpoints and metrics go with "
+                     "the pod; OUTPUT_CLAIM=<claim> keeps them")  # fmt: skip
+    return lines
