@@ -62,8 +62,8 @@ def test_make_fault_lists_the_table(tmp_path):
 
 
 def test_the_modules_that_run_a_fault_name_no_kind():
-    """`grep` for a kind's name in fault.py, its injector's driver, the follow, the record and
-    the writer: none as a string, and no hyphenated name at all (not even in a comment)."""
+    """`grep` for a kind's name in fault/__init__.py, its injector's driver, the follow, the record
+    and the writer: none as a string, and no hyphenated name at all (not even in a comment)."""
     hyphenated = [n for n in NAMES if "-" in n]
     for module in READERS:
         text = (COMMANDS / module).read_text()

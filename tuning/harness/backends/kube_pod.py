@@ -2,7 +2,7 @@
 Standard, the job's ConfigMap at /job, the volumes the trainer writes to, the claims it reads
 MODEL and DATA from (and OUTPUT_CLAIM at /output), and for a foreign trainer (ENTRY) the
 launcher and rank recorder in a ConfigMap at the launch dir. Built with the `kubernetes`
-client models; the PyTorchJob (kube.py), the TrainJob's runtime (kube_trainjob.py) and the
+client models; the PyTorchJob (kube/__init__.py), the TrainJob's runtime (kube_trainjob.py) and the
 batch Job (kube_job.py) take it as it is, under the container names each one looks for."""
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
         c.V1Volume(name="dshm",
                    empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT)),
         # Checkpoints and metrics: an existing claim (OUTPUT_CLAIM) that outlives the pod, or
-        # an emptyDir that goes with it (a restart then starts from step 0: kube.py says so).
+        # an emptyDir that goes with it (a restart then starts from step 0: kube/ says so).
         c.V1Volume(name="output", persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(
             claim_name=output)) if output else
         c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),

@@ -1,5 +1,5 @@
 """`make kube KIND=trainjob`: the run as a Kubeflow Trainer v2 TrainJob
-(trainer.kubeflow.org/v1alpha1, Trainer 2.3), beside the PyTorchJob of kube.py.
+(trainer.kubeflow.org/v1alpha1, Trainer 2.3), beside the PyTorchJob of kube/__init__.py.
 
 Three objects, built with the Trainer's own pydantic models (`kubeflow-trainer-api`):
 - the ConfigMap with the job files (and ENTRY's launcher: kube_pod.config_maps, as for the

@@ -1,5 +1,5 @@
-"""The layout model with a Kubernetes job's shape (kube.py renders it): `replicas` pods, each
-an `accelerate launch` of `per_pod` ranks, on the operator's rendezvous port; or (KIND=job,
+"""The layout model with a Kubernetes job's shape (kube/__init__.py renders it): `replicas` pods,
+each an `accelerate launch` of `per_pod` ranks, on the operator's rendezvous port; or (KIND=job,
 option 2) one pod whose containers each hold one rank. And the claims its pods mount."""
 
 from __future__ import annotations

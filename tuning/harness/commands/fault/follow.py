@@ -1,4 +1,4 @@
-"""The on_tick of a fault run (fault.py): wait for the target rank's step, inject, watch
+"""The on_tick of a fault run (fault/__init__.py): wait for the target rank's step, inject, watch
 every rank, and decide when the run has shown what it shows and must stop."""
 
 from __future__ import annotations

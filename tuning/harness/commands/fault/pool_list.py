@@ -20,7 +20,7 @@ EXPECTED = {
     "no-show": "never arrived", "late-master": "never arrived", "slow-main": "never arrived",
     "skip-collective": "left a collective", "mismatch": "desync", "mismatch-shape": "desync",
 }  # fmt: skip
-# Where a kind cannot run (fault.py says why at run time): its layouts and trainers
+# Where a kind cannot run (fault/__init__.py says why at run time): its layouts and trainers
 PER_RANK_ONLY = ("partition", "late-master")  # a link between nodes, a master node
 OURS_ONLY = ("crash",)  # a hook in this repo's trainer
 LAYOUTS, TRAINERS = ("single", "per-rank"), ("harness", "fms")

@@ -1,7 +1,7 @@
 """One fault kind, declared once (a frozen `Kind` in its own module of this package): its
 knobs, where it applies, what it does to the ranks (its injector and what undoes it), what
-it is expected to cause, and how its record reads. fault.py, fault/inject.py, fault/follow.py,
-fault/record.py and fault/write.py read only these fields; none names a kind.
+it is expected to cause, and how its record reads. fault/__init__.py, fault/inject.py,
+fault/follow.py, fault/record.py and fault/write.py read only these fields; none names a kind.
 """
 
 from __future__ import annotations
