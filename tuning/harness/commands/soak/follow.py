@@ -1,7 +1,7 @@
 """The on_tick of a soak (soak/__init__.py): measure the step, draw the plan, hold the next
 failure's rank at its step (HARNESS_HOLD_FILE), strike it there through the fault injector,
-restart the group whenever it stops, and stop the whole after DURATION. It keeps what
-happened, with the times, for the record (soak/record.py): everything else comes from the ranks' metrics."""
+restart the group whenever it stops, and stop the whole after DURATION. It keeps what happened,
+with the times, for the record (soak/record.py): everything else comes from the ranks' metrics."""
 
 from __future__ import annotations
 
