@@ -139,8 +139,12 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
 
 
 # save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
+# the desyncs: each in one layout (the rank side is the same in both; tests/test_desync.py runs
+# them under torchrun, the pool's test one more with 4 ranks)
+DESYNC = {"slow-main": "per-rank", "skip-collective": "single", "mismatch": "per-rank",
+          "mismatch-shape": "single"}  # fmt: skip
 CASES = [(k, lay) for k in KINDS if k not in (save_kill.KIND, disk_full.KIND, late_master.KIND)
-         for lay in LAYOUTS]  # fmt: skip
+         for lay in LAYOUTS if DESYNC.get(k, lay) == lay]  # fmt: skip
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
 _COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "
@@ -157,6 +161,8 @@ CLUSTER_COST = {
     ("partition", "per-rank"): (_COLLECTIVE, _BROKEN),  # the cut may be seen either way
     ("no-show", "per-rank"): f"peers gave up after RDZV_TIMEOUT={TIMEOUT} s; with torchrun's "
     "join timeout 600 s they would wait 10 min for the missing rank",
+    ("slow-main", "per-rank"): _COLLECTIVE,
+    **{(k, lay): _BROKEN for k, lay in DESYNC.items() if k != "slow-main"},
     ("no-show", "single"): f"peers gave up building the process group after TIMEOUT={TIMEOUT} s "
     "(that wait uses the collective timeout); with the defaults (NCCL 10 min, gloo 30 min) the "
     "same fault holds the job that long",
@@ -219,6 +225,16 @@ def test_fault(kind, layout, harness_image, tmp_path):
         assert all(x["end_status"] == "preempted" for x in ranks.values())
         assert any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
         resume_continues(rec, layout, tmp_path)
+    elif kind == "slow-main":  # the peers wait in the collective it never enters
+        assert rec["outcome"] == "hung (detected)", rec["_out"]
+        v = rec["verdict"]
+        assert (v["class"], v["culprits"], v["rule"]) == ("never arrived", [1], "hand"), v
+        assert "rank 1 is in main_process_work" in v["evidence"], v
+    elif kind in DESYNC:  # torch's DETAIL check stops both ranks at the collective that differs
+        check_failed(rec)
+        v = rec["verdict"]
+        assert (v["class"], v["culprits"], v["rule"]) == ("desync", [0, 1], "torch"), v
+        assert "no odd one out, so both are named" in v["evidence"], v
     elif kind == "slow":
         assert rec["outcome"] == "finished", rec["_out"]
         # Within the run: every rank steps at the throttled rank's pace after the fault, so

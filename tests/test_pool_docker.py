@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.fault]
 
 # by number in the fixed pool (make pool DRY_RUN=1): crash rank 0 (single), pause rank 3
 # (per-rank), skip-collective rank 0 (single)
-PICK = {"died": 3, "stopped or frozen": 10, "left a collective": 21}
+PICK = {"died": 3, "stopped or frozen": 10, "desync": 21}
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.rundirs import runs
 from tuning.rank import torn
 
+SIGABRT = 6  # std::terminate, as gloo's size check ends a rank
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this
 
 # (label, pattern) in the order they are looked for; the first match is a rank's signature:
@@ -139,6 +140,8 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
         code, sig = None, None
     text = "\n".join([(end or {}).get("error") or "", own_log])
     found = signature(text)
+    if found is None and sig == SIGABRT and node.nproc > 1:
+        found = _aborted(r, node, log, failures)
     if sig == 9 and found is None or (sig == 9 and not (end or {}).get("error")):
         found = "SIGKILL"
     oom = bool(d.get("oom_killed"))
@@ -160,6 +163,16 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
         "signature": found,
         "error": ((end or {}).get("error") or "")[:300] or None,
     }
+
+
+def _aborted(r: int, node, log: str, failures: dict) -> str | None:
+    """A C++ abort (gloo's size check: std::terminate) prints without torchrun's [rankN] prefix:
+    in a node of several ranks its unprefixed lines are this rank's signature when it alone of
+    them died of SIGABRT."""
+    aborted = [x for x in node.ranks if failures.get(x) == -SIGABRT]
+    if aborted != [r]:
+        return None
+    return signature("\n".join(x for x in log.splitlines() if not x.startswith("[rank")))
 
 
 def _outcome(follow, ranks, fault_at, job_end, timeout) -> str:

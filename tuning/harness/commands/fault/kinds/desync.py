@@ -7,8 +7,11 @@ collective is the one it changes (its metrics then say which, with the call site
   main process only does: its peers wait in the collective until their timeout;
 - skip-collective: the rank does not call it; its later calls meet the peers' earlier ones;
 - mismatch: it calls another collective there (mismatch-shape: the same one, another shape).
-Each leaves the peers waiting or aborted by gloo's own size check: the verdict names the rank
-and the two collectives (run/verdict_desync.py)."""
+skip-collective and the mismatches run with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch checks each
+collective's op and shapes across ranks before it runs and stops every rank at the first that
+differs, naming both fingerprints (run/verdict_torch.py reads them). Without it gloo aborts a
+peer of the odd rank on a size it did not expect, and names no one. slow-main leaves the peers
+waiting in the collective: the verdict names the rank that never arrived."""
 
 from __future__ import annotations
 
@@ -27,9 +30,12 @@ def strike(inj, nodes, ctr, pid) -> str:
 
 def _env(kind: str, how: str = "op"):
     def env(knobs: dict) -> dict[str, str]:
-        return {"HARNESS_DESYNC": kind, "HARNESS_DESYNC_RANK": str(knobs["rank"]),
-                "HARNESS_DESYNC_S": str(knobs["timeout_s"] + SLOW_EXTRA_S),
-                "HARNESS_DESYNC_HOW": how, "HARNESS_DESYNC_WHEN": GO}  # fmt: skip
+        out = {"HARNESS_DESYNC": kind, "HARNESS_DESYNC_RANK": str(knobs["rank"]),
+               "HARNESS_DESYNC_S": str(knobs["timeout_s"] + SLOW_EXTRA_S),
+               "HARNESS_DESYNC_HOW": how, "HARNESS_DESYNC_WHEN": GO}  # fmt: skip
+        if kind != "slow-main":  # torch's own op and shape check stops every rank at the odd
+            out["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # call (verdict_torch.py), before gloo
+        return out  # aborts a peer on a size it did not expect, with no word of whose it was
 
     return env
 
