@@ -37,7 +37,7 @@ COPY --from=build /opt/harness/assets /opt/harness/assets
 COPY docker/fms_check.py /opt/harness-launch/fms_check.py
 RUN python /opt/harness-launch/fms_check.py
 COPY tuning/launch.py /opt/harness-launch/harness_launch.py
-COPY tuning/torn.py /opt/harness-launch/torn.py
+COPY tuning/rank/torn.py /opt/harness-launch/torn.py
 RUN useradd --create-home --uid 1000 tuner && chmod -R a+rX /opt/harness /opt/harness-launch
 USER tuner
 WORKDIR /home/tuner

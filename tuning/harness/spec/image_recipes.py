@@ -82,6 +82,7 @@ RECIPES = {
             "docker/fms_assets.py",
             "tuning/__init__.py",
             "tuning/launch.py",
+            "tuning/rank/torn.py",
             "tuning/tiny_model.py",
             "tuning/demo_data.py",
         ),
