@@ -93,7 +93,7 @@ def test_save_kill_per_rank_sets_the_torn_checkpoint_aside_and_the_script_resume
     # the script's own resume: each rank's second start began after checkpoint-10
     for rank in (0, 1):
         first, again = _trained(metrics, rank)
-        assert (first["first_step"], again["first_step"], again["max_steps"]) == (1, 11, 30)
+        assert (first["step"], again["step"], again["max_steps"]) == (0, 10, 30)
     assert rec["outcome"] == "recovered" and len(rec["restarts"]) == 1, said
     assert rec["steps"] == rec["steps_reached"] == 30 and rec["goal_met"] is True, said
     assert summary["status"] == "succeeded" and summary["steps"] == 30

@@ -94,14 +94,16 @@ class StallWatch:
         busy = stack_text.slow_phases(taken)
         if busy:
             print(f"harness: a slow phase, not necessarily a hang: {busy}")
-        found = verdict_run.judge_live(nodes, metrics, taken)
-        first = self.extra.get("stall")
+        first = self.extra.get("stall")  # kept before judging: a Ctrl-C may come meanwhile
         self.extra["stall"] = first or {
             "quiet_s": round(quiet, 1), "stall_s": round(limit, 1), "set_by": how,
             "time": taken["time"], "dump_s": taken["dump_s"], "summaries": taken["summaries"],
-            "phases": busy, "stacks_dir": "output/stacks", "verdict": found,
+            "phases": busy, "stacks_dir": "output/stacks", "verdict": None,
         }  # fmt: skip
-        self.extra.setdefault("verdict", found)  # summary.json's: the first spell's
-        print("\n".join(verdict_run.said(found)))  # kept first: a Ctrl-C may follow the line
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
+        found = verdict_run.judge_live(nodes, metrics, taken)  # may take a while (fr_check)
+        if first is None:
+            self.extra["stall"]["verdict"] = found
+        self.extra.setdefault("verdict", found)  # summary.json's: the first spell's
+        print("\n".join(verdict_run.said(found)))
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-LLAMA3_GPU_HOURS = 16_384 * 54 * 24 / 419  # GPU-hours per failure: ~50,674 (Llama 3 paper)
+LLAMA3_GPU_HOURS = 16_384 * 54 * 24 / 419  # GPU-hours per failure: ~50,677 (Llama 3 paper)
 RESTART_S = 180.0  # a pod's restart on a cluster when none was measured: schedule, pull, load
 
 
