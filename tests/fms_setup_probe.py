@@ -1,5 +1,5 @@
 """Run inside fms-hf-tuning 3.2.2's image (tests/test_fms_tokens.py): fms's own tokenizer set-up
-(tuning.sft.data.tokenizer_utils.setup_tokenizer, with the model and tokenizer loaded as its
+(tuning.data.tokenizer_utils.setup_tokenizer, with the model and tokenizer loaded as its
 sft_trainer.train loads them) on each case, and what it left: the special tokens and their ids,
 the tokenizer's length, fms's returned dict, whether the tokenizer can pad, and the embedding
 weights (OUT/<case>.pt), and the token ids of the case's texts.
@@ -13,9 +13,9 @@ import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from tuning.sft.data.tokenizer_utils import setup_tokenizer
+from tuning.data.tokenizer_utils import setup_tokenizer
 
-from tuning.sft.config import configs  # fms's package in its image
+from tuning.config import configs  # fms's package in its image
 
 NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
