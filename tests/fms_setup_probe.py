@@ -13,9 +13,8 @@ import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from tuning.data.tokenizer_utils import setup_tokenizer
-
 from tuning.config import configs  # fms's package in its image
+from tuning.data.tokenizer_utils import setup_tokenizer
 
 NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 

@@ -103,3 +103,18 @@ def test_a_gloo_thread_still_holding_tensors_at_exit_does_not_abort_the_rank(mou
     for rank in (0, 1):
         end = read_metrics(tmp_path / "out", rank)[-1]
         assert (end["event"], end["status"], end["closed_group"]) == ("end", "completed", True)
+
+
+def test_an_exit_from_an_except_keeps_what_was_caught(mounted, tmp_path):
+    """fms 3.2.2 catches a rank's error and exits 203 from its except: the end line keeps the
+    caught error (a peer's lost connection here), which the verdict reads as no cause."""
+    _, env = mounted
+    (tmp_path / "user/foreign_trainer.py").write_text(
+        "import sys\ntry:\n    raise RuntimeError('Read error [172.19.0.2]:1964: Connection "
+        "reset by peer')\nexcept Exception:\n    sys.exit(203)\n"
+    )
+    assert recorder(env, "cpu").returncode == 203
+    end = read_metrics(tmp_path / "out", 0)[-1]
+    assert end["error"] == (
+        "SystemExit(203) from RuntimeError: Read error [172.19.0.2]:1964: Connection reset by peer"
+    )

@@ -196,3 +196,36 @@ def test_a_fault_record_keeps_stacks_only_for_a_hang_a_timeout_or_the_deadline()
     for hung in ("hang detected", "deadline"):
         follow.stopped_by = hung
         assert fault_stacks.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}
+
+
+# The main threads of two ranks of the scored pool's run 20 (slow-main on rank 3, single, fms:
+# FSDP2 on gloo), as faulthandler wrote them: rank 0 inside the collective, rank 3 in slow-main's
+# work, called from FSDP's post-backward hook (torch/distributed/fsdp/), which is no collective.
+_FSDP = "/opt/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard"
+_HOOK = f"""  File "/opt/harness-launch/desync.py", line 175 in wrapper
+  File "{_FSDP}/_fsdp_collectives.py", line 461 in foreach_reduce
+  File "{_FSDP}/_fsdp_param_group.py", line 457 in post_backward
+  File "/opt/venv/lib/python3.11/site-packages/tuning/sft_trainer.py", line 620 in train
+"""
+WAITING = f"""Current thread 0x00007f04395eb040 (most recent call first):
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4457 in reduce_scatter_tensor
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
+  File "/opt/harness-launch/desync.py", line 100 in call
+{_HOOK}"""  # noqa: E501
+BUSY = f"""Current thread 0x00007f04a4d5d040 (most recent call first):
+  File "/opt/harness-launch/desync.py", line 152 in main_process_work
+  File "/opt/harness-launch/desync.py", line 122 in slow_main
+  File "/opt/harness-launch/desync.py", line 106 in call
+{_HOOK}"""
+
+
+def test_code_called_from_an_fsdp_hook_is_busy_not_waiting_in_a_collective():
+    waiting, busy = (
+        stack_text.position(stack_text.parse(WAITING)),
+        stack_text.position(stack_text.parse(BUSY)),
+    )
+    assert waiting["call"] == "reduce_scatter_tensor"
+    assert busy["call"] is None and busy["top"]["func"] == "main_process_work"
+    assert stack_text.summary(3, stack_text.parse(BUSY)) == (  # the user's innermost frame
+        "rank 3: in train at /opt/venv/lib/python3.11/site-packages/tuning/sft_trainer.py:620"
+    )

@@ -273,7 +273,11 @@ def main() -> int:
         run_entry(entry)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        error = None if code == 0 else explained(e, f"SystemExit({e.code!r})", record)
+        said = f"SystemExit({e.code!r})"
+        caught = e.__cause__ or e.__context__
+        if caught is not None:  # fms exits 203 from its except: what it caught says why
+            said += " from " + "".join(traceback.format_exception_only(caught)).strip()
+        error = None if code == 0 else explained(e, said, record)
     except BaseException as e:
         code = 1
         error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)

@@ -12,6 +12,8 @@ from tuning.rank.stack_dump import END, FR_PREFIX
 _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[.*\])? \(most recent call first\):"
 )
+# Between a collective and whoever called it: torch itself and the harness's wrappers
+_WRAPPING = re.compile(r"-packages/torch/|^<frozen |/opt/harness-launch/|/desync\.py$")
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*)$')
 _DIST = "torch/distributed/"
 # Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
@@ -63,14 +65,22 @@ def where(frame: dict) -> str:
 def position(parsed: dict, ident: int | None = None) -> dict | None:
     """Where the main thread is: {"call": the innermost torch.distributed function, or None
     outside torch.distributed; "dist": that frame; "user": the user's innermost frame; "top":
-    the innermost frame}. None: no Python frame."""
+    the innermost frame; "caller": the frame that called into torch for that collective (a
+    library's or the user's)}. None: no Python frame."""
     thread = main_thread(parsed, ident)
     if thread is None or not thread["frames"]:
         return None
     frames = thread["frames"]
     dist = next((f for f in frames if _DIST in f["file"]), None)
+    if dist is not None and any("/torch/" not in f["file"] for f in frames[: frames.index(dist)]):
+        # torch.distributed called out of torch (FSDP's hooks run in torch/distributed/fsdp, and
+        # call a user's code or slow-main's work from there): busy there, not in a collective
+        dist = None
     user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
-    return {"call": dist["func"] if dist else None, "dist": dist, "user": user, "top": frames[0]}
+    outer = frames[frames.index(dist) + 1 :] if dist else []
+    caller = next((f for f in outer if not _WRAPPING.search(f["file"])), None)
+    return {"call": dist["func"] if dist else None, "dist": dist, "user": user, "top": frames[0],
+            "caller": caller}  # fmt: skip
 
 
 def pending(parsed: dict) -> dict | None:

@@ -27,14 +27,18 @@ QUIET_S = 1.0  # without an end line, a dump that stopped growing this long is t
 
 # One rank: is the pid still the one that registered, is it running; then header + signal.
 # A process seen stopped (T) is looked at STOP_LOOKS times, every 0.1 s: stopped every time and
-# no CPU time used meanwhile (utime + stime), it is frozen and not signalled (the dump would
-# come only once it is thawed); running in between, it is stopped and continued by something (a
-# throttle running it 5 % of the time is seen stopped at most looks) and is signalled: its dump
-# comes when it runs. A subshell each: `exit` ends that rank's check only.
+# no CPU time used meanwhile, it is frozen and not signalled (the dump would come only once it
+# is thawed); running in between, it is stopped and continued by something (a throttle running
+# it 5 % of the time is seen stopped at most looks) and is signalled: its dump comes when it
+# runs. CPU time is its threads' runtime in ns (/proc/<pid>/task/*/schedstat): the clock-tick
+# counts (utime + stime) sample, and a throttled rank that ran 10 ms windows on a loaded machine
+# gained no tick in a second and was called frozen. A subshell each: `exit` ends that rank's
+# check only.
 STOP_LOOKS = 10
 _SIGNAL = """(p={pid}; f={file}; n=0
 look() {{ st=$(cat /proc/$p/stat 2>/dev/null) || {{ echo "{rank} exited"; exit 0; }}
-set -- ${{st##*) }}; s=$1; t=${{20}}; cpu=$(($12 + $13)); }}
+set -- ${{st##*) }}; s=$1; t=${{20}}; cpu=$(($12 + $13))
+for g in /proc/$p/task/*/schedstat; do read ns x < "$g" && cpu=$((cpu+ns)); done 2>/dev/null; }}
 look; cpu0=$cpu
 [ "{ticks}" = None ] || [ "$t" = "{ticks}" ] || {{ echo "{rank} exited"; exit 0; }}
 while [ "$s" = T ] || [ "$s" = t ]; do

@@ -4,10 +4,13 @@ Ranks merely further on (one rank has #10 where another stopped at #9) agree on 
 they share and are no desync. The odd ones out are the ranks unlike the biggest group there;
 where two groups are as big (two ranks) every rank is named. An odd rank whose collective is
 the one that follows the others' in their own history skipped theirs ("left a collective":
-its sequence numbers are shifted from there on).
+its sequence numbers are shifted from there on). Where every recorded number agrees but the
+ranks wait at one number called from different places, those callers decide (by_caller).
 """
 
 from __future__ import annotations
+
+import re
 
 from tuning.harness.run.verdict_words import ranks_text, verdict
 
@@ -46,7 +49,7 @@ def desync(ranks) -> dict | None:
     hist = _histories(ranks)
     found = first_disagreement(hist)
     if not found:
-        return None
+        return by_caller(ranks)
     seq, groups = found
     ordered = sorted(groups.values(), key=len, reverse=True)
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
@@ -108,3 +111,38 @@ def _hint(hist, seq, ordered) -> str:
                     f"follows {hist[other[0]][seq]['op']} in {ranks_text(other)}'s own history: "
                     f"{ranks_text(mine)} may have skipped it)")  # fmt: skip
     return ""
+
+
+def by_caller(ranks) -> dict | None:
+    """Every rank waits in a collective, at one sequence number, called from different places:
+    the odd ones out are named. A rank's collective that its flight recorder has not recorded
+    yet (torch's DETAIL check runs first, and waits for every rank) is the one after its last on
+    the default group. Seen: a rank that skipped the save's metrics all_gather went on to the
+    model's gather while the others waited in the first, all as #185."""
+    at: dict[int, tuple[int, str, str]] = {}
+    for r, x in ranks.items():
+        w = x.get("waiting") or {}
+        done = [c["seq"] for c in x.get("fr") or [] if c.get("pg", 0) == 0 and c.get("seq")]
+        seq = w.get("seq") if w.get("seq") is not None else (max(done) + 1 if done else None)
+        if not w.get("caller") or seq is None:
+            return None
+        at[r] = (seq, w["caller"], w["op"])
+    if len(at) < 2 or len({seq for seq, _, _ in at.values()}) > 1:
+        return None
+    groups: dict[str, list[int]] = {}
+    for r, (_, caller, _) in at.items():  # by file and function: a rank's own line may differ
+        groups.setdefault(re.sub(r":\d+ \(", " (", caller), []).append(r)
+    if len(groups) < 2:
+        return None
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    seq = next(iter(at.values()))[0]
+    said = "; ".join(
+        f"{ranks_text(rs)} called {at[rs[0]][2]} from {at[rs[0]][1]}" for rs in ordered
+    )
+    if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
+        return verdict("desync", sorted(at), f"{said}, each as collective #{seq}: with no "
+                       "majority there is no odd one out, so every rank is named", "hand",
+                       seq=seq)  # fmt: skip
+    odd = sorted(r for rs in ordered[1:] for r in rs)
+    return verdict("desync", odd, f"{said}, each as collective #{seq}: {ranks_text(odd)} called "
+                   "it from elsewhere than the others", "hand", seq=seq)  # fmt: skip

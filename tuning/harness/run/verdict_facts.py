@@ -63,9 +63,12 @@ def _position(x: dict, d: dict) -> None:
         return
     if pos["call"]:
         p = stack_text.pending(d) or {}
+        c = pos["caller"]
         x["waiting"] = {"call": pos["call"], "op": p.get("op") or pos["call"],
                         "seq": p.get("seq"), "in": p.get("in"), "out": p.get("out"),
-                        "site": stack_text.where(pos["user"]) if pos["user"] else None}  # fmt: skip
+                        "site": stack_text.where(pos["user"]) if pos["user"] else None,
+                        "caller": f"{c['file'].split('-packages/')[-1]}:{c['line']} ({c['func']})"
+                        if c else None}  # fmt: skip
         return
     top, user = pos["top"], pos["user"]
     said = f"in {top['func']} at {stack_text.where(top)}"
@@ -104,6 +107,9 @@ def _ended(x: dict, ex: dict | None, end: dict | None) -> None:
         how = f"was killed by signal {sig} (exit {code})"
     elif signature in CONSEQUENCES or (end or {}).get("status") in ("completed", "preempted"):
         x["ended_by"] = signature or (end or {}).get("status")
+        return
+    elif peer := next((c for c in CONSEQUENCES if c in (error or "")), None):
+        x["ended_by"] = peer  # its own error says a peer's failure (fms: SystemExit(203) from it)
         return
     elif error:
         how = f"raised {error.strip().splitlines()[-1][:200]}"

@@ -195,6 +195,10 @@ def ett(rec: dict, step_s: float, wall_s: float) -> dict:
                  "best_tau_s": _r(best), "best_save_steps": max(1, round(best / step_s)),
                  "best_ett": _r(save_interval.ett(best, c, r, m), 4)}  # fmt: skip
         model["inside"] = bool(interval and interval[0] <= model["ett"] <= interval[1])
+        # First order assumes a failure is rare within a save interval and a restart; where a
+        # restart is as long as the time between failures (a short soak under load) it comes
+        # out at or below 0 and says nothing: the renewal figure is the one to read there.
+        model["first_order_holds"] = model["ett"] > 0
     return {"wall_s": _r(wall_s, 1), "useful_s": _r(useful, 1), "ett": _r(measured, 4),
             "ett_interval": interval, "interval_level": report_stats.LEVEL,
             "failures_interval": [_r(lo_n), _r(hi_n)], "per_failure_s": _r(per_failure),

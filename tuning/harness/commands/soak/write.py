@@ -48,11 +48,15 @@ def markdown(rec: dict) -> str:
     m = rec.get("model")
     if m:
         where = "inside" if m["inside"] else "OUTSIDE"
+        holds = m.get("first_order_holds", True)
+        read = "" if holds else (" (first order does not hold here: a restart and half an "
+                                 "interval take about as long as the time between failures; "
+                                 "read the renewal figure)")  # fmt: skip
         out += [
             f"- the model (Young/Daly) with C {m['save_s']} s, R {m['restart_s']} s, M "
             f"{m['mtbf_s']} s: ETT {_pct(m['ett'])} at this interval ({m['tau_s']} s), {where} "
             f"the measured interval; this soak's own process exactly (renewal): "
-            f"{_pct(m['ett_renewal'])}",
+            f"{_pct(m['ett_renewal'])}{read}",
             f"- its best interval: {m['best_tau_s']} s ({m['best_save_steps']} steps), ETT "
             f"{_pct(m['best_ett'])}",
         ]
