@@ -125,3 +125,32 @@ def test_torchs_mismatch_check_is_read_through_fms_exit_203():
     exits = {r: {"code": 203, "t": 19.9, "by_itself": True} for r in range(4)}
     v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
+
+
+def test_every_rank_failing_alike_names_no_rank():
+    """The pool's run 25 (fms per-rank under DETAIL): every rank raised the same error at once,
+    before the fault mattered. No rank caused it: none is named."""
+    error = ("SystemExit(203) from RuntimeError: Backend gloo does not support "
+             "allgather_into_tensor_coalesced")  # fmt: skip
+    metrics = {r: _end(error) for r in range(4)}
+    exits = {r: {"code": 1, "t": 30.3, "by_itself": True} for r in range(4)}
+    v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
+    assert (v["class"], v["culprits"]) == ("died", []), v
+    assert v["evidence"].startswith("every rank raised SystemExit(203) from RuntimeError: "), v
+
+
+def test_a_rank_that_never_registered_never_arrived():
+    """The pool's run 15 (no-show: rank 0 stopped before it ran, single): the others wait in
+    the process group's setup; rank 0 wrote nothing and has no pid file."""
+    wait = f"""Current thread 0x00007f04395eb042 (most recent call first):
+  File "{_SP}/torch/distributed/distributed_c10d.py", line 2169 in _new_process_group_helper
+  File "/opt/harness/tuning/sft_trainer.py", line 154 in main
+"""
+    from tuning.harness.run import stack_text
+
+    dumped = {0: {"state": "not registered"}}
+    dumped |= {r: {**stack_text.parse(wait), "state": "dumped"} for r in (1, 2, 3)}
+    metrics = {r: [{"event": "phase", "name": "imports"}] for r in (1, 2, 3)}
+    v = verdict.judge(verdict_facts.gather(4, metrics, {"ranks": dumped}))
+    assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
+    assert v["evidence"].startswith("rank 0 never started (its process wrote nothing"), v

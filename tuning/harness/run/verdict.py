@@ -96,6 +96,10 @@ def _died(ranks) -> dict | None:
         return None
     t0 = min(d["t"] for d in first.values())
     culprits = [r for r, d in first.items() if d["t"] - t0 <= 1.0]  # the first, and any with it
+    hows = {first[r]["how"] for r in culprits}
+    if len(culprits) == len(ranks) > 1 and len(hows) == 1:  # a cause they share, not a rank's
+        return _verdict("died", [], f"every rank {hows.pop()}: a cause they share (the job, "
+                        "the image, the setup), not one rank's", "hand")  # fmt: skip
     how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
     return _verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
 

@@ -38,6 +38,12 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
         state = d.get("state") or ""
         x["started"] = node.get("started", bool(lines) or not state.startswith("not started"))
         x["why_absent"] = "no container or process ever held it"
+        if x["started"] and taken and not lines and state.startswith("not registered"):
+            # its process may exist (stopped before it ran: no-show), but it never got as far as
+            # the rank recorder's first line
+            x["started"] = False
+            x["why_absent"] = "its process wrote nothing and never registered: no metrics line, "
+            x["why_absent"] += "no pid file"
         if state.startswith("paused"):
             x["frozen"] = "is frozen (its container is paused: it cannot run or dump)"
         elif state.startswith("stopped"):
