@@ -16,7 +16,7 @@ tuning/rank/torn.py at the next start.
 HARNESS_SAVE_SLEEP=s (set only by `make fault FAULT=save-kill`) holds every rank s seconds
 inside the save, after the weights and before the optimizer, so a kill lands in it every time;
 a soak's save-kill holds its one target rank there instead, in the save it was planned for
-(HARNESS_HOLD_FILE: tuning/fault_hooks.hold), so the other saves cost what they cost.
+(HARNESS_HOLD_FILE: tuning/sft/fault_hooks.hold), so the other saves cost what they cost.
 """
 
 from __future__ import annotations

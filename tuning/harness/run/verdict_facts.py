@@ -42,8 +42,8 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
             # its process may exist (stopped before it ran: no-show), but it never got as far as
             # the rank recorder's first line
             x["started"] = False
-            x["why_absent"] = "its process wrote nothing and never registered: no metrics line, "
-            x["why_absent"] += "no pid file"
+            x["why_absent"] = ("its process wrote nothing and never registered: no metrics "
+                               "line, no pid file")  # fmt: skip
         if state.startswith("paused"):
             x["frozen"] = "is frozen (its container is paused: it cannot run or dump)"
         elif state.startswith("stopped"):

@@ -10,7 +10,7 @@ the gaps scale with MTBF (one unit exponential per failure).
 
 Where a failure strikes and where the group resumes follow from the kind and the save interval
 alone (`strike`): a kill at step s (the rank is held at the end of step s until it is struck:
-tuning/fault_hooks.hold, so its own save never starts) resumes from the newest save before s;
+tuning/sft/fault_hooks.hold, so its own save never starts) resumes from the newest save before s;
 a save-kill strikes inside the first save at or after s, which is torn, and resumes from the
 save before it; term and preempt stop the group at step s + 1, which is saved, and resume there.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.flags import time_arg
 
-# kind -> (where its rank is held for it: tuning/fault_hooks.hold; where the group resumes:
+# kind -> (where its rank is held for it: tuning/sft/fault_hooks.hold; where the group resumes:
 # the newest save before the step, the save before the torn one, or the next step, saved)
 KINDS = {
     "kill": ("step", "before"),
@@ -143,5 +143,5 @@ def schedule(plan: Plan, save_steps: int, count: int, start: int = STARTS_AT) ->
 
 
 def hold(f: Failure, at: int) -> dict:
-    """What HARNESS_HOLD_FILE says for `f` striking at step `at` (tuning/fault_hooks.hold)."""
+    """What HARNESS_HOLD_FILE says for `f` striking at step `at` (tuning/sft/fault_hooks.hold)."""
     return {"n": f.n, "rank": f.rank, "step": at, "at": KINDS[f.kind][0]}
