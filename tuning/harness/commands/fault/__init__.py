@@ -64,7 +64,7 @@ def main(a: argparse.Namespace) -> int:
     for layout in layouts:
         for kind in kinds:
             run_id = base if len(kinds) == 1 else f"{base}-{kind}-{layout}"
-            records.append(run_one(replace(f, layout=layout), k, kind, run_id))
+            records.append(run_one(replace(f, layout=layout), k, kind, run_id, len(kinds) == 1))
     if len(records) > 1:
         out = fault_write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
         print(f"harness: fault matrix: {out}")
@@ -87,7 +87,7 @@ def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
     }  # fmt: skip
 
 
-def run_one(f: RunFlags, k: dict, name: str, run_id: str) -> dict:
+def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) -> dict:
     kind, layout_kind = TABLE[name], f.layout
     if kind.rank is not None:
         k = {**k, "rank": kind.rank}  # it always hits that rank (the master's node)
@@ -115,6 +115,10 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str) -> dict:
         if layout.args is not None:  # the Trainer's own max_steps, once it logs it
             base.update(steps=None, args_note=ARGS_NOTE)
     reason = kind.why_not(layout_kind, layout.network, bool(layout.entry))
+    refused = kind.refuse and kind.refuse(layout, spec.job, k)
+    if refused and alone:
+        raise HarnessError(f"FAULT={name}: {refused}")
+    reason = reason or refused
     if reason is None and kind.check:
         reason = kind.check(layout)  # a probe of this machine (netem)
         status = "unsupported"

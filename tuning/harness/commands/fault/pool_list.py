@@ -6,8 +6,13 @@ expected to be judged: the verdict's class; its culprit is the rank the fault hi
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+
+from tuning.harness.commands.fault.kinds import TABLE
+from tuning.harness.commands.fault.kinds.desync import STRIKE_LAG_STEPS
+from tuning.harness.spec.trainers import FMS_JOB
 
 SEED = 30  # the issue's number: a fixed pool, not one picked after the fact
 WORLD = 4
@@ -75,5 +80,13 @@ def experiments(seed: int = SEED) -> list[Experiment]:
         # late-master always hits rank 0 (the master); the others: rank 0 and the last
         ranks = (0, 0) if kind == "late-master" else (0, WORLD - 1)
         for rank, (layout, trainer) in zip(ranks, picked, strict=True):
-            out.append(Experiment(len(out) + 1, kind, rank, layout, trainer, rng.randint(8, 14)))
+            at = rng.randint(8, 14)
+            if trainer == "fms" and TABLE[kind].refuse:  # a desync under DETAIL: before fms's
+                at = min(at, _fms_last_step())  # first save (kinds/desync.py), as fault says
+            out.append(Experiment(len(out) + 1, kind, rank, layout, trainer, at))
     return out
+
+
+def _fms_last_step() -> int:
+    """The latest AT_STEP `make fault` takes for a desync under DETAIL on fms's demo job."""
+    return json.loads(FMS_JOB.read_text())["save_steps"] - STRIKE_LAG_STEPS - 1

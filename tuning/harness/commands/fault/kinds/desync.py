@@ -11,7 +11,11 @@ skip-collective and the mismatches run with TORCH_DISTRIBUTED_DEBUG=DETAIL: torc
 collective's op and shapes across ranks before it runs and stops every rank at the first that
 differs, naming both fingerprints (run/verdict_torch.py reads them). Without it gloo aborts a
 peer of the odd rank on a size it did not expect, and names no one. slow-main leaves the peers
-waiting in the collective: the verdict names the rank that never arrived."""
+waiting in the collective: the verdict names the rank that never arrived.
+On CPU ranks, a job that gathers its FSDP checkpoint (fms: accelerate's get_state_dict) cannot
+save under DETAIL: torch's checking wrapper around gloo asks it for
+allgather_into_tensor_coalesced, which gloo lacks, so every rank dies at the first save whatever
+the fault. Those kinds refuse an AT_STEP the strike may not reach before that save."""
 
 from __future__ import annotations
 
@@ -40,9 +44,31 @@ def _env(kind: str, how: str = "op"):
     return env
 
 
+# The strike reaches the rank up to two steps after AT_STEP shows: the harness reads rank 0's
+# log, then the rank looks for the GO file at most twice a second (tuning/rank/desync.py)
+STRIKE_LAG_STEPS = 2
+
+
+def before_first_save(layout, job: dict, knobs: dict) -> str | None:
+    """Why AT_STEP is too late for a foreign trainer's job under DETAIL on gloo, if it is."""
+    if not layout.entry or layout.gpus or job.get("save_strategy") != "steps":
+        return None  # ours saves without gathering; NCCL has the coalesced all-gather
+    first, at = job.get("save_steps"), knobs["at_step"]
+    if not isinstance(first, int) or at + STRIKE_LAG_STEPS < first:
+        return None
+    return (f"AT_STEP={at} is too late for this job: it saves first at step {first} "
+            f"(save_steps), and under TORCH_DISTRIBUTED_DEBUG=DETAIL, which this kind needs, "
+            f"gloo cannot gather that checkpoint (allgather_into_tensor_coalesced): every rank "
+            f"would die at the save, whatever the fault. The strike lands up to "
+            f"{STRIKE_LAG_STEPS} steps after AT_STEP: set AT_STEP={first - STRIKE_LAG_STEPS - 1} "
+            f"or lower")
+
+
 def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:
+    detail = desync != "slow-main"
     return Kind(name, order, inject=strike, pid="never", rank_env=_env(desync, how),
-                expect=HANGS, signatures=(("desync", r"harness desync: "),))  # fmt: skip
+                expect=HANGS, signatures=(("desync", r"harness desync: "),),
+                refuse=before_first_save if detail else None)  # fmt: skip
 
 
 KINDS = (

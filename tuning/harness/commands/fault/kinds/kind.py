@@ -93,6 +93,9 @@ class Kind:
     # this machine before the run (netem), recorded as "unsupported"
     not_here: Mapping[str, str] = field(default_factory=dict)
     check: Callable[..., str | None] | None = None
+    # `refuse(layout, job, knobs) -> why | None`: knobs that would not show what the kind does on
+    # this job (a bad input: `make fault` stops before any run; FAULT=all records it not applicable)
+    refuse: Callable[..., str | None] | None = None
     # --- what it is expected to cause, and its record
     expect: Expect | None = None
     goal: Callable[[dict], bool | None] | None = None  # replaces expect.goal
