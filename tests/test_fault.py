@@ -174,7 +174,9 @@ CLUSTER_COST = {
 @pytest.mark.fault
 @pytest.mark.slow
 def test_fault(kind, layout, harness_image, tmp_path):
-    rec = run_fault(kind, layout, tmp_path)
+    # slow: every step after the fault runs at the throttled rank's pace; 12 of them give the
+    # ratio below as well as the default's 48 (STEPS=60) did, in a quarter of the time
+    rec = run_fault(kind, layout, tmp_path, *(("--steps", "24") if kind == "slow" else ()))
     per_rank = layout == "per-rank"
     if kind == "partition" and not per_rank:
         assert rec["status"] == "not applicable" and "loopback" in rec["reason"]
@@ -205,6 +207,9 @@ def test_fault(kind, layout, harness_image, tmp_path):
         check_failed(rec)
         assert target["oom_killed"] and target["signature"] == "OOM-killed"
         assert target["signal"] == 9 and target["exit_code"] == (1 if per_rank else -9)
+        # the kernel took the target only (single: a second kill must take the pusher, not a
+        # peer: pool run 6 lost rank 1 7 ms after rank 3)
+        assert [r for r, x in ranks.items() if x["signal"] == 9] == [1], rec["ranks"]
     elif kind == "partition":
         check_failed(rec)
         assert peer["signature"] in BROKEN | {"collective timeout"}
@@ -219,6 +224,15 @@ def test_fault(kind, layout, harness_image, tmp_path):
     elif kind == "pause":
         assert rec["outcome"] == "hung (detected)", rec["_out"]
         assert rec["hang_detected_s"] is not None and peer["signature"] == "collective timeout"
+        # every live rank's stack, and what the paused one is (was tests/test_stacks_docker.py's
+        # own pause run, the same command: one run now proves both)
+        s0, s1 = rec["stacks"]["summaries"]
+        assert s0.startswith("rank 0: waiting in "), rec["stacks"]["summaries"]
+        assert s1 == ("rank 1: paused (its container is frozen: it cannot dump)" if per_rank
+                      else "rank 1: stopped (SIGSTOP: it cannot dump)")  # fmt: skip
+        assert " at /opt/harness/tuning/" in s0  # the user's innermost frame: in our trainer
+        assert f"- {s0}" in rec["_md"] and "### rank 0" in rec["_md"]
+        assert "most recent call first" in rec["stacks"]["ranks"]["0"]["text"]
     elif kind in ("term", "preempt"):
         assert rec["outcome"] == "preempted", rec["_out"]
         assert rec["run_status"] == "preempted"  # not "succeeded": exit 0 is not the whole story
@@ -287,19 +301,30 @@ def recovered(kind: str, layout: str, tmp_path: Path, steps: int) -> dict:
     return rec
 
 
-def plain_losses(layout: str, tmp_path: Path, steps: int) -> dict[int, float]:
-    """The same job uninterrupted (same seed and steps): step -> loss."""
-    out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
-                  runs=tmp_path / "plain", timeout=400)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    return dict(json.loads((tmp_path / "plain" / "latest" / "summary.json").read_text())["losses"])
+@pytest.fixture(scope="module")
+def plain_losses(tmp_path_factory):
+    """The same job uninterrupted (same seed and steps): (layout, steps) -> {step: loss}. Run
+    once per layout and shared by the restart tests below, which all compare with it."""
+    done: dict[tuple[str, int], dict[int, float]] = {}
+
+    def losses(layout: str, steps: int) -> dict[int, float]:
+        if (layout, steps) not in done:
+            runs = tmp_path_factory.mktemp(f"plain-{layout}")
+            out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
+                          runs=runs, timeout=400)  # fmt: skip
+            assert out.returncode == 0, out.stdout + out.stderr
+            summary = json.loads((runs / "latest" / "summary.json").read_text())
+            done[layout, steps] = dict(summary["losses"])
+        return done[layout, steps]
+
+    return losses
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.docker
 @pytest.mark.fault
 @pytest.mark.slow
-def test_crash_recovers_with_max_restarts(layout, tmp_path):
+def test_crash_recovers_with_max_restarts(layout, tmp_path, plain_losses):
     steps = 30  # the demo job saves every 10 steps: checkpoint-10 exists before the crash at 12
     rec = recovered("crash", layout, tmp_path, steps)
     by = "harness" if layout == "per-rank" else "torchrun"
@@ -307,7 +332,7 @@ def test_crash_recovers_with_max_restarts(layout, tmp_path):
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["steps"] == steps and len(summary["restarts"]) == 1
     resumed = max(c["step"] for c in rec["checkpoints"] if c["before_fault"] and c["complete"])
-    plain = plain_losses(layout, tmp_path, steps)  # the losses after the restart match it
+    plain = plain_losses(layout, steps)  # the losses after the restart match it
     after = {s: loss for s, loss in summary["losses"] if s > resumed}
     assert len(after) == steps - resumed
     assert all(abs(loss - plain[s]) < 1e-4 for s, loss in after.items()), (after, plain)
@@ -318,7 +343,9 @@ def test_crash_recovers_with_max_restarts(layout, tmp_path):
 @pytest.mark.docker
 @pytest.mark.fault
 @pytest.mark.slow
-def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(layout, tmp_path):
+def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(
+    layout, tmp_path, plain_losses
+):
     """Issue 23: a rank SIGKILLed while checkpoint-20 is being written. The restarted group
     (MAX_RESTARTS=1) meets no torn checkpoint: it resumes from checkpoint-10 and follows the
     unfaulted run's losses."""
@@ -340,7 +367,7 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(lay
     assert f"- on a cluster: {save_kill.CLUSTER}" in md.splitlines()
     summary = json.loads((tmp_path / "fault" / rec["run_id"] / "summary.json").read_text())
     assert summary["torn_checkpoints"] == [moved] and summary["steps"] == steps
-    plain = plain_losses(layout, tmp_path, steps)
+    plain = plain_losses(layout, steps)
     after = {s: loss for s, loss in summary["losses"] if s > 10}
     assert sorted(after) == list(range(11, steps + 1))
     assert all(abs(loss - plain[s]) < 1e-5 for s, loss in after.items()), (after, plain)

@@ -1,4 +1,4 @@
-"""Stacks on the engine: a paused rank's fault run records every live rank's stack; a foreign
+"""Stacks on the engine (a paused rank's fault run and its stacks: tests/test_fault.py): a foreign
 ENTRY whose ranks wait on each other stalls `up`, which prints the stacks by itself and keeps
 them; `stacks` dumps a running run on demand; a normal run carries none of it."""
 
@@ -11,28 +11,8 @@ import time
 
 import pytest
 from conftest import PYTHON, ROOT, harness, leftovers
-from test_fault import run_fault
 
 HANG_IMAGE = "tuning-harness-hang:test"  # the harness image + tests/hang_entry.py, a user's image
-
-
-@pytest.mark.parametrize("layout", ["single", "per-rank"])
-@pytest.mark.docker
-@pytest.mark.fault
-@pytest.mark.slow
-def test_a_paused_rank_fault_run_shows_every_live_rank_stack(layout, harness_image, tmp_path):
-    rec = run_fault("pause", layout, tmp_path)
-    assert rec["outcome"] == "hung (detected)", rec["_out"]
-    s0, s1 = rec["stacks"]["summaries"]
-    assert s0.startswith("rank 0: waiting in "), rec["stacks"]["summaries"]
-    assert s1 == (
-        "rank 1: stopped (SIGSTOP: it cannot dump)"
-        if layout == "single"
-        else "rank 1: paused (its container is frozen: it cannot dump)"
-    )
-    assert " at /opt/harness/tuning/" in s0  # the user's innermost frame: in our trainer
-    assert f"- {s0}" in rec["_md"] and "### rank 0" in rec["_md"]
-    assert "most recent call first" in rec["stacks"]["ranks"]["0"]["text"]
 
 
 @pytest.mark.docker

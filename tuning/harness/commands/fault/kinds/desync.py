@@ -56,12 +56,14 @@ def before_first_save(layout, job: dict, knobs: dict) -> str | None:
     first, at = job.get("save_steps"), knobs["at_step"]
     if not isinstance(first, int) or at + STRIKE_LAG_STEPS < first:
         return None
-    return (f"AT_STEP={at} is too late for this job: it saves first at step {first} "
-            f"(save_steps), and under TORCH_DISTRIBUTED_DEBUG=DETAIL, which this kind needs, "
-            f"gloo cannot gather that checkpoint (allgather_into_tensor_coalesced): every rank "
-            f"would die at the save, whatever the fault. The strike lands up to "
-            f"{STRIKE_LAG_STEPS} steps after AT_STEP: set AT_STEP={first - STRIKE_LAG_STEPS - 1} "
-            f"or lower")
+    return (
+        f"AT_STEP={at} is too late for this job: it saves first at step {first} "
+        f"(save_steps), and under TORCH_DISTRIBUTED_DEBUG=DETAIL, which this kind needs, "
+        f"gloo cannot gather that checkpoint (allgather_into_tensor_coalesced): every rank "
+        f"would die at the save, whatever the fault. The strike lands up to "
+        f"{STRIKE_LAG_STEPS} steps after AT_STEP: set AT_STEP={first - STRIKE_LAG_STEPS - 1} "
+        f"or lower"
+    )
 
 
 def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:

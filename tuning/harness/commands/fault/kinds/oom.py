@@ -1,12 +1,19 @@
 """oom: the kernel's OOM killer takes the rank's worker. Its container's memory limit is set
-just above its usage and a process beside the worker pushes past it while the worker lives."""
+just above its usage and a process beside the worker pushes past it while the worker lives.
+
+In LAYOUT=single the container holds every rank. The kernel may kill a second process before the
+first one's memory is back (pool run 6: rank 3, then rank 1 7 ms later, both "Memory cgroup out
+of memory" in the kernel log), so the pusher marks itself next in line (oom_score_adj 1000, and
+less memory than a rank holds: the worker, at the same score, goes first); a second kill takes
+the pusher, never another rank."""
 
 from __future__ import annotations
 
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 from tuning.harness.commands.fault.kinds.tools import sh
 
-OOM_HEADROOM = 256 << 20  # limit = current usage + this; then memory is pushed past it
+# limit = usage + this, then pushed past it: the pusher stays smaller than a rank
+OOM_HEADROOM = 128 << 20
 
 
 def oom(inj, nodes, ctr, pid) -> str:
@@ -19,7 +26,8 @@ def oom(inj, nodes, ctr, pid) -> str:
     # Grow 16 MiB at a time while the worker lives (a zombie counts as gone), then stop,
     # so the OOM killer has no reason to take anything else.
     push = (
-        "import time\nb = []\ndef alive():\n    try:\n"
+        "import time\nopen('/proc/self/oom_score_adj', 'w').write('1000')\n"
+        "b = []\ndef alive():\n    try:\n"
         f"        return open('/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'\n"
         "    except OSError:\n        return False\n"
         "while alive() and len(b) < 256:\n    b.append(b'x' * (16 << 20)); time.sleep(0.02)\n"
