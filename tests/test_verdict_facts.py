@@ -154,3 +154,14 @@ def test_a_rank_that_never_registered_never_arrived():
     v = verdict.judge(verdict_facts.gather(4, metrics, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
     assert v["evidence"].startswith("rank 0 never started (its process wrote nothing"), v
+
+
+def test_a_rank_with_no_node_never_arrived_while_the_others_wait_to_register():
+    """The pool's runs 16-18 (no-show of rank 3, late-master of rank 0; per-rank, fms): one rank
+    has no container; the others' workers wait in torchrun's rendezvous, before the rank
+    recorder, so none registered. That is no sign against them: the rank with no node is named."""
+    dumped = {r: {"state": "not registered"} for r in (0, 1, 2)}
+    dumped[3] = {"state": "not started (no container or process holds it)"}
+    v = verdict.judge(verdict_facts.gather(4, {}, {"ranks": dumped}))
+    assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
+    assert v["evidence"].startswith("rank 3 never started (no container or process ever held"), v

@@ -27,6 +27,11 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
     "net"}} (net: what is wrong with its node's network, else None); failed: stacks.failed's
     (each failed rank's flight recorder when it failed: used where no dump shows the rank)."""
     dumped = (taken or {}).get("ranks") or {}
+    # Did any rank get as far as the rank recorder? Where none did (fms's per-rank workers wait
+    # for torchrun's rendezvous before they exist), an unregistered rank is no sign of anything
+    registered = any(metrics.get(r) or not _state(dumped, r).startswith(("not registered",
+                                                                        "not started"))
+                     for r in range(world))  # fmt: skip
     ranks = {}
     for r in range(world):
         lines = metrics.get(r) or []
@@ -35,10 +40,10 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
         end = next((y for y in reversed(lines) if y.get("event") == "end"), None)
         x = {"joined": any(x.get("event") == "phase" and x.get("name") == "rendezvous"
                            for x in lines)}  # fmt: skip
-        state = d.get("state") or ""
+        state = _state(dumped, r)
         x["started"] = node.get("started", bool(lines) or not state.startswith("not started"))
         x["why_absent"] = "no container or process ever held it"
-        if x["started"] and taken and not lines and state.startswith("not registered"):
+        if x["started"] and registered and not lines and state.startswith("not registered"):
             # its process may exist (stopped before it ran: no-show), but it never got as far as
             # the rank recorder's first line
             x["started"] = False
@@ -59,6 +64,11 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
             x["net"] = node["net"]
         ranks[r] = x
     return {"world": world, "progressing": progressing, "ranks": ranks, "fr_check": fr_check}
+
+
+def _state(dumped: dict, r: int) -> str:
+    """The stack dump's word on rank r ("dumped", "not registered", "not started (...)", ...)."""
+    return (dumped.get(r) or dumped.get(str(r)) or {}).get("state") or ""
 
 
 def _position(x: dict, d: dict) -> None:
