@@ -178,6 +178,25 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
     )  # DETAIL's own sequence numbers count from 0
 
 
+def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_comes(ranks):
+    """fms's step calls no all_reduce of its own (the pool's run 25 never struck); its loss
+    gather is an all_gather_into_tensor: the shape strike takes that, and DETAIL names rank 3."""
+    r = ranks(4, HARNESS_DESYNC="mismatch", HARNESS_DESYNC_HOW="shape", HARNESS_DESYNC_RANK="3",
+              HARNESS_DESYNC_AT=str(AT), TORCH_DISTRIBUTED_DEBUG="DETAIL",
+              DESYNC_ENTRY_GATHER_ONLY="1")  # fmt: skip
+    line = r.wait_for(_struck(r, 3), "fault line")
+    assert (line["op"], line["collective"]) == ("all_gather_into_tensor", AT), line
+    assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
+
+    def ends():
+        found = [x for lines in r.metrics().values() for x in lines if x["event"] == "end"]
+        return found if len(found) == 4 else None
+
+    r.wait_for(ends, "end lines")
+    v = verdict.judge(verdict_facts.gather(4, r.metrics()))
+    assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
+
+
 def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mounted):
     marker, env = mounted
     probe = "import sys; open({!r}, 'w').write(str('harness_desync' in sys.modules))\n"

@@ -13,7 +13,8 @@ all_gathers, are not counted) is struck on HARNESS_DESYNC_RANK:
                                   earlier ones: its sequence numbers shift from there on)
   HARNESS_DESYNC=mismatch         the rank calls another collective at that point
                                   (HARNESS_DESYNC_HOW=op: all_reduce, or broadcast for an
-                                  all_reduce) or the same all_reduce with another shape (=shape)
+                                  all_reduce) or the same all_reduce or all_gather_into_tensor
+                                  with another shape (=shape)
 N is HARNESS_DESYNC_AT (default 1) counted from the moment the file HARNESS_DESYNC_WHEN exists
 (looked for at most twice a second; unset: from the start), so the harness can strike at a step
 it sees. A call made with async_op=True, or the wrong op for `shape`, is counted and passed on:
@@ -40,6 +41,10 @@ COLLECTIVES = (
     "all_to_all", "all_to_all_single", "gather", "scatter", "gather_object",
     "scatter_object_list", "all_reduce_coalesced",
 )  # fmt: skip
+# The ops a shape strike takes. fms (HF Trainer, FSDP2) calls no all_reduce of its own in a step
+# (FSDP's collectives are async or functional) until its save; its loss gather each logging step
+# is an all_gather_into_tensor (pool run 25 never struck before the save at step 10)
+SHAPED = ("all_reduce", "all_gather_into_tensor")
 POLL_S = 0.5  # HARNESS_DESYNC_WHEN: looked for at most this often
 _local = threading.local()  # depth of wrapped calls on this thread: only the outermost counts
 
@@ -107,7 +112,7 @@ class Striker:
 
     def _takes(self, name: str, bound) -> bool:
         if self.plan.kind == "mismatch" and self.plan.how == "shape":
-            return name == "all_reduce"  # another shape of the same op: all_reduce's tensor
+            return name in SHAPED  # another shape of the same op
         return True
 
     def _said(self, name: str, did: str) -> None:
@@ -132,11 +137,15 @@ class Striker:
 
         group = bound.arguments.get("group")
         if self.plan.how == "shape":
-            tensor = bound.arguments["tensor"]
+            tensor = bound.arguments.get("tensor", bound.arguments.get("input_tensor"))
             other = torch.zeros(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
-            self._said(name, f"called all_reduce on {list(other.shape)} instead of "
+            self._said(name, f"called {name} on {list(other.shape)} instead of "
                              f"{list(tensor.shape)}")  # fmt: skip
-            return _outer(dist.all_reduce)(other, group=group)
+            if name == "all_reduce":
+                return _outer(dist.all_reduce)(other, group=group)
+            out = torch.zeros(dist.get_world_size(group) * other.numel(), dtype=tensor.dtype,
+                              device=tensor.device)  # fmt: skip
+            return _outer(dist.all_gather_into_tensor)(out, other, group=group)
         device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
         buf = torch.zeros(1, device=device)
         if name == "all_reduce":
