@@ -165,3 +165,21 @@ def test_a_rank_with_no_node_never_arrived_while_the_others_wait_to_register():
     v = verdict.judge(verdict_facts.gather(4, {}, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
     assert v["evidence"].startswith("rank 3 never started (no container or process ever held"), v
+
+
+def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
+    """The pool's run 11 (slow rank 0, per-rank, 5 % of a CPU): the creation times of the 8
+    collectives every rank finished, after the first caller. Ranks 1 and 3 were 0.1 s late at
+    the one rank 0 was 0.29 s late to; rank 0's mean lateness came out 4.99 times theirs, and a
+    rule on lateness named no one. The group waited for rank 0 alone."""
+    after_first = {  # seq: (rank 0, 1, 2, 3), seconds (to 0.1 ms, as recorded)
+        317: (0.0935, 0.0013, 0.0002, 0.0), 318: (0.0, 0.0, 0.0026, 0.0012),
+        319: (0.0, 0.0, 0.0031, 0.0031), 320: (0.0049, 0.0, 0.0035, 0.0032),
+        321: (0.0981, 0.0, 0.005, 0.0033), 322: (0.0015, 0.0002, 0.0028, 0.0),
+        323: (0.0845, 0.0022, 0.0007, 0.0), 324: (0.287, 0.102, 0.0, 0.1033),
+    }  # fmt: skip
+    ranks = {r: {"fr": [{"seq": seq, "op": "all_gather", "state": "done", "t": 100 + ts[r]}
+                        for seq, ts in after_first.items()]} for r in range(4)}  # fmt: skip
+    v = verdict.judge({"world": 4, "progressing": True, "ranks": ranks})
+    assert (v["class"], v["culprits"]) == ("slow", [0]), v
+    assert v["waited_s"]["0"] > 0.05 and max(v["waited_s"][r] for r in "123") < 0.002, v
