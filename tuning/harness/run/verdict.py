@@ -29,8 +29,6 @@ where it ran, with whether it agrees: it finds the same first bad collective, bu
 
 from __future__ import annotations
 
-import statistics
-
 from tuning.harness.run import verdict_desync, verdict_torch
 from tuning.harness.run.verdict_words import ranks_text
 from tuning.harness.run.verdict_words import verdict as _verdict
