@@ -18,7 +18,7 @@ import torch.distributed as dist
 def step(i: int, grads: torch.Tensor) -> None:
     if os.environ.get("DESYNC_ENTRY_GATHER_ONLY"):  # as fms's step: no all_reduce of its own
         out = torch.zeros(dist.get_world_size() * grads.numel())
-        dist.all_gather_into_tensor(out, grads)  # STEP_GATHER_INTO
+        dist.all_gather_into_tensor(out, grads)  # STEP_INTO_TENSOR
     else:
         dist.all_reduce(grads)  # STEP_ALL_REDUCE
     loss = torch.tensor([float(i)])

@@ -57,10 +57,15 @@ class Advice:
     def sentence(self, restart_said: str = "") -> str:
         rate = f"{self.gpu_hours_per_failure:,.0f}"
         return (f"{self.gpus} GPUs at one failure per {rate} GPU-hours: a failure every "
-                f"{duration(self.mtbf_s)}; your save takes {self.save_s:.0f} s and a restart "
+                f"{duration(self.mtbf_s)}; your save takes {seconds(self.save_s)} and a restart "
                 f"{duration(self.restart_s)}{restart_said}: save every {duration(self.tau_s)} "
                 f"({self.save_steps:,} steps at your {self.step_s:.3g} s step); ETT "
                 f"{100 * self.ett:.1f} %")  # fmt: skip
+
+
+def seconds(s: float) -> str:
+    """40 s, 2.5 s, 0.14 s: a sub-second save is not "0 s" (the demo's takes 0.14 s)."""
+    return f"{s:.0f} s" if s >= 10 else f"{s:.2g} s"
 
 
 def duration(seconds: float) -> str:
