@@ -87,6 +87,16 @@ def _struck(r: Ranks, rank: int):
     return lambda: next((x for x in r.metrics().get(rank, []) if x.get("event") == "fault"), None)
 
 
+def _ends(r: Ranks, n: int):
+    """A wait_for condition: every rank's end line, once all n wrote one."""
+
+    def ends():
+        found = [x for lines in r.metrics().values() for x in lines if x["event"] == "end"]
+        return found if len(found) == n else None
+
+    return ends
+
+
 def _all_in(taken: dict, ranks) -> bool:
     return all(taken["ranks"][r]["summary"].startswith(f"rank {r}: waiting in ") for r in ranks)
 
@@ -164,11 +174,7 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
     r = ranks(4, HARNESS_DESYNC="mismatch", HARNESS_DESYNC_RANK="3", HARNESS_DESYNC_AT=str(AT),
               TORCH_DISTRIBUTED_DEBUG="DETAIL")  # fmt: skip
 
-    def ends():
-        found = [x for lines in r.metrics().values() for x in lines if x["event"] == "end"]
-        return found if len(found) == 4 else None
-
-    ends = r.wait_for(ends, "end lines")
+    ends = r.wait_for(_ends(r, 4), "end lines")
     assert all("Detected mismatch between collectives on ranks" in e["error"] for e in ends)
     v = verdict.judge(verdict_facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
@@ -188,11 +194,7 @@ def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_come
     assert (line["op"], line["collective"]) == ("all_gather_into_tensor", AT), line
     assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
 
-    def ends():
-        found = [x for lines in r.metrics().values() for x in lines if x["event"] == "end"]
-        return found if len(found) == 4 else None
-
-    r.wait_for(ends, "end lines")
+    r.wait_for(_ends(r, 4), "end lines")
     v = verdict.judge(verdict_facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
 

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 
 from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.commands.fault.kinds.desync import STRIKE_LAG_STEPS
+from tuning.harness.commands.fault.kinds.desync import last_at_step
 from tuning.harness.spec.trainers import FMS_JOB
 
 SEED = 30  # the issue's number: a fixed pool, not one picked after the fact
@@ -89,4 +89,4 @@ def experiments(seed: int = SEED) -> list[Experiment]:
 
 def _fms_last_step() -> int:
     """The latest AT_STEP `make fault` takes for a desync under DETAIL on fms's demo job."""
-    return json.loads(FMS_JOB.read_text())["save_steps"] - STRIKE_LAG_STEPS - 1
+    return last_at_step(json.loads(FMS_JOB.read_text())["save_steps"])

@@ -49,19 +49,24 @@ def _env(kind: str, how: str = "op"):
 STRIKE_LAG_STEPS = 2
 
 
+def last_at_step(first_save: int) -> int:
+    """The latest AT_STEP whose strike lands before a save at step `first_save`."""
+    return first_save - STRIKE_LAG_STEPS - 1
+
+
 def before_first_save(layout, job: dict, knobs: dict) -> str | None:
     """Why AT_STEP is too late for a foreign trainer's job under DETAIL on gloo, if it is."""
     if not layout.entry or layout.gpus or job.get("save_strategy") != "steps":
         return None  # ours saves without gathering; NCCL has the coalesced all-gather
     first, at = job.get("save_steps"), knobs["at_step"]
-    if not isinstance(first, int) or at + STRIKE_LAG_STEPS < first:
+    if not isinstance(first, int) or at <= last_at_step(first):
         return None
     return (
         f"AT_STEP={at} is too late for this job: it saves first at step {first} "
         f"(save_steps), and under TORCH_DISTRIBUTED_DEBUG=DETAIL, which this kind needs, "
         f"gloo cannot gather that checkpoint (allgather_into_tensor_coalesced): every rank "
         f"would die at the save, whatever the fault. The strike lands up to "
-        f"{STRIKE_LAG_STEPS} steps after AT_STEP: set AT_STEP={first - STRIKE_LAG_STEPS - 1} "
+        f"{STRIKE_LAG_STEPS} steps after AT_STEP: set AT_STEP={last_at_step(first)} "
         f"or lower"
     )
 
