@@ -275,7 +275,8 @@ def test_dry_run_plans_alternating_rounds_and_the_probe_under_the_same_launcher(
     want = [(str(r), n, w, f"dry-r{r}-{n}" + ("-probe" if w == "probe" else ""))
             for r in (1, 2) for w in ("train", "probe") for n in LAYOUTS]  # fmt: skip
     assert planned == want
-    assert "-m tuning.probe --out /output --min-bytes 1024 --max-bytes 4096" in out.stdout
+    want = "-m tuning.probe --out /output --min-bytes 1024 --max-bytes 4096 --iters 100"
+    assert want in out.stdout
     assert not (tmp_path / "dry").exists()  # a dry run leaves nothing behind
 
 
@@ -288,3 +289,34 @@ def test_launcher_runs_the_entry_with_its_own_arguments():
     assert argv[-6:] == ["-m", "tuning.probe", "--out", "/a dir", "--max-bytes", "4096"]
     argv, _ = launch.command({"HARNESS_DEVICE": "cpu"}, ["--config", "/job/job.yaml"])
     assert argv[-4:] == ["-m", "tuning.sft_trainer", "--config", "/job/job.yaml"]
+
+
+def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tmp_path):
+    """No JOB: configs/jobs/bench.yaml on long records made once (2048 of 64 words a side); a
+    DATA of the user's keeps it; a JOB of the user's is run as it is, data and all."""
+    from tuning.harness.cli import parser
+    from tuning.harness.commands import bench as cmd
+    from tuning.harness.spec.flags import RunFlags
+
+    def spec(*flags):
+        a = parser().parse_args(["bench", "--gpus", "0", "--nproc", "2", "--run-id", "w",
+                                 "--runs", str(tmp_path), *flags])  # fmt: skip
+        f = cmd._workload(a, RunFlags.of(a))
+        return cmd._spec(a, f, tmp_path / "w", "w-r1-host", "host", probe=False, threads=1)
+
+    job = spec().job
+    assert (job["per_device_train_batch_size"], job["max_seq_length"], job["max_steps"]) == (
+        32, 128, 30)  # fmt: skip
+    assert job["save_strategy"] == "no" and "save_steps" not in job
+    assert job["training_data_path"] == str(cmd.BENCH_DATA)
+    lines = cmd.BENCH_DATA.read_text().splitlines()
+    words = {len(json.loads(x)["input"].split(":")[1].split("\n")[0].split()) for x in lines}
+    assert len(lines) == 2048 and words == {64}
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"input": "### Input: cat\\n\\n## Label:", "output": " red"}\n')
+    job = spec("--data", str(mine)).job
+    assert job["training_data_path"] == str(mine) and job["per_device_train_batch_size"] == 32
+    demo = ROOT / "configs/jobs/demo.yaml"
+    job = spec("--job", str(demo)).job
+    assert job["per_device_train_batch_size"] == 4 and job["save_steps"] == 10
+    assert not job["training_data_path"].endswith("bench-w64.jsonl")

@@ -41,6 +41,8 @@ def test_single_keeps_both_gpus_in_one_namespace_for_p2p(probe_spec):
     assert not any(k.startswith("NCCL_") for k in env)  # P2P (NVLink / PCIe) as NCCL picks
     assert env[affinity.VAR] == "0,1,2,3,4,5,6,7;8,9,10,11,12,13,14,15"
     assert env["HARNESS_ENTRY"] == "tuning.probe" and env["OMP_NUM_THREADS"] == "8"
+    # NCCL's busbw still climbs below 256 MiB: the GPU probe goes there (CPU ranks: 64 MiB)
+    assert "--max-bytes 268435456 " in env["HARNESS_ENTRY_ARGS"]
 
 
 def test_per_rank_isolated_has_its_own_namespaces_and_talks_over_eth0(probe_spec):

@@ -27,7 +27,7 @@ def _rounds(r: Rounds, raw_for, clock: Clock, round_s: float) -> int:
 
 
 def test_budget_units_and_bad_values():
-    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 900]
+    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 1800]
     for bad in ("ten", "0m", "-5s", "10d"):
         with pytest.raises(HarnessError, match=r"BUDGET=.*: use a positive time such as"):
             budget_s(bad)
@@ -76,3 +76,26 @@ def test_auto_stops_at_the_most_rounds():
     r = Rounds("auto", "100h", clock)
     assert _rounds(r, lambda n: profile(), clock, 1) == 30
     assert r.stopped.startswith("REPEAT=auto: stopped at the most rounds (30); still unresolved")
+
+
+def test_after_the_fifth_round_auto_runs_only_the_layouts_an_open_goal_reads():
+    """The hand profile after 5 rounds: step UNRESOLVED (host, single), busbw MISSED and launch
+    MET. Round 6 on runs host and single only; the report then pairs 7 rounds for the step and
+    keeps per-rank-shared's 5 for the busbw goal, whose verdict stays."""
+    import copy
+
+    from tuning.harness.commands.bench import report as rp
+
+    clock, four = Clock(), ["host", "single", "per-rank-isolated", "per-rank-shared"]
+    r = Rounds("auto", "100h", clock)
+    raw = profile(5)
+    seen = []
+    for _ in range(7):
+        assert r.next_round(raw)
+        seen.append(r.layouts(four))
+    assert seen == [four] * 5 + [["host", "single"]] * 2
+    for lay in raw["layouts"][:2]:  # rounds 6 and 7 of host and single
+        lay["repeats"] += copy.deepcopy(lay["repeats"][:2])
+    step, busbw, launch = rp.derive(raw)["goals"]
+    assert (step["pairs"], busbw["pairs"], launch["pairs"]) == (7, 5, 7)
+    assert busbw["verdict"] == "MISSED" and rp.markdown(raw, rp.derive(raw))

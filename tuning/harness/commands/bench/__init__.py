@@ -5,10 +5,13 @@
 Layouts: ``host`` (accelerate launch on the host, no container), ``single`` (one container),
 ``per-rank-isolated`` (a container per rank, each in its own network and IPC namespace) and
 ``per-rank-shared`` (ranks join rank 0's network and IPC namespaces). Every layout runs the same
-job (model, data, batch, steps, seed) and the same OMP_NUM_THREADS. A round runs each layout's
-training, then each layout's all-reduce probe (``tuning.probe`` under the same launcher, in the
-same layout); rounds repeat (A B C D A' B' C' D', A B C D ...), so drift on this machine falls
-on every layout, and `report.py` pairs repeat i of a layout with repeat i of the reference.
+job (model, data, batch, steps, seed) and the same OMP_NUM_THREADS: the user's JOB, or without
+one the bench's own (configs/jobs/bench.yaml, on long records made here: `_workload`). A round
+runs each layout's training, then each layout's all-reduce probe (``tuning.probe`` under the
+same launcher, in the same layout); rounds repeat (A B C D A' B' C' D', A B C D ...), so
+drift on this machine falls on every layout, and `report.py` pairs repeat i of a layout with
+repeat i of the reference. REPEAT=auto's later rounds run only the layouts an open goal reads
+(`rounds.py`).
 
 Everything lands in ``<runs>/<bench-id>/``: each layout run as its own run directory
 (``<bench-id>-r<round>-<layout>[-probe]``, with summary.json, logs and metrics as for
@@ -27,6 +30,7 @@ import argparse
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -36,11 +40,12 @@ from tuning.harness.backends import engine
 from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import DEFAULT_REPEAT, Rounds
 from tuning.harness.commands.bench.samples import boot_correction, probe_sample, train_sample
-from tuning.harness.errors import HarnessError
+from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import flags, options, trainers
 from tuning.harness.spec.flags import RunFlags
+from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import SHAPES
 from tuning.shared import affinity
 
@@ -48,10 +53,20 @@ from tuning.shared import affinity
 LAYOUTS = {s.name: s for s in sorted(SHAPES.values(), key=lambda s: s.in_containers)}
 MIB = 1024 * 1024
 PROBE_MIN_BYTES = 1024
-PROBE_MAX_BYTES = 256 * MIB
+PROBE_MAX_BYTES = 256 * MIB  # GPUs: NCCL's busbw is still climbing below it
+# gloo on 2 cores (docs/benchmarks.md, "Goals that resolve"): over 23 rounds at 16 MiB the
+# busbw of two probes run one after the other moved together (correlation 0.69), at 64 MiB
+# hardly (0.36), so the paired ratio spread half as much at 16 MiB.
+PROBE_MAX_BYTES_CPU = 16 * MIB
+PROBE_ITERS = 100  # timed all-reduces a size, as the per-size budget allows (at least 20)
 PROBE_SECONDS = 2.0
 JOB_KEYS = ("max_steps", "seed", "per_device_train_batch_size", "gradient_accumulation_steps",
             "max_seq_length", "torch_dtype", "save_steps")  # fmt: skip
+# Without JOB, the bench's own workload (configs/jobs/bench.yaml); without DATA, its long
+# records: every one fills max_seq_length 128 (tuning.demo_data: 2 W + 9 tokens a record).
+BENCH_JOB = trainers.CONFIGS / "jobs/bench.yaml"
+BENCH_WORDS, BENCH_RECORDS = 64, 2048
+BENCH_DATA = HOST_ASSETS / f"bench-w{BENCH_WORDS}.jsonl"
 FOREIGN_NO_PROBE = ("skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
                     "a foreign trainer's image (TRAINER=fms, ENTRY=...)")  # fmt: skip
 FOREIGN_NO_HOST = ("host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
@@ -64,8 +79,9 @@ def register(sub) -> None:
     )
     # The run flags are flag_table's; the probe's sizes are the bench's alone.
     p.add_argument("--probe-min-bytes", type=int, default=PROBE_MIN_BYTES)
-    p.add_argument("--probe-max-bytes", type=int, default=PROBE_MAX_BYTES,
-                   help="largest all_reduce of the probe (default 256 MiB)")  # fmt: skip
+    p.add_argument("--probe-max-bytes", type=int, default=None,
+                   help="largest all_reduce of the probe (default 256 MiB on GPUs, 16 MiB on "
+                   "CPU ranks)")  # fmt: skip
     p.add_argument("--probe-seconds", type=float, default=PROBE_SECONDS,
                    help="the probe's time budget per size (--max-seconds-per-size)")  # fmt: skip
     p.set_defaults(fn=main)
@@ -87,15 +103,38 @@ def _layout_names(raw: str) -> list[str]:
     return names
 
 
-def _probe_args(a: argparse.Namespace, out_dir: str) -> str:
-    if a.probe_min_bytes < 4 or a.probe_min_bytes % 4 or a.probe_max_bytes < a.probe_min_bytes:
+def _probe_max(a: argparse.Namespace, f: RunFlags) -> int:
+    if a.probe_max_bytes is not None:
+        return a.probe_max_bytes
+    return PROBE_MAX_BYTES if options.plan_from(f).count else PROBE_MAX_BYTES_CPU
+
+
+def _probe_args(a: argparse.Namespace, f: RunFlags, out_dir: str) -> str:
+    top = _probe_max(a, f)
+    if a.probe_min_bytes < 4 or a.probe_min_bytes % 4 or top < a.probe_min_bytes:
         raise HarnessError("--probe-min-bytes must be a positive multiple of 4, at most "
                            "--probe-max-bytes")  # fmt: skip
     if a.probe_seconds <= 0:
         raise HarnessError("--probe-seconds must be positive")
     return shlex.join(["--out", out_dir, "--min-bytes", str(a.probe_min_bytes),
-                       "--max-bytes", str(a.probe_max_bytes),
+                       "--max-bytes", str(top), "--iters", str(PROBE_ITERS),
                        "--max-seconds-per-size", str(a.probe_seconds)])  # fmt: skip
+
+
+def _workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
+    """The user's job as given; with no JOB (this repo's trainer) the bench's own, and with no
+    DATA too, its long records, made once here like the host's demo assets."""
+    if f.entry or a.job:
+        return f
+    if f.data:
+        return replace(f, job=str(BENCH_JOB))
+    if not BENCH_DATA.is_file():
+        tmp = BENCH_DATA.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run([sys.executable, "-m", "tuning.demo_data", "--out", str(tmp), "--n",
+                        str(BENCH_RECORDS), "--words", str(BENCH_WORDS)],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+        os.replace(tmp, BENCH_DATA)
+    return replace(f, job=str(BENCH_JOB), data=str(BENCH_DATA))
 
 
 def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
@@ -110,7 +149,8 @@ def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
         shares = affinity.split(os.sched_getaffinity(0), world)
         out = {"OMP_NUM_THREADS": str(threads), affinity.VAR: affinity.encode(shares)}
         if probe:
-            out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=_probe_args(a, output_dir))
+            args = _probe_args(a, f, output_dir)
+            out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=args)
         return out
 
     # Off a terminal (CI), a run is one line, its outcome (`main`), not every step of every rank.
@@ -139,7 +179,7 @@ def _sigterm(signum, _frame):
 
 def main(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts or ",".join(LAYOUTS))
-    f = RunFlags.of(a)
+    f = _workload(a, RunFlags.of(a))
     if f.entry and "host" in names:
         print(f"bench: {FOREIGN_NO_HOST}")
         names.remove("host")
@@ -184,7 +224,7 @@ def main(a: argparse.Namespace) -> int:
         "warmup_steps": runs.WARMUP_STEPS,
         "probe": {
             "min_bytes": a.probe_min_bytes,
-            "max_bytes": a.probe_max_bytes,
+            "max_bytes": _probe_max(a, f),
             "max_seconds_per_size": a.probe_seconds,
         },  # fmt: skip
         "peak_memory": "per rank: the largest peak_rss_bytes (CUDA: max_memory_allocated) "
@@ -229,7 +269,7 @@ def main(a: argparse.Namespace) -> int:
     try:
         while rounds.next_round(raw):
             rnd = rounds.done - 1
-            for item in _plan(bench_id, names, rnd, whats):
+            for item in _plan(bench_id, rounds.layouts(names), rnd, whats):
                 _, name, what, run_id = item
                 where = (f"round {rnd + 1}/{rounds.planned}{'+' if rounds.auto else ''}, "
                          f"{name} {what}")  # fmt: skip

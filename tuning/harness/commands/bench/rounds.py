@@ -1,11 +1,15 @@
 """How many rounds a bench runs: REPEAT=r rounds, or REPEAT=auto: rounds until every goal is
-resolved (MET or MISSED, `report_goals`) or the time budget (BUDGET=10m) runs out.
+resolved (MET or MISSED, `report_goals`) or the time budget (BUDGET=30m) runs out.
 
 Auto never decides before `MIN_ROUNDS` (the 5 rounds a 90 % interval of a median takes, see
-`report_stats`), never
-starts a round that the rounds so far say would not end within the budget, and stops at
-`MAX_ROUNDS` whatever the budget. The reason it stopped goes into report.json's meta
-(``stopped``) and report.md.
+`report_stats`), never starts a round that the rounds so far say would not end within the
+budget, and stops at `MAX_ROUNDS` whatever the budget. The reason it stopped goes into
+report.json's meta (``stopped``) and report.md.
+
+After `MIN_ROUNDS`, a round runs only the layouts an unresolved goal reads (`layouts`): on two
+shared cores a goal near its target takes 15-20 rounds, and a layout no open goal reads would
+spend a quarter of each. A layout left out never comes back: each goal that reads it pairs it
+with a layout, so its pairs stop growing and its verdict stays as it was.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from __future__ import annotations
 import time
 
 from tuning.harness.commands.bench.report_derive import derive
+from tuning.harness.commands.bench.report_goals import GOALS
 from tuning.harness.commands.bench.report_stats import MIN_PAIRS
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.flags import time_arg
 
 DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
 MAX_ROUNDS = 30
-DEFAULT_BUDGET_S = 900.0  # 5 rounds take about 11 min on 2 cores
+DEFAULT_BUDGET_S = 1800.0  # a cap: auto stops when the goals resolve (docs/benchmarks.md)
 
 
 def budget_s(raw: str | None) -> float:
@@ -42,13 +47,20 @@ class Rounds:
         self.t0 = clock()
         self.done = 0
         self.stopped = ""
+        self.open_layouts: set[str] | None = None  # None: every layout (the first rounds)
+
+    def layouts(self, names: list[str]) -> list[str]:
+        """The layouts the next round runs, in the bench's order."""
+        keep = self.open_layouts
+        return [n for n in names if keep is None or n in keep]
 
     def describe(self) -> str:
         if not self.auto:
             return f"{self.planned} round(s)"
         return (f"REPEAT=auto: at least {MIN_ROUNDS} rounds, then rounds until every goal is "
                 f"resolved or the budget of {self.budget:.0f} s runs out (at most "
-                f"{MAX_ROUNDS})")  # fmt: skip
+                f"{MAX_ROUNDS}), each after the {MIN_ROUNDS}th with only the layouts an "
+                "unresolved goal reads")  # fmt: skip
 
     def next_round(self, raw: dict) -> bool:
         elapsed = self.clock() - self.t0
@@ -58,6 +70,8 @@ class Rounds:
         per_round = elapsed / self.done if self.done else 0.0
         if self.auto and self.done >= MIN_ROUNDS:
             open_goals = [g["name"] for g in derive(raw)["goals"] if g["verdict"] == "UNRESOLVED"]
+            reads = {name: (layout, ref) for name, layout, ref, *_ in GOALS}
+            self.open_layouts = {n for g in open_goals for n in reads[g]}
             if not open_goals:
                 self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
             elif self.done >= MAX_ROUNDS:
