@@ -214,7 +214,7 @@ TABLE = (
         ("bench",),
         "r",
     ),  # fmt: skip
-    Flag("BUDGET", "REPEAT=auto's time budget: 900s, 15m, 1h (default 15m)", ("bench",), "t"),
+    Flag("BUDGET", "REPEAT=auto's cap on time: 900s, 15m, 1h (default 30m)", ("bench",), "t"),
     Flag(
         "LAYOUTS",
         "the layouts, comma-separated, in run order (default: all four)",
