@@ -179,7 +179,7 @@ def _sigterm(signum, _frame):
 
 def main(a: argparse.Namespace) -> int:
     names = _layout_names(a.layouts or ",".join(LAYOUTS))
-    f = _workload(a, RunFlags.of(a))
+    f = RunFlags.of(a)
     if f.entry and "host" in names:
         print(f"bench: {FOREIGN_NO_HOST}")
         names.remove("host")
@@ -193,6 +193,7 @@ def main(a: argparse.Namespace) -> int:
     existed = bench_dir.exists()
     if existed and any(bench_dir.iterdir()):
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
+    f = _workload(a, f)  # its data written only once the flags above are good
     world = options.plan_from(f).count or f.nproc
     threads = flags.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
     whats = ("train",) if f.entry else ("train", "probe")
