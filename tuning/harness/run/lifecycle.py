@@ -8,7 +8,9 @@ is every file a run writes before its nodes start, which is also what a dry run 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,9 +294,19 @@ def explain_failure(run_dir: Path, summary: dict) -> None:
 
 
 def _host_assets() -> None:
-    model, data = HOST_ASSETS / "tiny-model", HOST_ASSETS / "demo.jsonl"
-    py = sys.executable
-    if not (model / "config.json").is_file():
-        subprocess.run([py, "-m", "tuning.tiny_model", "--out", str(model)], check=True, cwd=ROOT)
-    if not data.is_file():
-        subprocess.run([py, "-m", "tuning.demo_data", "--out", str(data)], check=True, cwd=ROOT)
+    host_asset(HOST_ASSETS / "tiny-model", "tuning.tiny_model", made="config.json")
+    host_asset(HOST_ASSETS / "demo.jsonl", "tuning.demo_data")
+
+
+def host_asset(out: Path, module: str, *args: str, made: str = "") -> Path:
+    """`out`, made once here by ``python -m module --out ... args`` (a container-side module,
+    run as a process: this side never imports it); `made` names the file inside a directory
+    that says it is complete."""
+    if not (out / made).is_file():  # written aside, then renamed: a reader sees all or none
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        subprocess.run([sys.executable, "-m", module, "--out", str(tmp), *args], check=True,
+                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+        if out.is_dir():
+            shutil.rmtree(out)  # an earlier try's, incomplete
+        os.replace(tmp, out)
+    return out

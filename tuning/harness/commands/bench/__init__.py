@@ -30,7 +30,6 @@ import argparse
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -40,7 +39,7 @@ from tuning.harness.backends import engine
 from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import DEFAULT_REPEAT, Rounds
 from tuning.harness.commands.bench.samples import boot_correction, probe_sample, train_sample
-from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import flags, options, trainers
@@ -128,12 +127,8 @@ def _workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
         return f
     if f.data:
         return replace(f, job=str(BENCH_JOB))
-    if not BENCH_DATA.is_file():
-        tmp = BENCH_DATA.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([sys.executable, "-m", "tuning.demo_data", "--out", str(tmp), "--n",
-                        str(BENCH_RECORDS), "--words", str(BENCH_WORDS)],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-        os.replace(tmp, BENCH_DATA)
+    lifecycle.host_asset(BENCH_DATA, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words",
+                         str(BENCH_WORDS))  # fmt: skip
     return replace(f, job=str(BENCH_JOB), data=str(BENCH_DATA))
 
 

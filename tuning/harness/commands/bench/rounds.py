@@ -24,6 +24,7 @@ from tuning.harness.spec.flags import time_arg
 
 DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
 MAX_ROUNDS = 30
+READS = {name: (layout, ref) for name, layout, ref, *_ in GOALS}  # goal -> its two layouts
 DEFAULT_BUDGET_S = 1800.0  # a cap: auto stops when the goals resolve (docs/benchmarks.md)
 
 
@@ -70,8 +71,7 @@ class Rounds:
         per_round = elapsed / self.done if self.done else 0.0
         if self.auto and self.done >= MIN_ROUNDS:
             open_goals = [g["name"] for g in derive(raw)["goals"] if g["verdict"] == "UNRESOLVED"]
-            reads = {name: (layout, ref) for name, layout, ref, *_ in GOALS}
-            self.open_layouts = {n for g in open_goals for n in reads[g]}
+            self.open_layouts = {n for g in open_goals for n in READS[g]}
             if not open_goals:
                 self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
             elif self.done >= MAX_ROUNDS:
