@@ -13,6 +13,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from conftest import ROOT
 USER, UID = "harness-gpu2", 1600  # not the uid 1500 that the second-user tests make
 USER_PYTHON = Path("/usr/bin/python3")  # the venv's lives under /root (mode 0700)
 PROTECTED = Path("/proc/sys/fs/protected_regular")
+SOURCE = ROOT  # where the processes import tuning from: readable_tuning's copy
 
 # take: lock GPU argv[3] as run argv[2] in folder argv[1]; "hold" keeps it until stdin closes
 LOCK = """
@@ -51,7 +53,25 @@ def _tool(*cmd: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def second_user():
+def readable_tuning():
+    """A copy of the package every user can read: the checkout may sit under a folder the
+    second user cannot enter (a 0700 home such as /root, or a `mktemp -d` folder), where
+    PYTHONPATH=<checkout> would give them "No module named 'tuning'"."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-gpu2-src-", dir="/tmp"))
+    try:
+        shutil.copytree(ROOT / "tuning", folder / "tuning",
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        for p in (folder, *folder.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def second_user(readable_tuning):
+    global SOURCE
+    SOURCE = readable_tuning
     if os.geteuid() != 0:
         pytest.skip("making a second user (useradd) needs root")
     if not (shutil.which("useradd") and shutil.which("runuser") and USER_PYTHON.exists()):
@@ -74,7 +94,7 @@ def second_user():
 
 def run(who: str, *args: str, tmpdir: str | None = None) -> subprocess.Popen:
     """The lock script (or a -c of its own) as `who` ("root" or the second user)."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1",
            **({"TMPDIR": tmpdir} if tmpdir else {})}  # fmt: skip
     runuser = shutil.which("runuser") or "runuser"
     python = [sys.executable] if who == "root" else [runuser, "-u", who, "--", str(USER_PYTHON)]

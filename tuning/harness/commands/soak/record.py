@@ -188,8 +188,11 @@ def ett(rec: dict, step_s: float, wall_s: float) -> dict:
     m = plan.get("mtbf_steps", 0) * step_s or None
     model = None
     if c and r is not None and m:
+        # The model is computed from the figures it records, as recorded: a reader who checks
+        # it from soak.json gets the same ETT (rounded inputs moved it by 0.005 at tau ~0.1 s).
+        r, m, tau = _r(r, 3), _r(m, 3), _r(tau, 4)
         best = save_interval.interval_s(c, m)
-        model = {"save_s": c, "restart_s": _r(r), "mtbf_s": _r(m, 1), "tau_s": _r(tau),
+        model = {"save_s": c, "restart_s": r, "mtbf_s": m, "tau_s": tau,
                  "ett": _r(save_interval.ett(tau, c, r, m), 4),
                  "ett_renewal": _r(renewal(tau, c, r, m), 4),
                  "best_tau_s": _r(best), "best_save_steps": max(1, round(best / step_s)),
