@@ -1,11 +1,13 @@
 # The interface users type. Every target is a thin call into `python -m tuning.harness`.
 # make help lists targets and variables.
 
-PYTHON ?= python3
-VENV   ?= .venv
+# Only what is typed on make's command line counts (it overrides these): an environment
+# variable of the same name (RUNS, VENV, PYTHON) never does.
+PYTHON := python3
+VENV   := .venv
 PY     := $(VENV)/bin/python
 LOCK   := docker/requirements.lock
-RUNS   ?= runs
+RUNS   := runs
 
 # The variables: spec/flag_table.py declares each once (what it means, which commands honour
 # it). A variable reaches the harness only when typed on make's command line ($(origin)), so an
