@@ -27,7 +27,9 @@ quote = '$(subst ','\'',$(1))'
 on = $(filter-out $(OFF),$(strip $($(1))))
 TYPED = $(strip $(foreach v,$(VALUES),$(if $(call typed,$(v)),$(v))))
 SWITCHED = $(strip $(foreach v,$(SWITCHES),$(if $(call typed,$(v)),$(if $(call on,$(v)),$(v)))))
-FLAGS = --runs $(call quote,$(RUNS)) $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$($(v)))) \
+# $(value ...): a value arrives as typed, a $ in it too (make would expand ARGS='a$HOME' to aOME)
+FLAGS = --runs $(call quote,$(value RUNS)) \
+  $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$(value $(v)))) \
   $(foreach v,$(SWITCHED),$(call option,$(v)))
 
 .PHONY: help up down ps logs stacks image lock bench fault soak pool kube test test-gpu-image lint fmt clean fms-lock gpu-check

@@ -93,12 +93,12 @@ def test_trainer_presets_and_bad_input():
 def test_bad_foreign_job_files(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "broken.json").write_text("{")
-    with pytest.raises(HarnessError, match="one object"):
+    with pytest.raises(HarnessError, match="must hold a mapping"):
         trainers.load_job(tmp_path / "list.json")
-    with pytest.raises(HarnessError, match="not valid json"):
+    with pytest.raises(HarnessError, match="not valid JSON at line 1"):
         trainers.load_job(tmp_path / "broken.json")
     with pytest.raises(HarnessError, match="no such file"):
-        load_job(tmp_path / "missing.json", foreign=True)
+        load_job(tmp_path / "missing.json")
 
 
 def test_fms_training_logs_become_rank0_steps(tmp_path):

@@ -153,7 +153,16 @@ def test_kube_renders_the_job_up_runs_key_by_key(users, tmp_path):
     common = ("--gpus", "0", "--job", str(job_file), "--config", str(config), "--seed", "7",
               "--steps", "40", "--timeout", "123")  # fmt: skip
     _, up_job, _ = up_dry_run(*common, runs=tmp_path / "up")
-    out = harness("kube", *common, "--kind", "trainjob", "--nodes", "2", "--nproc", "1",
+    kube = ("kube", *common, "--kind", "trainjob", "--nodes", "2", "--nproc", "1")
+    # the job file's own paths are on this machine: a pod cannot see them (one rule with MODEL)
+    out = harness(*kube, runs=tmp_path / "kube")
+    assert out.returncode == 2
+    assert (
+        f"JOB={job_file}'s model_name_or_path={model} is a path on this machine" in out.stderr
+        and "MODEL=pvc:<claim>/<path>" in out.stderr
+    )
+    assert not (tmp_path / "kube").exists()
+    out = harness(*kube, "--model", "pvc:models/mine", "--data", f"pvc:data/{data.name}",
                   runs=tmp_path / "kube")  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = Path(out.stdout.strip().splitlines()[-1])
@@ -165,9 +174,9 @@ def test_kube_renders_the_job_up_runs_key_by_key(users, tmp_path):
         k: v for k, v in up_job.items() if k not in paths}  # fmt: skip
     assert (kube_job["seed"], kube_job["max_steps"], kube_job["ddp_timeout"]) == (7, 40, 123)
     assert kube_job["learning_rate"] == 7.0e-4 and kube_job["num_train_epochs"] == 3
-    # the job file's own paths are kept for the cluster; up binds them at /model and /data
+    # the claims are mounted where up binds the host paths: /model and /data/<name>
     assert (kube_job["model_name_or_path"], kube_job["training_data_path"]) == (
-        str(model),
-        str(data),
+        up_job["model_name_or_path"],
+        up_job["training_data_path"],
     )
     assert cm["data"]["accelerate.yaml"] == config.read_text()

@@ -166,6 +166,9 @@ _NOT_A_STRING_IN_YAML_1_2 = re.compile(
 
 class _Dumper(yaml.SafeDumper):
     def represent_str(self, value: str):
+        # Compose interpolates $NAME and ${NAME} in every value; a literal $ is written $$
+        # (ARGS='--run_name a$HOME', a path with a $ in it reach the container as typed).
+        value = value.replace("$", "$$")
         tag = "tag:yaml.org,2002:str"
         bare = self.resolve(yaml.ScalarNode, value, (True, False)) == tag  # else PyYAML quotes
         quoted = '"' if bare and _NOT_A_STRING_IN_YAML_1_2.fullmatch(value) else None

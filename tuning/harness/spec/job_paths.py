@@ -6,20 +6,20 @@ A `Source` is one of:
 - `host`: a path on this machine, bound read-only into the containers (LAYOUT=host: as is);
 - `image`: a path inside the image (the demo's assets; a path in a user's own image);
 - `claim`: a PersistentVolumeClaim and a path in it (kube only: `pvc:<claim>/<path>`);
-- `cluster`: the job file's own path, kept for a cluster's pods (kube only);
 - `demo`: nothing named: the demo's tiny model or data, baked into the image.
 
 `make up` (and bench, fault) run here: MODEL and DATA are host paths; a job file's path is a
 host path when it exists here, our image's asset path, or (IMAGE=your own) a path inside that
-image. `make kube` renders for a cluster: MODEL and DATA are a claim or a path inside the image,
-a path that exists on this machine is refused (a pod cannot see it), and the job file's own
-paths are kept as they are: they name cluster paths.
+image. `make kube` renders for a cluster: MODEL and DATA, from a flag or the job file alike, are a
+claim or a path inside the image; a path that exists on this machine is refused (a pod cannot see
+it). A job file's relative path is relative to the job file's folder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.spec.layout import IMAGE_DATA, IMAGE_MODEL, MODEL_DIR, Layout, data_target
@@ -35,17 +35,30 @@ IMAGE_PREFIX = "image:"
 @dataclass(frozen=True)
 class Source:
     var: str  # MODEL or DATA
-    where: str  # host | image | claim | cluster | demo
+    where: str  # host | image | claim | demo
     path: str  # host path, path in the image, or the path inside the claim
     said_by: str  # what named it: "MODEL", "the job file's model_name_or_path", "the demo"
     claim: str | None = None
+    # host: the folder bound when the files link outside `path` (a Hugging Face cache
+    # snapshot's files are links to ../../blobs/<hash>): its repo folder; None: `path` itself
+    bound: str | None = None
+
+    @property
+    def bind(self) -> str:
+        """The host folder bound into the containers."""
+        return self.bound or self.path
+
+    @property
+    def within(self) -> str:
+        """`path` inside the bound folder ("" when it is the bound folder)."""
+        return Path(self.path).relative_to(self.bind).as_posix() if self.bound else ""
 
     def describe(self) -> str:
+        linked = f", bound from {self.bound}: its files link there" if self.bound else ""
         what = {
-            "host": f"{self.path} on this machine",
+            "host": f"{self.path} on this machine{linked}",
             "image": f"{self.path} inside the image",
             "claim": f"{self.path} on claim {self.claim}",
-            "cluster": f"{self.path} as the pods see it",
             "demo": "the demo's " + ("tiny model" if self.var == "MODEL" else "data"),
         }
         return f"{what[self.where]} ({self.said_by})"  # fmt: skip
@@ -63,12 +76,54 @@ def _check_kind(src: Source) -> Source:
         if not want:
             kind = "directory" if src.var == "MODEL" else "file or directory"
             raise HarnessError(f"{src.said_by}={src.path}: no such {kind} on this machine")
+        if src.var == "MODEL":
+            root = links_root(path, src.said_by)
+            return replace(src, bound=str(root)) if root != path else src
     return src
 
 
-def for_run(var: str, flag: str | None, job: dict, job_name: str, own_image: bool) -> Source:
+LINK_DEPTH = 3  # snapshots/<sha> -> models--org--name is 2 up; further is not a model cache
+
+
+def links_root(folder: Path, said_by: str) -> Path:
+    """The folder to bind so that `folder`'s links still resolve in a container: the smallest
+    one holding it and every file its links point to. A Hugging Face cache snapshot
+    (hub/models--org--name/snapshots/<sha>) links each file to ../../blobs/<hash>: its repo
+    folder, models--org--name. Links that reach further up are refused, with the fix."""
+    outside = []
+    for link in (p for p in folder.rglob("*") if p.is_symlink()):
+        target = link.resolve()
+        if not target.exists():
+            raise HarnessError(
+                f"{said_by}={folder}: {link} links to {target}, which does not "
+                "exist; fetch the model again (or fix the link)"
+            )
+        if not target.is_relative_to(folder):
+            outside.append(target)
+    if not outside:
+        return folder
+    root = Path(os.path.commonpath([folder, *outside]))
+    if len(folder.relative_to(root).parts) > LINK_DEPTH:
+        raise HarnessError(
+            f"{said_by}={folder}: its files link to {outside[0]}, outside it and far above it "
+            f"(the folder holding both is {root}); a container sees only what is bound. Copy "
+            f"the model with its links followed (`cp -rL {folder} <new folder>`) and use that"
+        )
+    return root
+
+
+def in_job(value: str, job_file: Path | None) -> Path:
+    """A path a job file names, as the user meant it: relative to the job file's folder (as a
+    path in any config file is), `~` expanded; a flag's is relative to where make runs."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or job_file is None else job_file.parent / path
+
+
+def for_run(
+    var: str, flag: str | None, job: dict, job_file: Path | None, own_image: bool
+) -> Source:
     """MODEL or DATA for a run here (up, bench, fault)."""
-    key = f"{job_name}'s {KEYS[var]}"
+    key = f"JOB={job_file}'s {KEYS[var]}"
     if flag:
         return _check_kind(Source(var, "host", str(Path(flag).expanduser().resolve()), var))
     value = _job_value(job, var)
@@ -76,7 +131,7 @@ def for_run(var: str, flag: str | None, job: dict, job_name: str, own_image: boo
         return Source(var, "demo", IMAGE_ASSETS[var], "the demo: JOB and " + var + " name none")
     if value == IMAGE_ASSETS[var]:
         return Source(var, "image", value, key)
-    path = Path(value).expanduser()
+    path = in_job(value, job_file)
     if path.exists():
         return Source(var, "host", str(path.resolve()), key)
     if own_image and path.is_absolute():
@@ -89,34 +144,44 @@ def for_run(var: str, flag: str | None, job: dict, job_name: str, own_image: boo
     )
 
 
-def for_cluster(var: str, flag: str | None, job: dict, job_name: str) -> Source:
-    """MODEL or DATA for a cluster's pods (kube): a claim, a path inside the image, or the job
-    file's own path, kept."""
+def for_cluster(var: str, flag: str | None, job: dict, job_file: Path | None) -> Source:
+    """MODEL or DATA for a cluster's pods (kube): a claim or a path inside the image. One rule
+    for the flag and the job file's own path: a path on this machine is refused (a pod cannot
+    see it), with the fixes."""
     if flag:
-        if flag.startswith(CLAIM_PREFIX):
-            claim, _, sub = flag[len(CLAIM_PREFIX) :].lstrip("/").partition("/")
-            if not claim or not sub:
-                raise HarnessError(f"{var}={flag}: a claim is {CLAIM_PREFIX}<claim>/<path in it>,"
-                                   f" e.g. {var}=pvc:models/granite-3b")  # fmt: skip
-            return Source(var, "claim", sub.strip("/"), var, claim=claim)
-        explicit = flag.startswith(IMAGE_PREFIX)
-        path = flag[len(IMAGE_PREFIX) :] if explicit else flag
-        if not path.startswith("/"):
-            raise HarnessError(
-                f"{var}={flag}: a path inside the image is absolute "
-                f"({var}=image:/models/x), or a claim: {var}=pvc:<claim>/<path>"
-            )
-        if not explicit and Path(path).exists():
-            raise HarnessError(
-                f"{var}={flag} is a path on this machine, and a cluster's pods cannot see it: "
-                f"put it on a PersistentVolumeClaim ({var}={CLAIM_PREFIX}<claim>/<path>) or bake "
-                f"it into the image and name it there ({var}={IMAGE_PREFIX}{path})"
-            )
-        return Source(var, "image", path, var)
+        return _cluster_source(var, flag, var, Path(flag).expanduser())
     value = _job_value(job, var)
     if value is None:
         return Source(var, "demo", IMAGE_ASSETS[var], "the demo: JOB and " + var + " name none")
-    return Source(var, "cluster", value, f"{job_name}'s {KEYS[var]}, kept")
+    said = f"JOB={job_file}'s {KEYS[var]}"
+    return _cluster_source(var, value, said, in_job(value, job_file))
+
+
+def _cluster_source(var: str, value: str, said_by: str, here: Path) -> Source:
+    """`value` as a pod reads it; `here` is where it would be on this machine."""
+    if value.startswith(CLAIM_PREFIX):
+        claim, _, sub = value[len(CLAIM_PREFIX) :].lstrip("/").partition("/")
+        if not claim or not sub:
+            raise HarnessError(
+                f"{said_by}={value}: a claim is {CLAIM_PREFIX}<claim>/<path in it>,"
+                f" e.g. {var}=pvc:models/granite-3b"
+            )
+        return Source(var, "claim", sub.strip("/"), said_by, claim=claim)
+    explicit = value.startswith(IMAGE_PREFIX)
+    path = value[len(IMAGE_PREFIX) :] if explicit else value
+    if not explicit and here.exists():
+        raise HarnessError(
+            f"{said_by}={value} is a path on this machine ({here.resolve()}), and a cluster's "
+            f"pods cannot see it: put it on a PersistentVolumeClaim "
+            f"({var}={CLAIM_PREFIX}<claim>/<path>) or bake it into the image and name it there "
+            f"({var}={IMAGE_PREFIX}/<its path in the image>)"
+        )
+    if not path.startswith("/"):
+        raise HarnessError(
+            f"{said_by}={value}: a pod reads a path inside the image, which is absolute "
+            f"({var}={IMAGE_PREFIX}/models/x), or a claim: {var}={CLAIM_PREFIX}<claim>/<path>"
+        )
+    return Source(var, "image", path, said_by)
 
 
 def rank_path(src: Source, layout: Layout) -> str:
@@ -132,5 +197,8 @@ def rank_path(src: Source, layout: Layout) -> str:
 
 
 def mount_target(src: Source) -> str:
-    """Where a host path is bound, or a claim's path mounted: /model, /data/<its name>."""
-    return MODEL_DIR if src.var == "MODEL" else data_target(src.path)
+    """Where a host path is bound, or a claim's path mounted: /model (a model in a linked
+    folder: its path under it), /data/<its name>."""
+    if src.var == "MODEL":
+        return str(PurePosixPath(MODEL_DIR, src.within))
+    return data_target(src.path)

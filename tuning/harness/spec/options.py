@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import devices, job_paths, own_trainer, preflight, ranks_user, trainers
@@ -80,11 +78,11 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     where the ranks find them (job_paths; host paths are bound into the containers)."""
     nproc = f.nproc
     ranks = ranks_user.for_ranks(f.layout)  # the invoking user's uid:gid, or 1000 under root
-    model = model or job_paths.for_run("MODEL", f.model, {}, "JOB", False)
-    data = data or job_paths.for_run("DATA", f.data, {}, "JOB", False)
+    model = model or job_paths.for_run("MODEL", f.model, {}, None, False)
+    data = data or job_paths.for_run("DATA", f.data, {}, None, False)
     for src in (model, data):
         if src.where == "host":  # bound into the containers: the ranks must read it
-            ranks_user.check_readable(src.said_by, src.path, ranks["user"], f.layout)
+            ranks_user.check_readable(src.said_by, src.bind, ranks["user"], f.layout)
     if model.where == "host":
         preflight.check_model(model.path, model.said_by)
     secrets = tuple(name for name in SECRET_NAMES if os.environ.get(name))
@@ -113,7 +111,7 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
 
 
 def _host(src: Source) -> str | None:
-    return src.path if src.where == "host" else None
+    return src.bind if src.where == "host" else None
 
 
 def accelerate_config(f: RunFlags, layout: Layout) -> Path:
@@ -127,19 +125,13 @@ def accelerate_config(f: RunFlags, layout: Layout) -> Path:
     return path
 
 
-def load_job(path: Path, foreign: bool) -> dict:
+def load_job(path: Path) -> dict:
     """The job file as a dict: YAML for this repo's trainer, a foreign trainer's own format
     (fms: JSON)."""
     if not path.is_file():
         known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(trainers.CONFIGS.glob("jobs/*")))
         raise HarnessError(f"JOB={path}: no such file; known fixtures: {known}")
-    if foreign:
-        return trainers.load_job(path)
-    job = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(job, dict):
-        raise HarnessError(f"JOB={path}: must hold a mapping of trainer arguments, not "
-                           f"{type(job).__name__}")  # fmt: skip
-    return job
+    return trainers.load_job(path)
 
 
 def job_for(layout: Layout, base: dict, model: Source, data: Source, steps: int | None,
@@ -162,8 +154,8 @@ def job_for(layout: Layout, base: dict, model: Source, data: Source, steps: int 
 def job_of_file(layout: Layout, path: Path, steps: int | None = None, seed: int | None = None,
                 timeout: int | None = None, resume: bool = False) -> dict:  # fmt: skip
     """job_for of a job file run here with no MODEL or DATA: its own paths, else the demo's."""
-    base = load_job(path, bool(layout.entry))
-    model, data = (job_paths.for_run(v, None, base, f"JOB={path}", bool(layout.entry))
+    base = load_job(path)
+    model, data = (job_paths.for_run(v, None, base, path, bool(layout.entry))
                    for v in ("MODEL", "DATA"))  # fmt: skip
     return job_for(layout, base, model, data, steps, seed, timeout, resume)
 
@@ -203,9 +195,9 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     runs_root = Path(f.runs).resolve()
     plan = plan_from(f)
     with_args = own_trainer.words(f.args) is not None  # ENTRY takes ARGS, reads no job file
-    base = {} if with_args else load_job(Path(f.job), bool(f.entry))
+    base = {} if with_args else load_job(Path(f.job))
     own_image = bool(f.entry)  # a path not here may be inside the user's own image
-    model, data = (job_paths.for_run(v, getattr(f, v.lower()), base, f"JOB={f.job}", own_image)
+    model, data = (job_paths.for_run(v, getattr(f, v.lower()), base, Path(f.job), own_image)
                    for v in ("MODEL", "DATA"))  # fmt: skip
     layout = layout_from(f, run_id, runs_root / run_id, plan, env, model, data)
     preflight.check_runs_dir(runs_root)
@@ -218,7 +210,7 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
         sources = tuple(s for s in sources if s.where != "demo")
     if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {f.job}")
-        preflight.check_data(layout.data, cfg)
+        preflight.check_data(layout.data, cfg, layout.model)
     resume_from = resume_source(f, runs_root, layout)
     config = accelerate_config(f, layout)
     if f.config:

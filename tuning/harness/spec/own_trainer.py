@@ -28,7 +28,6 @@ from tuning.harness.spec.layout import IMAGE, OUTPUT_DIR, SRC_DIR
 from tuning.rank.rank_record import is_script  # the rank's own rule: a script, else a module
 
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-OUTPUT_FLAGS = ("--output_dir", "--output-dir")
 
 
 @dataclass(frozen=True)
@@ -48,18 +47,20 @@ def words(raw: str | None) -> tuple[str, ...] | None:
         raise HarnessError(f"ARGS={raw!r}: {e}; quote it as a shell would") from None
 
 
-def output_dir_in(args: tuple[str, ...]) -> str | None:
-    """The value of the last --output_dir (or --output-dir) in ARGS, as argparse takes it."""
+def value_in(args: tuple[str, ...], name: str) -> str | None:
+    """The value of the last --name (or its dashed spelling, --save-steps for --save_steps) in
+    ARGS, as argparse and HfArgumentParser take it; None when it is not there."""
+    names = {f"--{name}", f"--{name.replace('_', '-')}"}
     found = None
     for i, word in enumerate(args):
-        name, eq, value = word.partition("=")
-        if name in OUTPUT_FLAGS:
+        flag, eq, value = word.partition("=")
+        if flag in names:
             found = value if eq else (args[i + 1] if i + 1 < len(args) else "")
     return found
 
 
 def check_output_dir(args: tuple[str, ...]) -> None:
-    value = output_dir_in(args)
+    value = value_in(args, "output_dir")
     if value is None or str(PurePosixPath(value)) == OUTPUT_DIR:
         return
     raise HarnessError(
@@ -93,6 +94,12 @@ def resolve(entry: str, src: str | None, raw_args: str | None, image: str) -> Ow
             where = "is outside" if host.exists() else "is not a file in"
             raise HarnessError(f"ENTRY={entry} {where} SRC={src}: only SRC is bound into the "
                                "containers; name a script in it (ENTRY=train.py)")  # fmt: skip
+        if image == IMAGE:
+            raise HarnessError(
+                f"ENTRY={entry}: no such script on this machine, and the harness "
+                f"image {IMAGE} has none; name a script in SRC={src} "
+                "(ENTRY=train.py), or set IMAGE=<your image that has it>"
+            )
         return OwnTrainer(entry, str(folder), args)  # a script inside IMAGE
     if path.is_file():  # on this machine, no SRC: its folder is bound
         host = path.resolve()

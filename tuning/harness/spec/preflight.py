@@ -8,14 +8,15 @@ tuning.sft.data: no torch), so the host and the ranks can never disagree about w
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from tuning.harness.errors import HarnessError
+from tuning.harness.spec import trainers
+from tuning.sft.chat import require_template
 from tuning.sft.config import ConfigError, SFTConfig, coerce
 from tuning.sft.data import DataError, load_examples
 from tuning.sft.records import describe, gc_paused, reader_missing, table_columns
@@ -52,10 +53,11 @@ def check_model(path: str | None, said: str = "MODEL") -> None:
         )
 
 
-def check_data(path: str | None, cfg: SFTConfig) -> None:
+def check_data(path: str | None, cfg: SFTConfig, model: str | None = None) -> None:
     """Every record where this environment reads them (JSON always, Parquet and Arrow with
     pyarrow, text and directories with datasets); else a table's columns from its schema
-    where pyarrow reads it, and the rest is the trainer's to check."""
+    where pyarrow reads it, and the rest is the trainer's to check. Chat records and a `model`
+    directory on this machine: its tokenizer must have a chat template (or the job one)."""
     if not path:
         return
     fmt = formatting(cfg)
@@ -63,7 +65,9 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
         missing = reader_missing(path)
         if missing is None:
             with gc_paused():
-                load_examples(path, **fmt)
+                examples = load_examples(path, **fmt)
+            if examples[0].conversation is not None and not cfg.chat_template:
+                check_chat_template(model, cfg.tokenizer_name_or_path)
             return
         columns = table_columns(path)
         if columns is not None:
@@ -75,16 +79,36 @@ def check_data(path: str | None, cfg: SFTConfig) -> None:
         raise HarnessError(f"DATA: {e}") from None
 
 
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # transformers saves these
+
+
+def check_chat_template(model: str | None, tokenizer_path: str | None) -> None:
+    """The tokenizer in a model directory on this machine has a chat template where
+    transformers looks for one: chat_template.jinja, chat_template.json, or the
+    chat_template key of tokenizer_config.json. A model in the image, or a tokenizer named
+    apart, is the rank's to check (tuning/sft/chat.py, the same message)."""
+    if not model or tokenizer_path:
+        return
+    folder = Path(model)
+    if any((folder / name).is_file() for name in CHAT_TEMPLATE_FILES):
+        return
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    if isinstance(config, dict) and config.get("chat_template"):
+        return
+    try:
+        require_template(None, model)
+    except DataError as e:
+        raise HarnessError(f"DATA: {e}") from None
+
+
 def check_world_size(path: Path, world_size: int) -> None:
     """A config's num_processes is the world size it was written for. The launcher passes
     the run's own (GPUS, NPROC), so a different one would be overridden in silence: refused.
     1 is the placeholder accelerate and fms-hf-tuning write ("overridden"), so it passes."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise HarnessError(f"CONFIG={path}: not readable YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise HarnessError(f"CONFIG={path}: an accelerate config is a mapping of keys")
+    data = trainers.load_job(path, "CONFIG")
     n = data.get("num_processes")
     if isinstance(n, int) and n not in (-1, 1, world_size):
         raise HarnessError(

@@ -31,17 +31,29 @@ def logs_own_steps(trainer: str) -> bool:
     return trainer == "fms"
 
 
-def load_job(path: Path) -> dict:
-    """A foreign job file: a JSON object (fms's format; YAML mappings are read too)."""
+def load_job(path: Path, what: str = "JOB") -> dict:
+    """A job file as a dict: JSON by its suffix (fms's format), else YAML. A syntax error is
+    said with the file, the line and the column the parser stopped at, and the fix."""
     text = path.read_text()
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        job = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        job = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
         raise HarnessError(
-            f"JOB={path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {e}"
+            f"{what}={path}: not valid JSON at line {e.lineno}, column {e.colno}: "
+            f"{e.msg}; fix the file and run again"
         ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise HarnessError(
+            f"{what}={path}: not valid YAML{where}: {problem}; fix the file and run again"
+        ) from None
+    if job is None:
+        return {}
     if not isinstance(job, dict):
         raise HarnessError(
-            f"JOB={path}: must hold one object of trainer arguments, not {type(job).__name__}"
+            f"{what}={path}: must hold a mapping of trainer arguments, not {type(job).__name__}"
         )
     return job

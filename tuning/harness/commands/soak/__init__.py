@@ -24,7 +24,7 @@ from tuning.harness.commands.soak import write as soak_write
 from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
-from tuning.harness.spec import options, save_interval
+from tuning.harness.spec import options, own_trainer, save_interval
 from tuning.harness.spec.flags import RunFlags, int_arg, time_arg
 from tuning.harness.spec.layout import RUNS_LABEL
 
@@ -61,14 +61,19 @@ def main(a: argparse.Namespace) -> int:
 
     spec = options.spec_from(f, None, ranks_env)
     layout, job = spec.layout, spec.job
-    save_steps = save_every or (job.get("save_steps") if job.get("save_strategy") == "steps" else 0)
-    if not save_steps:
-        raise HarnessError(
-            f"JOB={f.job} does not save every n steps (save_strategy: steps, save_steps: n); a "
-            "soak resumes from its saves: set SAVE_EVERY=n"
+    if layout.args is not None:  # the script saves as its own ARGS say; nothing else reaches it
+        save_steps = args_save_steps(layout.args, save_every)
+    else:
+        save_steps = save_every or (
+            job.get("save_steps") if job.get("save_strategy") == "steps" else 0
         )
-    job.update(save_strategy="steps", save_steps=save_steps)
-    job.setdefault("save_total_limit", KEEP)
+        if not save_steps:
+            raise HarnessError(
+                f"JOB={f.job} does not save every n steps (save_strategy: steps, save_steps: n); "
+                "a soak resumes from its saves: set SAVE_EVERY=n"
+            )
+        job.update(save_strategy="steps", save_steps=save_steps)
+        job.setdefault("save_total_limit", KEEP)
     run_id = layout.run_id
     base = {"run_id": run_id, "layout": layout.kind, "trainer": f.trainer,
             "world_size": layout.world_size, "mtbf": a.mtbf, "duration_s": duration,
@@ -110,3 +115,24 @@ def cluster_advice(rec: dict, gpus: int, rate: float) -> save_interval.Advice | 
     step = max(rec["step_s"] - rec["step_sleep_s"], rec["step_s"] / 10)
     restart = m.get("restart_s") or save_interval.RESTART_S
     return save_interval.Advice(gpus, rate, rec["saves"]["median_s"], restart, step)
+
+
+def args_save_steps(args: tuple[str, ...], save_every: int | None) -> int:
+    """The save interval of a script that takes ARGS: its own --save_steps (the HF Trainer's;
+    its save_strategy must be steps, the default). SAVE_EVERY would reach no rank: refused."""
+    if save_every:
+        raise HarnessError(
+            f"SAVE_EVERY={save_every} would reach no rank: a script that takes ARGS reads no job "
+            f"file; put --save_steps {save_every} in ARGS and drop SAVE_EVERY"
+        )
+    strategy = own_trainer.value_in(args, "save_strategy")
+    raw = own_trainer.value_in(args, "save_steps")
+    if strategy not in (None, "steps") or raw is None:
+        why = (
+            f"--save_strategy {strategy}" if strategy not in (None, "steps") else "no --save_steps"
+        )
+        raise HarnessError(
+            f"ARGS has {why}: a soak resumes from the script's saves every n steps; put "
+            "--save_steps n (and no other --save_strategy) in ARGS"
+        )
+    return int_arg("ARGS' --save_steps", raw, 1)
