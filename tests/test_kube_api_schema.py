@@ -15,7 +15,7 @@ import re
 import pytest
 import yaml
 from conftest import ROOT
-from test_kube_schema import FULL
+from test_kube_schema import EXTRAS, FULL
 
 from tuning.harness.backends import kube_pod, kube_trainjob
 from tuning.harness.commands import kube
@@ -82,13 +82,14 @@ def invalid(doc: dict, version: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("extra", [None, FULL], ids=["plain", "claims+entry"])
+@pytest.mark.parametrize("extra", EXTRAS)
 @pytest.mark.parametrize(("kind", "gpus", "nodes", "nproc"), SHAPES)
 def test_core_objects_and_pods_validate_against_the_kubernetes_api(kind, gpus, nodes, nproc,
                                                                    extra):  # fmt: skip
-    docs = objects(kind, gpus, nodes, nproc, extra)
+    docs = objects(kind, gpus, nodes, nproc, EXTRAS[extra])
     core = [d for d in docs if d["kind"] in ("ConfigMap", "Job")]
-    assert len(core) == (2 if extra else 1) + (kind == "job")
+    maps = {"plain": 1, "claims+entry": 2, "src+args": 3}[extra]  # job; launcher; SRC
+    assert len(core) == maps + (kind == "job")
     templates = [t for d in docs for t in pod_templates(d)]
     assert templates
     for version in VERSIONS:

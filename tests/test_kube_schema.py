@@ -120,6 +120,12 @@ CLAIMS = kube.claim_mounts(Source("MODEL", "claim", "granite", "MODEL", claim="m
                            Source("DATA", "claim", "sets/train.jsonl", "DATA", claim="data"),
                            "out")  # fmt: skip
 FULL = {"claims": CLAIMS, "entry": "tuning.sft_trainer", "image": "registry.example/fms:1"}
+# a script of the user's with its command line, its folder in a ConfigMap (SRC), and the
+# rendezvous timeout and grace period rendered
+SRC_ARGS = {"entry": "/src/train_sft.py", "src": str(ROOT / "tests/user_scripts"),
+            "args": ("--output_dir", "/output", "--learning_rate", "1e-4"), "rdzv_timeout": 77,
+            "grace_s": 45}  # fmt: skip
+EXTRAS = {"plain": None, "claims+entry": FULL, "src+args": SRC_ARGS}
 
 
 def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", layout_kw=None,
@@ -142,9 +148,9 @@ def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", lay
      ("pytorchjob", {"max_restarts": 2, "restart_policy": "OnFailure"}),
      ("trainjob", {}), ("trainjob", {"max_restarts": 2})],
 )  # fmt: skip
-@pytest.mark.parametrize("extra", [None, FULL], ids=["plain", "claims+entry"])
+@pytest.mark.parametrize("extra", EXTRAS)
 def test_rendered_objects_validate_against_the_crds(kind, restarts, gpus, nodes, nproc, extra):
-    docs = rendered(kind, gpus, nodes, nproc, layout_kw=extra, **restarts)
+    docs = rendered(kind, gpus, nodes, nproc, layout_kw=EXTRAS[extra], **restarts)
     assert [d["kind"] for d in docs] == (
         ["PyTorchJob"] if kind == "pytorchjob" else ["TrainingRuntime", "TrainJob"]
     )

@@ -79,3 +79,23 @@ def of_kind(objects, kind: str):
     if len(found) != 1:
         raise HarnessError(f"the manifest holds {len(found)} {kind} object(s), not one")
     return found[0]
+
+
+def volume_items(objects, volume: str) -> dict[str, str]:
+    """key -> path of the ConfigMap volume named `volume` in the pods the objects make (the
+    first pod template that has it: every kind renders one pod spec)."""
+
+    def find(node):
+        if isinstance(node, dict):
+            for v in node.get("volumes") or ():
+                if isinstance(v, dict) and v.get("name") == volume and "configMap" in v:
+                    return {i["key"]: i["path"] for i in v["configMap"].get("items") or ()}
+            return next((f for f in map(find, node.values()) if f is not None), None)
+        if isinstance(node, list):
+            return next((f for f in map(find, node) if f is not None), None)
+        return None
+
+    found = next((f for f in (find(kube_pod.plain(o)) for o in objects) if f is not None), None)
+    if found is None:
+        raise HarnessError(f"no pod of the manifest has a ConfigMap volume named {volume!r}")
+    return found

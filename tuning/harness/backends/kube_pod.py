@@ -7,6 +7,7 @@ batch Job (kube_job.py) take it as it is, under the container names each one loo
 
 from __future__ import annotations
 
+from tuning.harness.backends import kube_src
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs.runs import job_text
 from tuning.harness.spec.job_layout import JobLayout
@@ -16,6 +17,7 @@ from tuning.harness.spec.layout import (
     LAUNCH_DIR,
     LAUNCHER,
     OUTPUT_DIR,
+    SRC_DIR,
     TMP_DIR,
     launch_files,
 )
@@ -78,10 +80,31 @@ def launch_config_map(layout: JobLayout):
     )
 
 
+def src_map_name(layout: JobLayout) -> str:
+    return f"{layout.name}-src"
+
+
+def src_config_map(layout: JobLayout):
+    """SRC: the user's code (kube_src.py), each file under a key of its own, mounted at /src."""
+    c = k8s()
+    text, binary = kube_src.data(layout.src)
+    return c.V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=c.V1ObjectMeta(name=src_map_name(layout), labels=labels(layout)),
+        data=text or None,
+        binary_data=binary or None,
+    )
+
+
 def config_maps(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple:
-    """Every ConfigMap the pods mount: the job's, and the launcher's for ENTRY."""
-    job_map = config_map(layout, job, accelerate_yaml)
-    return (job_map, launch_config_map(layout)) if layout.entry else (job_map,)
+    """Every ConfigMap the pods mount: the job's, the launcher's for ENTRY, SRC's."""
+    maps = [config_map(layout, job, accelerate_yaml)]
+    if layout.entry:
+        maps.append(launch_config_map(layout))
+    if layout.src:
+        maps.append(src_config_map(layout))
+    return tuple(maps)
 
 
 def resources(layout: JobLayout, ranks: int | None = None, gpus: int | None = None):
@@ -107,6 +130,8 @@ def env(layout: JobLayout) -> list:
         "HOME": TMP_DIR,  # caches (~/.cache, ~/.triton) stay writable
         # ENTRY: the rank recorder runs it; its job is job.json (layout.foreign_env)
         **(layout.foreign_env() if layout.entry else {}),
+        # RDZV_TIMEOUT: how long the static rendezvous waits for every pod (tuning/launch.py)
+        **({"HARNESS_RDZV_TIMEOUT": str(layout.rdzv_timeout)} if layout.rdzv_timeout else {}),
     }
     return [c.V1EnvVar(name=k, value=v) for k, v in values.items()]
 
@@ -138,6 +163,8 @@ def mounts(layout: JobLayout, tmp: str = "tmp") -> list:
     ]
     if layout.entry:
         out.append(c.V1VolumeMount(name="launch", mount_path=LAUNCH_DIR, read_only=True))
+    if layout.src:
+        out.append(c.V1VolumeMount(name="src", mount_path=SRC_DIR, read_only=True))
     names = volume_names(layout)
     for m in layout.claims:
         if m.target != OUTPUT_DIR:  # MODEL and DATA: the path in the claim, read-only
@@ -160,6 +187,8 @@ def container(layout: JobLayout, name: str, tmp: str = "tmp", **kw):
         env=env(layout),
         resources=resources(layout),
         volume_mounts=mounts(layout, tmp),
+        # relative paths in ARGS mean what they mean in the user's folder, as under Compose
+        working_dir=SRC_DIR if layout.src else None,
         # The Pod Security Standard "restricted": the image's non-root user, no capabilities,
         # no privilege escalation, the runtime's seccomp profile, and a read-only root: the
         # trainer writes only to /output, /dev/shm and /tmp, each a volume.
@@ -194,6 +223,10 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
     if layout.entry:
         out.append(c.V1Volume(name="launch", config_map=c.V1ConfigMapVolumeSource(
             name=launch_map_name(layout))))  # fmt: skip
+    if layout.src:  # each key at its path in SRC (a key holds no '/')
+        items = [c.V1KeyToPath(key=key, path=path) for key, path in kube_src.items(layout.src)]
+        source = c.V1ConfigMapVolumeSource(name=src_map_name(layout), items=items)
+        out.append(c.V1Volume(name="src", config_map=source))
     for claim, name in names.items():
         if claim != output:  # read-only at the volume too: nothing of the pod writes there
             source = c.V1PersistentVolumeClaimVolumeSource(claim_name=claim, read_only=True)
@@ -220,6 +253,8 @@ def pod_template(layout: JobLayout, containers: list, pod_labels: dict | None = 
                 **claimed,
             ),
             volumes=volumes(layout, tmps),
+            # GRACE: how long a deleted or preempted pod has between SIGTERM and SIGKILL
+            termination_grace_period_seconds=layout.grace_s,
             **spec_kw,
         ),
     )

@@ -92,23 +92,16 @@ TABLE = (
     Flag(
         "ARGS",
         'ENTRY\'s command line, quoted whole: ARGS="--output_dir /output --learning_rate 1e-5"',
-        RUN,
+        JOB,
         "'...'",
-        why_not={
-            "kube": "the rendered pods do not pass a command line to ENTRY yet: bake the "
-            "arguments into the image's ENTRY (or its JOB file) for now"
-        },
-    ),  # fmt: skip
+    ),
     Flag(
         "SRC",
-        "your code's folder, bound read-only at /src (the ranks' working dir): no image rebuild",
-        RUN,
+        "your code's folder, bound read-only at /src (the ranks' working dir): no image "
+        "rebuild; kube: in a ConfigMap mounted there",
+        JOB,
         "dir",
-        why_not={
-            "kube": "a cluster cannot mount this machine's folder: bake the code into the "
-            "image and set ENTRY"
-        },
-    ),  # fmt: skip
+    ),
     # Where, and how many ranks.
     Flag(
         "GPUS",

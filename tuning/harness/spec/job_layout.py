@@ -54,6 +54,8 @@ class JobLayout(Layout):
     replicas: int = 1
     pods: tuple[Node, ...] = ()
     claims: tuple[ClaimMount, ...] = ()
+    rdzv_timeout: int | None = None  # RDZV_TIMEOUT: the static rendezvous's (None: torchrun's)
+    grace_s: int | None = None  # GRACE: terminationGracePeriodSeconds (None: Kubernetes' 30)
 
     def __post_init__(self) -> None:
         # The layout model's own checks, on the fields it knows; then the job's.

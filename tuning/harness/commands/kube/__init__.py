@@ -31,6 +31,7 @@ from tuning.harness.backends import (
     kube_restarts,
     kube_trainjob,
 )
+from tuning.harness.commands.kube import said as kube_said
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
@@ -40,6 +41,7 @@ from tuning.harness.spec import (
     job_paths,
     nvidia,
     options,
+    own_trainer,
     preflight,
     save_interval,
     timeouts,
@@ -49,7 +51,6 @@ from tuning.harness.spec.layout import (
     CONTAINER_UID,
     IMAGE,
     JOB_KINDS,
-    LAUNCH_DIR,
     OUTPUT_DIR,
     LayoutError,
     Node,
@@ -168,22 +169,53 @@ def main(a: argparse.Namespace) -> int:
     kill = flags.int_arg("KILL", a.kill, 0)
     if kill is not None and not a.rehearse:
         raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
+    if a.at_step and kill is None:
+        raise HarnessError(
+            f"AT_STEP={a.at_step} is the step the rehearsal's KILL strikes at; "
+            "a rendered job has no such step: add KILL=<rank> REHEARSE=1, or "
+            "drop AT_STEP"
+        )
+    with_args = own_trainer.words(f.args) is not None  # ENTRY takes ARGS, reads no job file
+    if with_args and a.save_advised:
+        raise HarnessError(
+            "SAVE_ADVISED=1 writes save_steps into the job file, which a script "
+            "taking ARGS never reads: put --save_steps <n> in ARGS"
+        )
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
-    base = options.load_job(Path(f.job), bool(f.entry))
-    model, data = (job_paths.for_cluster(v, getattr(f, v.lower()), base, f"JOB={f.job}")
+    base = {} if with_args else options.load_job(Path(f.job))
+    model, data = (job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job))
                    for v in ("MODEL", "DATA"))  # fmt: skip
-    layout = job_layout(gpus, nproc, nodes, f.cuda, kind=kind, name=a.name or "sft",
-                        image=f.image, run_id=run_id, run_dir=str(runs_root / run_id),
-                        user=CONTAINER_UID, entry=f.entry,
-                        claims=claim_mounts(model, data, a.output_claim))  # fmt: skip
+    own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
+    layout = job_layout(
+        gpus,
+        nproc,
+        nodes,
+        f.cuda,
+        kind=kind,
+        name=a.name or "sft",
+        image=f.image,
+        run_id=run_id,
+        run_dir=str(runs_root / run_id),
+        user=CONTAINER_UID,
+        entry=own and own.entry,
+        src=own and own.src,
+        args=own and own.args,
+        claims=claim_mounts(model, data, a.output_claim),
+        rdzv_timeout=flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1),
+        grace_s=round(f.grace) if a.grace is not None else None,
+    )
     # Every (re)start resumes from the newest checkpoint in /output: only when it outlives a pod.
     resume = f.max_restarts > 0 and layout.output_claim is not None
     job = options.job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
+    if with_args:  # what the pods run, recorded in the job's ConfigMap; no rank reads it
+        job = options.args_job(layout)
     accelerate_config = options.accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(accelerate_config, layout.world_size)
-    measured_in = timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    measured_in = (
+        None if with_args else timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
+    )
     rate = save_interval.rate_arg(a.gpu_hours_per_failure)
     job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
                                a.save_advised)  # fmt: skip
@@ -197,11 +229,11 @@ def main(a: argparse.Namespace) -> int:
     run_dir = runs.create(runs_root, run_id, starts=bool(a.rehearse))
     manifest = run_dir / MANIFESTS[kind]
     manifest.write_text(text)
-    for line in said(layout, objects, model, data, accelerate_config, f.max_restarts):
+    for line in kube_said.said(layout, objects, model, data, accelerate_config, f.max_restarts):
         print(f"harness: {line}")
     if measured_in:  # what the job measured here, against the cluster's timeouts
-        rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1)
-        t = timeouts.Timeouts.of(job, rdzv, grace_period_s=timeouts.K8S_GRACE_S)
+        grace = layout.grace_s if layout.grace_s is not None else timeouts.K8S_GRACE_S
+        t = timeouts.Timeouts.of(job, layout.rdzv_timeout, grace_period_s=grace)
         timeouts.say(timeouts.check(t, timeouts.measured(measured_in)), "on the cluster")
     print(f"harness: apply with `kubectl apply -f {manifest}` ({WHAT[kind]})")
     print(manifest, flush=True)
@@ -224,47 +256,3 @@ RESTARTS = {  # how each object restarts (kube_restarts.py), for a refused RESTA
 WHAT = {"pytorchjob": "the ConfigMap(s) and the PyTorchJob",
         "trainjob": "the ConfigMap(s), the TrainingRuntime and the TrainJob",
         "job": "the ConfigMap(s) and the Job"}  # fmt: skip
-
-
-def said(layout: JobLayout, objects: tuple, model, data, accelerate_config: Path,
-         max_restarts: int) -> list[str]:  # fmt: skip
-    """What was rendered, in words: the shape, what trains, where /output lives and what a
-    restart then does."""
-    per = f"{layout.gpus_per_pod} x nvidia.com/gpu" if layout.gpus else "CPU ranks, no GPU"
-    if layout.one_pod:
-        one = "1 GPU" if layout.gpus else "1 CPU rank"
-        shape = (f"1 pod of {layout.per_pod} containers, {one} each, sharing the pod's network "
-                 "(master 127.0.0.1) and /dev/shm (option 2); a restart recreates the pod: "
-                 f"every rank together (backoffLimit {max_restarts})")  # fmt: skip
-    elif layout.kind == "trainjob":
-        shape = f"numNodes {layout.replicas}; numProcPerNode {layout.per_pod} ({per} per pod)"
-    else:
-        pods = f"Master 1 + Worker {layout.replicas - 1}" if layout.replicas > 1 else "Master 1"
-        shape = f"{pods}; nprocPerNode {layout.per_pod} ({per} per pod)"
-    lines = [f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.world_size}; "
-             f"image {layout.image}",
-             f"model {model.describe()}; data {data.describe()}; accelerate config "
-             f"{accelerate_config}"]  # fmt: skip
-    if layout.entry:
-        lines.append(f"trainer: ENTRY={layout.entry} of the image, under the harness's launcher "
-                     f"and rank recorder from ConfigMap {kube_pod.launch_map_name(layout)} at "
-                     f"{LAUNCH_DIR}")  # fmt: skip
-    claim = layout.output_claim
-    if claim:
-        access = (
-            f"{layout.writers} pods write to it: it must be ReadWriteMany"
-            if layout.writers > 1
-            else "one pod writes to it (ReadWriteOnce will do)"
-        )
-        resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
-        lines.append(f"output: claim {claim} at {OUTPUT_DIR} (made beforehand: README), "
-                     f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}")  # fmt: skip
-    elif max_restarts:
-        lines.append(f"output: an emptyDir at {OUTPUT_DIR}, gone with its pod: each of the "
-                     f"MAX_RESTARTS={max_restarts} restart(s) starts from step 0 "
-                     "(resume_from_checkpoint is not set); OUTPUT_CLAIM=<claim> keeps the "
-                     "checkpoints and resumes from them")  # fmt: skip
-    else:
-        lines.append(f"output: an emptyDir at {OUTPUT_DIR}: checkpoints and metrics go with "
-                     "the pod; OUTPUT_CLAIM=<claim> keeps them")  # fmt: skip
-    return lines

@@ -15,12 +15,13 @@ the harness follows the run by them (on a cluster they are in /output with the r
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
-from tuning.harness.backends import kube_manifest, kube_restarts
+from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
 from tuning.harness.commands.kube import faults as kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle, output_dir
@@ -121,19 +122,16 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: floa
             )
     else:
         outputs = tuple((p.name, str(empty_dir(run_dir, made.pod_of[p.name]))) for p in pods)
-    maps = [o for o in objects if o.kind == "ConfigMap"]
-    launch = None
-    if layout.entry:  # the launcher's ConfigMap, as the kubelet lays it out
-        launch = run_dir / "launch"
-        launch.mkdir()
-        for key, text in (maps[-1].data or {}).items():
-            (launch / key).write_text(text)
+    # the launcher's and SRC's ConfigMaps, as the kubelet lays them out in their volumes
+    launch = layout.entry and lay_out(objects, kube_pod.launch_map_name(layout), run_dir / "launch")
+    src = layout.src and lay_out(objects, kube_pod.src_map_name(layout), run_dir / "src", "src")
     # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
     # the rendered uid 1000 under root; as the user who rehearses it otherwise, who could not
     # give uid 1000 the output folder, nor delete what it wrote there (spec/ranks_user.py)
     layout = replace(layout, image=made.image, pods=tuple(pods), node_outputs=outputs,
-                     launch_dir=launch and str(launch), model=here.get("model"),
-                     data=here.get("data"), **ranks_user.for_ranks(layout.kind))  # fmt: skip
+                     launch_dir=launch and str(launch), src=src and str(src),
+                     model=here.get("model"), data=here.get("data"),
+                     **ranks_user.for_ranks(layout.kind))  # fmt: skip
     files = dict(kube_manifest.job_config_map(objects).data or {})
     names = ", ".join(p.name for p in pods)
     banner = (f"harness: rehearsing {made.kind} {layout.name}: "
@@ -149,6 +147,22 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: floa
                         banner=banner, title="rehearsal ", summary_extra=record,
                         explain=False, plan=plan)  # fmt: skip
     return lifecycle.start(spec, on_tick)
+
+
+def lay_out(objects: tuple, name: str, folder: Path, volume: str | None = None) -> Path:
+    """ConfigMap `name`'s files in `folder`, each at the path the pod's `volume` gives its key
+    (its items; else the key itself), readable by the ranks' user, as a kubelet writes them."""
+    cm = next(o for o in objects if o.kind == "ConfigMap" and o.metadata.name == name)
+    paths = kube_manifest.volume_items(objects, volume) if volume else {}
+    files = {k: v.encode() for k, v in (cm.data or {}).items()}
+    files.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+    for key, raw in files.items():
+        path = folder / paths.get(key, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(raw)
+    for p in (folder, *folder.rglob("*")):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return folder
 
 
 def rehearse_kill(a, f: flags.RunFlags, layout: JobLayout, run_dir: Path, objects: tuple,
