@@ -10,7 +10,8 @@ appends to the rank's metrics/rank<N>.jsonl, in the metrics schema (docs/design.
       trainer's metrics.py writes it; 0 on a fresh start)
   {"event": "step", "step", "loss", "lr", "epoch", "step_s", "peak_rss_bytes"}
       every optimizer step; loss and lr on the steps the Trainer logs (logging_steps), as it
-      logs them: the mean over every rank and over the steps since its previous log; else null
+      logs them: the mean over every rank and over the steps since its previous log; else null;
+      and "num_tokens" where the Trainer logs it (trl: every rank's tokens so far)
   {"event": "evaluation", "step", "eval_s"}   after each evaluation
   {"event": "checkpoint", "step", "path", "save_s"}   after each save, on every rank (eval_s,
       save_s: from the end of the step, or of its evaluation, as our trainer's metrics.py)
@@ -91,6 +92,8 @@ def callback_class(write, sleep_s: float):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.pending is not None and logs and "loss" in logs:
                 self.pending.update(loss=logs["loss"], lr=logs.get("learning_rate"))
+                if "num_tokens" in logs:  # trl: every rank's tokens so far, as a number here
+                    self.pending["num_tokens"] = logs["num_tokens"]
             self.flush()
 
         def on_evaluate(self, args, state, control, **kwargs):

@@ -37,16 +37,48 @@ def trainer_record(layout: Layout) -> dict:
     return out
 
 
-def trl_tokens(log_path: Path, rank0_steps: list[dict]) -> list[tuple[dict, float]] | None:
-    """[(step line, cumulative tokens)] from the HF Trainer's per-step lines in rank 0's log,
-    where they count tokens (trl's SFTTrainer, which fms uses: `num_tokens`, the non-padding
-    tokens of every rank so far, gathered); None where they do not, or do not pair up with
-    training_logs.jsonl line for line."""
-    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    logged = hf_step_logs(text)
-    if not logged or len(logged) != len(rank0_steps) or not all("num_tokens" in x for x in logged):
+def number(value) -> float | None:
+    """A figure from a trainer's log as a number: a log is text until parsed, and the HF
+    Trainer prints its floats as text ('256', '1.235e+05': transformers 5's ProgressCallback
+    formats each float with 4 significant digits); None when it is not one."""
+    if isinstance(value, bool):
         return None
-    return [(s, x["num_tokens"]) for s, x in zip(rank0_steps, logged, strict=True)]
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def trl_tokens(
+    log_path: Path, rank0_steps: list[dict]
+) -> tuple[list[tuple[dict, float]] | None, str]:
+    """([(step line, cumulative tokens)], where they came from) of trl's `num_tokens` (the
+    non-padding tokens of every rank so far, gathered: trl's SFTTrainer, which fms uses too);
+    (None, why not) where there are none to use. First the rank recorder's step lines, which
+    took it from the Trainer's logs in the rank, as a number; else the HF Trainer's per-step
+    lines in rank 0's log, paired line for line with the steps (fms: training_logs.jsonl)."""
+    recorded = [(s, number(s["num_tokens"])) for s in rank0_steps if "num_tokens" in s]
+    if recorded:
+        bad = [s["num_tokens"] for s, n in recorded if n is None]
+        if bad:
+            return None, f"not available: rank 0's num_tokens {bad[0]!r} is not a number"
+        return recorded, "trl's num_tokens in rank 0's step lines (the Trainer's logs, in the rank)"
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    logged = [x for x in hf_step_logs(text) if "num_tokens" in x]
+    if not logged:
+        return None, "not available: rank 0's log has no num_tokens per step"
+    if len(logged) != len(rank0_steps):
+        return None, (
+            f"not available: rank 0's log has {len(logged)} num_tokens lines for "
+            f"{len(rank0_steps)} steps, which do not pair up"
+        )
+    pairs = [(s, number(x["num_tokens"])) for s, x in zip(rank0_steps, logged, strict=True)]
+    bad = [x["num_tokens"] for x, (_, n) in zip(logged, pairs, strict=True) if n is None]
+    if bad:
+        return None, f"not available: rank 0's log's num_tokens {bad[0]!r} is not a number"
+    return pairs, "trl's num_tokens in rank 0's log, line for line with the steps"
 
 
 def said(layout: Layout) -> str:
@@ -73,18 +105,20 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
            "hf_train_metrics": hf_train_metrics(log.read_text(errors="replace"))
            if log.is_file() else None,
            "tokens_per_s": None}  # fmt: skip
-    pairs = trl_tokens(log, runs.steps(metrics.get(0, [])))
+    pairs, source = trl_tokens(log, runs.steps(metrics.get(0, [])))
+    out["tokens_per_s_source"] = source
     if not pairs:
-        out["tokens_per_s_source"] = "not available: rank 0's log has no num_tokens per step"
         return out
     warm = [p for p in pairs if p[0]["step"] >= runs.WARMUP_STEPS] or pairs
     (s0, n0), (s1, n1) = warm[0], warm[-1]
     if s1["time"] > s0["time"]:
         out["tokens_per_s"] = round((n1 - n0) / (s1["time"] - s0["time"]), 1)
         out["tokens_per_s_source"] = (
-            f"trl's num_tokens (non-padding tokens, every rank) in rank 0's log, steps "
-            f"{s0['step']}..{s1['step']}, over training_logs.jsonl's timestamps"
+            f"{source}: non-padding tokens of every rank, steps {s0['step']}..{s1['step']}, "
+            "over the step lines' times"
         )
+    else:
+        out["tokens_per_s_source"] = f"not available: {source} spans no time (one step)"
     return out
 
 
@@ -105,9 +139,13 @@ def hf_step_logs(log: str) -> list[dict]:
 
 def hf_train_metrics(log: str) -> dict | None:
     """The HF Trainer's end-of-training line in a rank 0 log ({'train_runtime': ...,
-    'train_tokens_per_second': ... with include_tokens_per_second}), the last one."""
+    'train_tokens_per_second': ... with include_tokens_per_second}), the last one, its figures
+    parsed (transformers 5 prints them as text); a value that is no number is kept as text."""
     found = _HF_TRAIN.findall(log)
     try:
-        return ast.literal_eval(found[-1]) if found else None
+        line = ast.literal_eval(found[-1]) if found else None
     except (ValueError, SyntaxError):
         return None
+    if not isinstance(line, dict):
+        return None
+    return {k: v if number(v) is None else number(v) for k, v in line.items()}

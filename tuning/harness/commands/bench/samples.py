@@ -126,7 +126,7 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
     metrics = runs.read_metrics(run_dir / "output")
     if summary.get("trainer") and summary.get("ranks"):  # foreign: trl's tokens, on rank 0
         log = run_dir / f"logs/{summary['ranks'][0]['node']}.log"
-        pairs = foreign.trl_tokens(log, runs.steps(metrics.get(0, [])))
+        pairs, _ = foreign.trl_tokens(log, runs.steps(metrics.get(0, [])))
         for (s, n), prev in zip(pairs or [], [None, *(pairs or [])[:-1]], strict=False):
             s["tokens"] = n - prev[1] if prev else n
     step_s, tokens, memory = [], [], []
