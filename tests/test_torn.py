@@ -105,17 +105,17 @@ def test_a_safetensors_file_whose_data_ends_early_is_cut_short(tmp_path):
 
 
 def test_dcp_shards_need_their_metadata_written_last(tmp_path):
-    """FSDP's SHARDED_STATE_DICT (torch.distributed.checkpoint): shards, then .metadata."""
+    """FSDP's SHARDED_STATE_DICT (torch.distributed.checkpoint): shards, then .metadata, which
+    is read (tests/test_torn_bytes.py: a real one, and each file cut at several offsets)."""
     out = tree(tmp_path, {"checkpoint-1": ["trainer_state.json"]})
     dcp = out / "checkpoint-1/pytorch_model_fsdp_0"
     dcp.mkdir()
     (dcp / "__0_0.distcp").write_bytes(b"x" * 64)
-    (dcp / "__1_0.distcp").write_bytes(b"x" * 64)
+    (dcp / "__1_0.distcp").write_bytes(b"x" * 10)
     assert "no .metadata" in torn.missing(out / "checkpoint-1")
-    (dcp / ".metadata").write_bytes(b"m" * 16)
-    assert torn.missing(out / "checkpoint-1") is None
-    (dcp / "__1_0.distcp").write_bytes(b"")
-    assert torn.missing(out / "checkpoint-1").endswith("has empty shards: __1_0.distcp")
+    (dcp / ".metadata").write_bytes(b"m" * 16)  # the issue's case: it used to count as complete
+    why = torn.missing(out / "checkpoint-1")
+    assert why.startswith("pytorch_model_fsdp_0 has a .metadata that cannot be read ("), why
 
 
 def test_move_aside_renames_never_deletes(tmp_path, capsys):

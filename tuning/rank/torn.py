@@ -12,10 +12,12 @@ The one rule for "complete" (the host's RESUME checks use it too): trainer_state
 the Trainer writes last, weights in one of the shapes HF writes, and every file readable as
 far as a cheap look tells: a safetensors file's header and its length, a torch file's zip
 directory (torch.save's format; the directory is at the end, so a file cut short has none),
-a DCP folder's `.metadata` beside non-empty `.distcp` files. A checkpoint whose files are all
-there but cut short (a disk filling, a copy interrupted) would kill every restart with
-"PytorchStreamReader failed reading zip archive". A staging dir (`tmp-checkpoint-N`, our
-trainer's atomic save) that is still there was never finished.
+a DCP folder's `.metadata` read (torch.distributed.checkpoint's pickle of its storage entries,
+through stand-ins: torch is never imported) and every shard it names at least as long as the
+bytes it names there. A checkpoint whose files are all there but cut short (a disk filling, a
+copy interrupted) would kill every restart with "PytorchStreamReader failed reading zip
+archive". A staging dir (`tmp-checkpoint-N`, our trainer's atomic save) that is still there was
+never finished.
 
 Standalone on purpose (standard library only), like fsdp_gloo.py: our launcher and trainer
 import it, and the harness mounts it beside the rank recorder into a user's image (fms), so a
@@ -24,8 +26,10 @@ trainer we cannot edit gets the same. `python torn.py OUTPUT_DIR` moves aside wh
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import re
 import struct
 import sys
@@ -69,7 +73,7 @@ def unreadable(f: Path) -> str | None:
             return _safetensors(f)
         if f.suffix in (".pt", ".pth", ".bin"):
             return _torch_zip(f)
-        if f.is_dir() and any(f.glob("*.distcp")):
+        if f.is_dir() and ((f / ".metadata").exists() or any(f.glob("*.distcp"))):
             return _dcp(f)
     except OSError as e:
         return f"cannot be read ({e})"
@@ -110,11 +114,91 @@ def _torch_zip(f: Path) -> str | None:
 
 
 def _dcp(d: Path) -> str | None:
-    """torch.distributed.checkpoint writes the shards, then `.metadata` last."""
-    if not (d / ".metadata").is_file() or (d / ".metadata").stat().st_size == 0:
-        return "has shards but no .metadata: DCP writes it last, so the save never finished"
-    empty = [p.name for p in sorted(d.glob("*.distcp")) if p.stat().st_size == 0]
-    return f"has empty shards: {', '.join(empty)}" if empty else None
+    """torch.distributed.checkpoint writes the shards, then `.metadata` last: the shards it
+    names, each at least as long as its entries' offset + length (filesystem.py's
+    _StorageInfo)."""
+    meta = d / ".metadata"
+    if not meta.is_file() or meta.stat().st_size == 0:
+        return "has no .metadata (or an empty one): DCP writes it last, so the save never finished"
+    try:
+        entries = dcp_entries(meta)
+    except NotDcp as e:
+        return f"has a .metadata that is not DCP's: {e}"
+    except Exception as e:  # a pickle cut short or garbage fails in any way, all of them "torn"
+        return f"has a .metadata that cannot be read ({type(e).__name__}: {e})"
+    need: dict[str, int] = {}
+    for rel, offset, length in entries:
+        need[rel] = max(need.get(rel, 0), offset + length)
+    for rel, want in sorted(need.items()):
+        shard = d / rel
+        if not shard.is_file():
+            return f"lacks {rel}, a shard its .metadata names"
+        size = shard.stat().st_size
+        if size < want:
+            return f"has {rel} cut short: {size} bytes where its .metadata names {want}"
+    return None
+
+
+class NotDcp(ValueError):
+    """A `.metadata` that loads, but not as torch's checkpoint Metadata."""
+
+
+class _Inert:
+    """What a `.metadata` names of torch's (Metadata, _StorageInfo, torch.Size, a dtype...):
+    its pickled state kept as attributes; no torch code runs, none is imported."""
+
+    stands_for = ""  # module.name of the torch object
+
+    def __init__(self, *args):  # torch.Size((3, 4)), an Enum's value: called by REDUCE
+        self.args = args
+
+    def __setstate__(self, state):  # BUILD: a dataclass's __dict__, or __getstate__'s tuple
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Loads torch's and pathlib's names (StorageMeta.checkpoint_id may be a PosixPath) as
+    _Inert stand-ins and refuses any other: os.system, builtins.eval, what a hostile pickle
+    would call."""
+
+    def __init__(self, data: bytes):
+        super().__init__(io.BytesIO(data))
+        self.kinds: dict[str, type] = {}
+
+    def find_class(self, module: str, name: str):
+        if module.split(".")[0] not in ("torch", "pathlib"):
+            raise NotDcp(f"it loads {module}.{name}, not torch's checkpoint types")
+        key = f"{module}.{name}"
+        return self.kinds.setdefault(key, type(name, (_Inert,), {"stands_for": key}))
+
+
+METADATA = "torch.distributed.checkpoint.metadata.Metadata"
+
+
+def dcp_entries(meta: Path) -> list[tuple[str, int, int]]:
+    """(relative_path, offset, length) of every storage entry a DCP `.metadata` holds
+    (Metadata.storage_data's _StorageInfo); NotDcp when it is not torch's Metadata."""
+    md = _MetadataUnpickler(meta.read_bytes()).load()
+    held = getattr(type(md), "stands_for", None) or type(md).__name__
+    if held != METADATA:
+        raise NotDcp(f"it holds a {held}, not {METADATA}")
+    storage = getattr(md, "storage_data", None)
+    if not isinstance(storage, dict):
+        raise NotDcp(f"its storage_data is a {type(storage).__name__}, not a dict")
+    out = []
+    for info in storage.values():
+        entry = tuple(getattr(info, k, None) for k in ("relative_path", "offset", "length"))
+        rel, offset, length = entry
+        whole = isinstance(rel, str) and rel and isinstance(offset, int) and offset >= 0
+        if not (whole and isinstance(length, int) and length >= 0):
+            raise NotDcp(f"a storage entry is not (relative_path, offset, length): {entry}")
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise NotDcp(f"a storage entry names {rel}, outside its folder")
+        out.append(entry)
+    return out
 
 
 def incomplete(output: Path) -> list[tuple[Path, str]]:
