@@ -142,3 +142,82 @@ def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
     taken = harness("kube", *args, "--save-advised", runs=runs)
     assert taken.returncode == 0, taken.stderr
     assert rendered_job(taken)["save_steps"] == 1105
+
+
+# --- make fault (issue 40, item 5) -----------------------------------------------------------
+def a_fault_run(run_dir: Path, *, fault_at: float, save_s: float = 8.0) -> dict:
+    """fault/record.py's build on a kill run of two ranks written as the trainer writes them:
+    before the fault (t=16.5) steps of 0.2 s and a save of `save_s`; after it, a restart's
+    rendezvous 60 s later and a 30 s step. Injection and follow as fault/follow.py sets them."""
+    from types import SimpleNamespace
+
+    from tuning.harness.commands.fault import record as fault_record
+    from tuning.harness.commands.fault import write as fault_write
+    from tuning.harness.commands.fault.follow import Follow
+
+    out = run_dir / "output/metrics"
+    out.mkdir(parents=True)
+    for rank in (0, 1):
+        lines = [{"event": "phase", "name": "rendezvous", "rank": rank, "time": 1.0 + rank / 5}]
+        for step in range(1, 15):
+            lines.append(
+                {"event": "step", "rank": rank, "step": step, "step_s": 0.2, "time": 2.0 + step}
+            )
+            if step == 5:
+                save = {"event": "checkpoint", "rank": rank, "step": 5, "save_s": save_s}
+                lines.append({**save, "time": 7.0 + save_s})
+        lines += [
+            {"event": "phase", "name": "rendezvous", "rank": rank, "time": 60.0},
+            {"event": "step", "rank": rank, "step": 15, "step_s": 30.0, "time": 90.0},
+            {"event": "end", "rank": rank, "status": "completed", "time": 91.0},
+        ]
+        (out / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    knobs = {"rank": 1, "at_step": 12, "timeout_s": 20, "world_size": 2}
+    follow = Follow("kill", "per-rank", "rank1", knobs, run_dir.name)
+    follow.t0, follow.injected_at, follow.finished_at = 0.0, fault_at, 92.0
+    follow.inject_step, follow.how = 14, "docker kill"
+    nodes = [SimpleNamespace(name=f"rank{r}", ranks=[r], nproc=1) for r in (0, 1)]
+    base = {
+        "run_id": run_dir.name,
+        "kind": "kill",
+        "layout": "per-rank",
+        "timeout_s": 20,
+        "rdzv_timeout_s": 20,
+        "rank": 1,
+        "at_step": 12,
+        "steps": 60,
+        "max_restarts": 0,
+        "world_size": 2,
+        "step_sleep_s": 0.2,
+    }
+    layout = SimpleNamespace(nodes=lambda: nodes)
+    record = fault_record.build(base, follow, {"status": "failed"}, layout, run_dir, {})
+    fault_write.write(run_dir, record)
+    return record
+
+
+def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_path, capsys):
+    """As `make up` does (summary.json's "timeouts"): fault.json's "timeouts", said, and in
+    fault.md. The fault's own slow step and the restart's late rendezvous are not counted."""
+    record = a_fault_run(tmp_path / "f1", fault_at=16.5)
+    said = (
+        "your slowest save took 8.0 s (run f1) and the collective timeout is 20 s: ranks waiting "
+        "in the next collective while one rank is that slow (a save a little slower on a "
+        "cluster) time out and the job fails; set TIMEOUT=30 (ddp_timeout)"
+    )
+    assert record["timeouts"] == [said]
+    assert f"harness: timeouts (what this run measured before the fault): {said}\n" in (
+        capsys.readouterr().out
+    )
+    assert json.loads((tmp_path / "f1/fault.json").read_text())["timeouts"] == [said]
+    md = (tmp_path / "f1/fault.md").read_text()
+    assert f"- timeouts, against what the run measured before the fault: {said}\n" in md
+    # saves that fit: said so; no step before the fault: said as not checked
+    assert a_fault_run(tmp_path / "f2", fault_at=16.5, save_s=2.0)["timeouts"] == []
+    assert "- timeouts: fit what the run measured before the fault\n" in (
+        (tmp_path / "f2/fault.md").read_text()
+    )
+    assert a_fault_run(tmp_path / "f3", fault_at=0.5)["timeouts"] is None
+    assert "- timeouts: not checked (no step was measured before the fault)\n" in (
+        (tmp_path / "f3/fault.md").read_text()
+    )

@@ -4,13 +4,16 @@ fault.md, the same, readable).
 Per rank: its last step, when it ended, exit code, signal, OOM flag and the error signature
 found in its end line or its log. For the run: the outcome, fault-to-end time against the
 bound (TIMEOUT + 15 s), what a cluster's default timeouts would make of it, what was left
-behind and which checkpoints survive. What a kind adds (its signatures, facts, goal, cluster
-line) is its own (fault/kinds/).
+behind, which checkpoints survive, and its timeouts checked against what it measured before
+the fault (spec/timeouts.py, as `make up` checks them). What a kind adds (its signatures,
+facts, goal, cluster line) is its own (fault/kinds/).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +21,7 @@ from tuning.harness.commands.fault import stacks as fault_stacks
 from tuning.harness.commands.fault import verdict as fault_verdict
 from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.rundirs import runs
+from tuning.harness.spec import timeouts
 from tuning.rank import torn
 
 SIGABRT = 6  # std::terminate, as gloo's size check ends a rank
@@ -107,6 +111,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "leftovers": left,
         "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
         "on_a_cluster": follow.kind.cluster or _cluster_cost(ranks, base),
+        "timeouts": _timeouts(base, metrics, fault_at, run_dir.name),
     }
     timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
     record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
@@ -203,6 +208,35 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
                     "complete": torn.missing(path) is None,
                     "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
     return out
+
+
+def _timeouts(base: dict, metrics: dict, fault_at: float | None, run_id: str) -> list | None:
+    """timeouts.check's findings on what the run measured before the fault (None: no step came
+    before it): what the fault does to steps, saves and a restart's rendezvous is no healthy
+    wait. There is no stall watch here, so the check `make up` runs before the run has nothing
+    to compare; said too (timeouts.say)."""
+    t = timeouts.Timeouts(_collective_s(base), float(base["rdzv_timeout_s"]))
+    with tempfile.TemporaryDirectory() as tmp:  # timeouts.measured reads a run's metrics files
+        out = Path(tmp, run_id, "output", "metrics")
+        out.mkdir(parents=True)
+        for rank, lines in metrics.items():
+            before = [x for x in lines if fault_at is None or x.get("time", 0) < fault_at]
+            (out / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in before))
+        m = timeouts.measured(Path(tmp, run_id))
+    if m is None:
+        return None
+    found = timeouts.check(t, m)
+    timeouts.say(found, "what this run measured before the fault")
+    return found
+
+
+def _collective_s(base: dict) -> float:
+    """TIMEOUT is the job's ddp_timeout; under ARGS the trainer's own --ddp_timeout is."""
+    args = (base.get("trainer") or {}).get("args")
+    if args is None:
+        return float(base["timeout_s"])
+    own = re.search(r"--ddp_timeout[= ](\d+(?:\.\d*)?)(?:\s|$)", " ".join(args))
+    return float(own[1]) if own else float(timeouts.HF_DDP_TIMEOUT_S)
 
 
 def _cluster_cost(ranks, base) -> str:

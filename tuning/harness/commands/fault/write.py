@@ -27,6 +27,17 @@ def trainer_line(rec: dict) -> str:
     return "- trainer: " + "; ".join(said)
 
 
+def timeouts_line(rec: dict) -> str:
+    """fault.md's line on the run's timeouts against what it measured before the fault
+    (fault/record.py: spec/timeouts.py's check, as `make up` runs it)."""
+    found = rec.get("timeouts")
+    if found is None:
+        return "- timeouts: not checked (no step was measured before the fault)"
+    if not found:
+        return "- timeouts: fit what the run measured before the fault"
+    return "- timeouts, against what the run measured before the fault: " + "; ".join(found)
+
+
 def markdown(rec: dict) -> str:
     head = f"# Fault `{rec['kind']}` on rank {rec['rank']}, layout {rec['layout']}\n\n"
     if rec.get("reason"):
@@ -52,6 +63,7 @@ def markdown(rec: dict) -> str:
         *fault_verdict.lines(rec),
         *(kind.lines(rec) if kind.lines else []),
         f"- on a cluster: {rec['on_a_cluster']}",
+        timeouts_line(rec),
         *([trainer_line(rec)] if rec.get("trainer") else []),
         f"- left behind: {', '.join(rec['leftovers']) or 'nothing'}",
         "- checkpoints: "
