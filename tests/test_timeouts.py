@@ -221,3 +221,14 @@ def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_
     assert "- timeouts: not checked (no step was measured before the fault)\n" in (
         (tmp_path / "f3/fault.md").read_text()
     )
+
+
+def test_a_fault_run_under_args_checks_the_trainers_own_collective_timeout():
+    """ARGS is ENTRY's whole command line: TIMEOUT is then only the harness's wait."""
+    from tuning.harness.commands.fault.record import _collective_s
+
+    base = {"timeout_s": 20}
+    assert _collective_s(base) == 20
+    assert _collective_s({**base, "trainer": {"args": ["--ddp_timeout", "90", "--x"]}}) == 90
+    assert _collective_s({**base, "trainer": {"args": ["--ddp_timeout=45.5"]}}) == 45.5
+    assert _collective_s({**base, "trainer": {"args": []}}) == timeouts.HF_DDP_TIMEOUT_S
