@@ -58,6 +58,16 @@ def offsets(size: int) -> list[int]:
     return sorted({0, 1, 10, size // 2, size - 1})
 
 
+class Hostile:
+    """Pickles as a call of `call` with `args`."""
+
+    def __init__(self, call, args: tuple):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
 def test_the_storage_entries_are_torchs_own(whole):
     from torch.distributed.checkpoint import FileSystemReader
 
@@ -65,6 +75,31 @@ def test_the_storage_entries_are_torchs_own(whole):
     want = sorted((s.relative_path, s.offset, s.length) for s in storage.values())
     assert sorted(torn.dcp_entries(whole / DCP / ".metadata")) == want
     assert max(o + n for _, o, n in want) == (whole / SHARD).stat().st_size  # to its last byte
+
+
+def test_an_enum_pickled_by_name_as_the_images_python_does(tmp_path, monkeypatch):
+    """The image's Python (3.11.2) pickles an Enum member as getattr(its class, its name), as
+    TensorProperties' memory format: getattr is taken on torch's stand-ins, and only there."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    def by_name(self, proto):
+        return getattr, (type(self), self._name_)
+
+    monkeypatch.setattr(_MEM_FORMAT_ENCODING, "__reduce_ex__", by_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.ones(3)}, checkpoint_id=tmp_path / "dcp")
+    meta = tmp_path / "dcp/.metadata"
+    assert b"getattr" in meta.read_bytes()
+    storage = FileSystemReader(tmp_path / "dcp").read_metadata().storage_data
+    want = sorted((s.relative_path, s.offset, s.length) for s in storage.values())
+    assert sorted(torn.dcp_entries(meta)) == want
+    meta.write_bytes(pickle.dumps(Hostile(getattr, ("text", "upper"))))
+    with pytest.raises(torn.NotDcp, match="it calls getattr on str, not on torch's types"):
+        torn.dcp_entries(meta)
 
 
 def test_the_reader_needs_no_torch(whole):
@@ -118,21 +153,13 @@ def test_the_issues_case_garbage_metadata_beside_a_10_byte_shard(ckpt):
     assert torn.missing(ckpt).startswith(f"{DCP} has a .metadata that cannot be read (")
 
 
-class Hostile:
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_a_pickle_other_than_dcps_is_refused_and_never_run(ckpt, tmp_path):
     meta = ckpt / DCP / ".metadata"
     meta.write_bytes(pickle.dumps({"storage_data": {}}))
     said = f"{DCP} has a .metadata that is not DCP's: it holds a dict, not {torn.METADATA}"
     assert torn.missing(ckpt) == said
     marker = tmp_path / "ran"
-    meta.write_bytes(pickle.dumps(Hostile(marker)))
+    meta.write_bytes(pickle.dumps(Hostile(os.system, (f"touch {marker}",))))
     said = f"it loads {os.name}.system, not torch's checkpoint types"
     assert torn.missing(ckpt) == f"{DCP} has a .metadata that is not DCP's: {said}"
     assert not marker.exists()

@@ -169,10 +169,19 @@ class _MetadataUnpickler(pickle.Unpickler):
         self.kinds: dict[str, type] = {}
 
     def find_class(self, module: str, name: str):
+        if (module, name) == ("builtins", "getattr"):
+            return _member  # an Enum member by name (Python 3.11.2's and 3.12's pickles)
         if module.split(".")[0] not in ("torch", "pathlib"):
             raise NotDcp(f"it loads {module}.{name}, not torch's checkpoint types")
         key = f"{module}.{name}"
         return self.kinds.setdefault(key, type(name, (_Inert,), {"stands_for": key}))
+
+
+def _member(owner, name: str) -> _Inert:
+    """getattr(_MEM_FORMAT_ENCODING, 'TORCH_CONTIGUOUS_FORMAT'), on a stand-in class only."""
+    if not (isinstance(owner, type) and issubclass(owner, _Inert) and isinstance(name, str)):
+        raise NotDcp(f"it calls getattr on {type(owner).__name__}, not on torch's types")
+    return owner(name)
 
 
 METADATA = "torch.distributed.checkpoint.metadata.Metadata"
