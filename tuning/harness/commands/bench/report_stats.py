@@ -18,6 +18,7 @@ Exact and deterministic: the same samples always give the same interval and repo
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -30,6 +31,7 @@ def coverage(n: int, k: int) -> float:
     return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
 
 
+@functools.cache  # derive asks it of every ratio after every round
 def _k(n: int) -> int:
     """The largest k whose interval keeps LEVEL; 1 (the whole range) when none does."""
     return max([k for k in range(1, (n + 1) // 2 + 1) if coverage(n, k) >= LEVEL], default=1)
@@ -38,11 +40,13 @@ def _k(n: int) -> int:
 MIN_PAIRS = next(n for n in range(2, 50) if coverage(n, 1) >= LEVEL)  # 5: 93.75 %
 
 
-def interval(values: list[float]) -> tuple[float, float] | None:
-    """The median's order-statistic interval (`coverage_of` says how sure); None under 2."""
+def interval(values: list[float], k: int | None = None) -> tuple[float, float] | None:
+    """The median's order-statistic interval [x_k, x_(n+1-k)] (`coverage_of` says how sure of
+    the default k; a sequential look gives its own, `stopping`); None under 2."""
     if len(values) < 2:
         return None
-    xs, k = sorted(values), _k(len(values))
+    xs = sorted(values)
+    k = k or _k(len(values))
     return xs[k - 1], xs[len(xs) - k]
 
 
@@ -69,8 +73,17 @@ def paired(xs: list, refs: list, by: str = "ratio") -> dict:
             "per_round": vals}  # fmt: skip
 
 
-def _meets(x: float, target: float, op: str) -> bool:
+def meets(x: float, target: float, op: str) -> bool:
     return x <= target if op == "<=" else x >= target
+
+
+def clears(iv, target: float, op: str) -> str | None:
+    """MET when the whole interval meets the target, MISSED when none of it does, else None."""
+    if meets(iv[0], target, op) and meets(iv[1], target, op):
+        return "MET"
+    if not meets(iv[0], target, op) and not meets(iv[1], target, op):
+        return "MISSED"
+    return None
 
 
 def more_rounds(value: float, iv: tuple[float, float] | None, target: float, pairs: int) -> int:
@@ -88,12 +101,8 @@ def more_rounds(value: float, iv: tuple[float, float] | None, target: float, pai
 def verdict(value: float, iv: tuple[float, float] | None, target: float, op: str,
             pairs: int) -> tuple[str, int]:  # fmt: skip
     """("MET" | "MISSED" | "UNRESOLVED", rounds more to resolve it: 0 unless UNRESOLVED)."""
-    sure = iv is not None and pairs >= MIN_PAIRS
-    if sure and _meets(iv[0], target, op) and _meets(iv[1], target, op):
-        return "MET", 0
-    if sure and not _meets(iv[0], target, op) and not _meets(iv[1], target, op):
-        return "MISSED", 0
-    return "UNRESOLVED", more_rounds(value, iv, target, pairs)
+    tag = clears(iv, target, op) if iv is not None and pairs >= MIN_PAIRS else None
+    return (tag, 0) if tag else ("UNRESOLVED", more_rounds(value, iv, target, pairs))
 
 
 def shown_rounds(n: int) -> str:
