@@ -1,14 +1,22 @@
-"""REPEAT and BUDGET: how many rounds a bench runs (bench_rounds.Rounds), on the hand-worked
-profile of test_report_hand.py. The clock is a stand-in the test steps by hand (the real one is
-time.monotonic), so the budget's arithmetic is checked without waiting."""
+"""REPEAT and BUDGET: how many rounds a bench runs (bench_rounds.Rounds) and which layouts each
+runs, on rounds whose paired values are written here. The clock is a stand-in the test steps by
+hand (the real one is time.monotonic), so the budget's arithmetic is checked without waiting.
+
+A round's paired values (single/host step ratio, per-rank-shared/single busbw ratio, single -
+host launch difference) are the goals' values to the last bit: host steps 1 s and launches in
+0 s, single's busbw is 1."""
 
 from __future__ import annotations
 
 import pytest
-from test_report_hand import SINGLE_STEP, profile
 
-from tuning.harness.commands.bench.rounds import Rounds, budget_s
+from tuning.harness.commands.bench import report as rp
+from tuning.harness.commands.bench.rounds import MAX_ROUNDS, Rounds, budget_s
 from tuning.harness.errors import HarnessError
+
+FOUR = ["host", "single", "per-rank-isolated", "per-rank-shared"]
+CLEAR = {"step": 0.95, "busbw": 1.0, "launch": 0.5}  # every goal met, every round
+EDGE = {"step": (1.0, 1.06), "busbw": (0.92, 0.98), "launch": (1.5, 2.5)}  # either side
 
 
 class Clock:
@@ -19,83 +27,132 @@ class Clock:
         return self.now
 
 
-def _rounds(r: Rounds, raw_for, clock: Clock, round_s: float) -> int:
-    """Drive r as bench.main does: each round takes round_s; returns the rounds run."""
-    while r.next_round(raw_for(r.done)):
+def _value(v, rnd: int) -> float:
+    return v[rnd % 2] if isinstance(v, tuple) else v
+
+
+def _repeat(name: str, rnd: int, vals: dict) -> dict:
+    step = _value(vals["step"], rnd) if name == "single" else 1.0
+    launch = _value(vals["launch"], rnd) if name == "single" else 0.0
+    busbw = _value(vals["busbw"], rnd) if name == "per-rank-shared" else 1.0
+    return {
+        "phases": {"launcher_s": launch},
+        "step_s": [[step]],
+        "tokens": [[1]],
+        "probe": {"samples": [{"bytes": 4, "busbw_GBps": busbw}]},
+    }
+
+
+def bench(r: Rounds, vals, clock: Clock, round_s: float, layouts=FOUR) -> tuple[dict, list]:
+    """Drive r as bench.main does: each round runs the layouts r names and takes round_s;
+    `vals` may be a function of the round. Returns the raw report and each round's layouts."""
+    raw = {
+        "meta": {"design": r.design_meta()},
+        "layouts": [{"name": n, "repeats": []} for n in layouts],
+    }
+    by, seen = {lay["name"]: lay["repeats"] for lay in raw["layouts"]}, []
+    while r.next_round(raw):
+        rnd, names = r.done - 1, r.layouts(layouts)
+        seen.append(names)
+        for name in names:
+            by[name].append(_repeat(name, rnd, vals(rnd) if callable(vals) else vals))
         clock.now += round_s
-    return r.done
+    return raw, seen
 
 
 def test_budget_units_and_bad_values():
-    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 1800]
+    assert [budget_s(x) for x in ("600", "90s", "10m", "1.5h", None)] == [600, 90, 600, 5400, 2760]
     for bad in ("ten", "0m", "-5s", "10d"):
         with pytest.raises(HarnessError, match=r"BUDGET=.*: use a positive time such as"):
             budget_s(bad)
 
 
-def test_a_fixed_repeat_runs_that_many_rounds():
+def test_a_fixed_repeat_runs_that_many_rounds_and_looks_once():
     clock = Clock()
-    for repeat in (2, 5):  # fewer and more than auto's least rounds
+    for repeat in (2, 8):  # fewer and more than auto's least rounds
         r = Rounds(str(repeat), None, clock)
-        assert _rounds(r, lambda n: profile(rounds=min(n, 3)), clock, 60) == repeat
-        assert r.stopped == f"{repeat} round(s), as REPEAT asked."
+        raw, _ = bench(r, CLEAR, clock, 60)
+        assert r.done == repeat and r.stopped == f"{repeat} round(s), as REPEAT asked."
+    # 8 rounds, one look: 8 of 8 meet -> MET; the error the fixed look keeps, P(Bin(8) <= 1)
+    assert [g["verdict"] for g in rp.derive(raw)["goals"]] == ["MET"] * 3
+    assert r.describe().startswith("8 round(s), one look after 8 rounds: each goal's 90 % ")
+    assert "false MET and false MISSED are 3.5 % each" in r.describe()  # 9 / 256
     with pytest.raises(HarnessError, match="BUDGET applies to REPEAT=auto only"):
         Rounds("3", "10m")
     with pytest.raises(HarnessError, match="REPEAT='some': a whole number of rounds"):
         Rounds("some", None)
 
 
-def test_auto_stops_once_every_goal_is_resolved():
-    """Rounds 1-5 resolve every goal once single's step ratio is clear of 1.03."""
+def test_auto_decides_no_goal_before_its_bounds_allow_it():
+    """Every round clears every goal, yet the design decides only at round 7: 4 % spent
+    linearly over 30 looks is 0.93 % by look 7, and 7 of 7 on one side has chance 1/128."""
     clock = Clock()
-    r = Rounds("auto", "10m", clock)
-    clear = profile(5)
-    for rep, s in zip(clear["layouts"][1]["repeats"], (0.55, 0.44, 0.66, 0.55, 0.55), strict=True):
-        rep["step_s"] = [[s] * 3, [s] * 3]  # 1.10 every round: MISSED
-    assert _rounds(r, lambda n: clear, clock, 60) == 5  # never before 5 rounds (a 90 % interval)
-    assert r.stopped == "REPEAT=auto: every goal resolved after 5 rounds."
+    r = Rounds("auto", "10h", clock)
+    raw, seen = bench(r, CLEAR, clock, 60)
+    assert r.done == 7 and r.stopped == "REPEAT=auto: every goal resolved after 7 rounds."
+    assert seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2
+    goals = rp.derive(raw)["goals"]
+    assert [(g["verdict"], g["pairs"], g["bound"]) for g in goals] == [("MET", 7, 0)] * 3
+    assert "group-sequential sign test" in r.describe() and "3.7 % each" in r.describe()
+    assert raw["meta"]["design"]["error_at_edge"] == 0.0371
 
 
 def test_auto_stops_when_the_next_round_would_pass_the_budget():
-    """The hand profile's step goal stays UNRESOLVED: rounds go on until the next one, at the
-    rounds' mean duration so far, would end after the budget."""
+    """Goals at their edge (rounds alternate either side) never decide: rounds go on until the
+    next one, at the rounds' mean duration so far, would end after the budget."""
     clock = Clock()
-    r = Rounds("auto", "7m", clock)
-    unresolved = profile(5)
-    assert SINGLE_STEP == (0.51, 0.42, 0.60, 0.505, 0.52)  # ratios 1.00 to 1.05 around 1.03
-    # 70 s a round: after 5 rounds 350 + 70 = 420 s fits; after 6, 420 + 70 > 420 would not
-    assert _rounds(r, lambda n: unresolved, clock, 70) == 6
+    r = Rounds("auto", "10m", clock)
+    bench(r, EDGE, clock, 70)  # after 8 rounds 560 + 70 = 630 s > 600 s
+    assert r.done == 8
     assert r.stopped == (
-        "REPEAT=auto: the budget of 420 s ran out after 6 rounds (420 s); still unresolved: "
-        "single/host steady step time."
+        "REPEAT=auto: the budget of 600 s ran out after 8 rounds (560 s); still unresolved: "
+        "single/host steady step time, per-rank-shared/single busbw at largest size, "
+        "single - host launch-to-first-step."
     )
 
 
-def test_auto_stops_at_the_most_rounds():
+def test_auto_stops_at_the_design_s_last_look_and_says_what_it_would_take():
     clock = Clock()
     r = Rounds("auto", "100h", clock)
-    assert _rounds(r, lambda n: profile(), clock, 1) == 30
+    raw, _ = bench(r, EDGE, clock, 1)
+    assert r.done == MAX_ROUNDS == 30
     assert r.stopped.startswith("REPEAT=auto: stopped at the most rounds (30); still unresolved")
+    md = rp.markdown(raw, rp.derive(raw))
+    step = next(ln for ln in md.splitlines() if ln.startswith("- UNRESOLVED: single/host"))
+    assert step.endswith(
+        "at round 30 (target <= 1.03, median of 30 paired ratios; 15 past the target, at most 8 "
+        "to decide): unresolved: the interval spans the target, and the design's 30 looks are "
+        "spent."
+    )
+    # the median (1.00 + 1.06) / 2 sits on the target: no number of rounds decides it
+    assert "  - why: its paired rounds spread ±0.044 (1.4826 x their median absolute " in md
+    assert "so about 50 % of rounds land past it; a fixed bench, looked at once, would " in md
 
 
 def test_after_the_fifth_round_auto_runs_only_the_layouts_an_open_goal_reads():
-    """The hand profile after 5 rounds: step UNRESOLVED (host, single), busbw MISSED and launch
-    MET. Round 6 on runs host and single only; the report then pairs 7 rounds for the step and
-    keeps per-rank-shared's 5 for the busbw goal, whose verdict stays."""
-    import copy
-
-    from tuning.harness.commands.bench import report as rp
-
-    clock, four = Clock(), ["host", "single", "per-rank-isolated", "per-rank-shared"]
+    """The step goal at its edge, the other two clear: rounds 6 and 7 run the three layouts the
+    goals read, and once busbw and launch are decided (round 7) host and single alone."""
+    clock = Clock()
     r = Rounds("auto", "100h", clock)
-    raw = profile(5)
-    seen = []
-    for _ in range(7):
-        assert r.next_round(raw)
-        seen.append(r.layouts(four))
-    assert seen == [four] * 5 + [["host", "single"]] * 2
-    for lay in raw["layouts"][:2]:  # rounds 6 and 7 of host and single
-        lay["repeats"] += copy.deepcopy(lay["repeats"][:2])
+    raw, seen = bench(r, {**CLEAR, "step": EDGE["step"]}, clock, 1)
+    assert (
+        seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2 + [["host", "single"]] * 23
+    )
     step, busbw, launch = rp.derive(raw)["goals"]
-    assert (step["pairs"], busbw["pairs"], launch["pairs"]) == (7, 5, 7)
-    assert busbw["verdict"] == "MISSED" and rp.markdown(raw, rp.derive(raw))
+    assert (step["pairs"], busbw["pairs"], launch["pairs"]) == (30, 7, 7)
+    assert [g["verdict"] for g in (step, busbw, launch)] == ["UNRESOLVED", "MET", "MET"]
+    assert launch["sentence"].endswith(
+        "met. 23 later pairs, run for another goal, are not looked at."
+    )
+
+
+def test_a_decided_goal_keeps_its_verdict_whatever_later_pairs_say():
+    """Launch decided MET at round 7; host and single go on for the step goal, and from round 8
+    single launches 3 s later than host (past the 2 s target): not looked at."""
+    clock = Clock()
+    r = Rounds("auto", "100h", clock)
+    late = {**CLEAR, "step": EDGE["step"], "launch": 3.0}
+    raw, _ = bench(r, lambda rnd: {**CLEAR, "step": EDGE["step"]} if rnd < 7 else late, clock, 1)
+    launch = rp.derive(raw)["goals"][2]
+    assert (launch["verdict"], launch["pairs"], launch["value"]) == ("MET", 7, 0.5)
+    assert sum(v > 2.0 for v in launch["per_round"]) == 23  # a fixed look at 30 would miss it

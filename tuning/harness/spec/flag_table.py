@@ -203,11 +203,17 @@ TABLE = (
     # bench
     Flag(
         "REPEAT",
-        "rounds over the layouts (default 5); auto: until every goal is resolved",
+        "rounds over the layouts (default 5, one look); auto: a look a round up to 30, under "
+        "bounds that keep a goal's false MET or MISSED at 3.7 %",
         ("bench",),
         "r",
     ),  # fmt: skip
-    Flag("BUDGET", "REPEAT=auto's cap on time: 900s, 15m, 1h (default 30m)", ("bench",), "t"),
+    Flag(
+        "BUDGET",
+        "REPEAT=auto's cap on time: 900s, 15m, 1h (default 46m: the design's 30 rounds here)",
+        ("bench",),
+        "t",
+    ),
     Flag(
         "LAYOUTS",
         "the layouts, comma-separated, in run order (default: all four)",

@@ -208,6 +208,7 @@ def main(a: argparse.Namespace) -> int:
         "layouts": names,
         "repeat": a.repeat or DEFAULT_REPEAT,
         "rounds": rounds.describe(),
+        "design": rounds.design_meta(),  # the report decides its goals by the rounds' rule
         "order": "per round: every layout's training run, then every layout's probe run",
         "device": first.layout.device,
         "world_size": first.layout.world_size,
@@ -256,6 +257,7 @@ def main(a: argparse.Namespace) -> int:
         engine.client()  # fail now, not after the host layout ran (the message names LAYOUT=host)
     bench_dir.mkdir(parents=True, exist_ok=True)
     runs.point_latest(bench_dir.parent, bench_id)  # the bench is the newest run (its runs inside)
+    print(f"bench: {rounds.describe()}", flush=True)  # the stopping rule and its error rate
     fix = boot_correction()
     repeats: dict[str, list[dict]] = {n: [] for n in names}  # repeat i = round i
     status = 0

@@ -44,6 +44,8 @@ import json
 from pathlib import Path
 
 from tuning.harness.commands.bench.report_derive import PHASES, derive
+from tuning.harness.commands.bench.report_goals import need_line
+from tuning.harness.commands.bench.stopping import FIXED
 
 MIB = 1024 * 1024
 
@@ -133,10 +135,14 @@ def markdown(report: dict, derived: dict) -> str:
         parts = (f"{p.removesuffix('_s').replace('_', ' ')} {_f(ph[p], '.3f')}" for p in PHASES)
         lines += [f"{name}: {', '.join(parts)}", ""]
     lines += ["## Goals", ""]
+    rule = (meta.get("design") or {}).get("describe") or FIXED.describe(max(rounds, 1))
+    lines += [f"Stopping rule: {rule}.", ""]
     if meta.get("stopped"):
         lines += [f"Rounds: {meta['stopped']}", ""]
     for g in derived["goals"]:
         lines.append(f"- {g['verdict']}: {g['sentence']}")
+        if g["verdict"] == "UNRESOLVED" and need_line(g):
+            lines.append(f"  - {need_line(g)}")
     return "\n".join(lines) + "\n"
 
 

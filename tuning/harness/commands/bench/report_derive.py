@@ -22,7 +22,8 @@ Derived figures (`derive`), per layout
   ratios and the order-statistic interval of the median (`report_stats.paired`).
 - ``per_repeat``: the per-round figures the ratios and the goals pair.
 
-Goals (``derived["goals"]``, three-way verdicts with their intervals): `bench/report_goals.py`.
+Goals (``derived["goals"]``, three-way verdicts with their intervals): `bench/report_goals.py`,
+under the stopping rule the rounds ran by (`bench/stopping.py`; meta.design).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from tuning.harness.commands.bench.report_goals import goals
 from tuning.harness.commands.bench.report_stats import paired
+from tuning.harness.commands.bench.stopping import Design, from_meta
 from tuning.shared.transport import probe_transport
 
 PHASES = ("container_start_s", "launcher_s", "imports_s", "rendezvous_s", "model_load_s",
@@ -166,8 +168,9 @@ def _derive_layout(layout: dict) -> dict[str, Any]:
     }
 
 
-def derive(report: dict) -> dict:
-    """Derived figures for every layout, paired ratios to host and single, and the goals."""
+def derive(report: dict, design: Design | None = None) -> dict:
+    """Derived figures for every layout, paired ratios to host and single, and the goals
+    (decided by `design`, else by the one in the report's meta)."""
     layouts = report.get("layouts") or []
     derived: dict[str, Any] = {
         "order": [lay["name"] for lay in layouts],
@@ -182,5 +185,5 @@ def derive(report: dict) -> dict:
             for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s",
                            "launch_to_first_step_s")
         }  # fmt: skip
-    derived["goals"] = goals(report, derived, per)
+    derived["goals"] = goals(report, derived, per, design or from_meta(report.get("meta")))
     return derived

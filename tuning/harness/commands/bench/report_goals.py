@@ -5,11 +5,14 @@
 - single - host launch to first step (difference) <= 2 s.
 
 Each is the median over rounds of round i of the layout against round i of the reference, with
-the order-statistic interval of that median (`report_stats`: 90 % from 5 rounds on; fewer
-rounds show their whole range with its true coverage, 75 % for 3). MET: a 90 % interval wholly
-meets the target; MISSED: none of it does; UNRESOLVED: it spans the target or is not yet 90 %,
-and the sentence says about how many more rounds would resolve it. NOT MEASURED: a layout or
-its pairs are missing.
+the order-statistic interval of that median, decided by the rounds' stopping rule
+(`stopping`). A fixed REPEAT looks once: the 90 % interval (`report_stats`: from 5 rounds on;
+fewer rounds show their whole range with its true coverage, 75 % for 3). REPEAT=auto looks
+after every round with group-sequential bounds: its interval is the one its bound gives at the
+deciding look, and a goal keeps that verdict. MET: the interval wholly meets the target;
+MISSED: none of it does; UNRESOLVED: it spans the target or no bound allows a decision yet,
+and the sentence says about how many more rounds would resolve it, with its rounds' spread
+(`need`) behind that. NOT MEASURED: a layout or its pairs are missing.
 
 A MISSED goal names a cause only when a measured part explains the gap beyond its own
 uncertainty: a phase whose paired difference's interval lies wholly above zero, the collective
@@ -21,7 +24,13 @@ such a connection ``gloo/eth0 via lo``). Otherwise it says that no measured part
 
 from __future__ import annotations
 
-from tuning.harness.commands.bench.report_stats import MIN_PAIRS, paired, shown_rounds, verdict
+from tuning.harness.commands.bench import stopping
+from tuning.harness.commands.bench.report_stats import (
+    MAX_ROUNDS_SHOWN,
+    MIN_PAIRS,
+    paired,
+    shown_rounds,
+)
 
 GOAL_STEP_RATIO = 1.03
 GOAL_BUSBW_RATIO = 0.95
@@ -91,7 +100,7 @@ GOALS = (
 )  # fmt: skip
 
 
-def goals(report: dict, derived: dict, per: dict) -> list[dict]:
+def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list[dict]:
     """Every goal: value, interval, pairs, per-round values, verdict and its sentence."""
     out = []
     for name, layout, ref, figure, by, target, op, unit, cause in GOALS:
@@ -101,26 +110,103 @@ def goals(report: dict, derived: dict, per: dict) -> list[dict]:
         if p is None or p["median"] is None:
             out.append({"name": name, "target": shown_target, "value": None, "interval": None,
                         "pairs": 0, "per_round": [], "verdict": "NOT MEASURED",
-                        "more_rounds": 0, "sentence": f"{name}: not measured (no "
+                        "more_rounds": 0, "need": None, "sentence": f"{name}: not measured (no "
                         f"{' or '.join(absent) or 'paired data'})."})  # fmt: skip
             continue
-        v, iv = p["median"], p["interval"]
-        tag, more = verdict(v, iv, target, op, p["pairs"])
+        d = stopping.decide(p["per_round"], target, op, design)
+        v, iv, n, tag, more = d["median"], d["interval"], d["pairs"], d["verdict"], d["more_rounds"]
         fmt = ".3f" if by == "ratio" else "+.3f"
-        sure = (f"{p['coverage']:.0%}".replace("%", " %") + f" interval {_iv(p, fmt)}{unit}"
-                if p["coverage"] else "no interval: one pair")  # fmt: skip
-        s = (f"{name} {by} {format(v, fmt)}{unit}, {sure} "
-             f"(target {shown_target}, median of {p['pairs']} paired {by}s): ")  # fmt: skip
+        if design.kind == "fixed":
+            sure = (
+                f"{p['coverage']:.0%}".replace("%", " %") + f" interval {_iv(d, fmt)}{unit}"
+                if p["coverage"]
+                else "no interval: one pair"
+            )
+            s = (
+                f"{name} {by} {format(v, fmt)}{unit}, {sure} "
+                f"(target {shown_target}, median of {n} paired {by}s): "
+            )
+        else:
+            counts = (
+                f"; {d['past']} past the target, at most {d['bound']} to decide"
+                if d["bound"] >= 0
+                else ""
+            )
+            s = (
+                f"{name} {by} {format(v, fmt)}{unit}, sequential interval {_iv(d, fmt)}{unit} "
+                f"at round {n} (target {shown_target}, median of {n} paired {by}s{counts}): "
+            )
         if tag == "MET":
             s += "met."
         elif tag == "MISSED":
             s += "missed; " + cause(report, derived, per)
         else:
-            why = ("one pair gives no interval" if not iv else "the interval spans the target"
-                   if p["pairs"] >= MIN_PAIRS else f"{p['pairs']} rounds give no 90 % interval"
-                   f" (it takes {MIN_PAIRS})")  # fmt: skip
-            s += f"unresolved: {why}; {shown_rounds(more)} would likely resolve it."
-        out.append({"name": name, "target": shown_target, "value": v, "interval": iv,
-                    "pairs": p["pairs"], "per_round": p["per_round"], "verdict": tag,
-                    "more_rounds": more, "sentence": s})  # fmt: skip
+            s += f"unresolved: {_unresolved(design, d)}"
+        if p["pairs"] > n and tag != "UNRESOLVED":
+            s += f" {p['pairs'] - n} later pairs, run for another goal, are not looked at."
+        need = stopping.need(p["per_round"][:n], target, op) if tag == "UNRESOLVED" else None
+        out.append(
+            {
+                "name": name,
+                "target": shown_target,
+                "value": v,
+                "interval": iv,
+                "pairs": n,
+                "per_round": p["per_round"],
+                "verdict": tag,
+                "more_rounds": more,
+                "past": d["past"],
+                "bound": d["bound"],
+                "need": need,
+                "sentence": s,
+            }
+        )
     return out
+
+
+def _unresolved(design, d: dict) -> str:
+    """Why a goal is open, and about how many more rounds would decide it."""
+    n, more = d["pairs"], d["more_rounds"]
+    if design.kind == "fixed":
+        why = (
+            "one pair gives no interval"
+            if not d["interval"]
+            else "the interval spans the target"
+            if n >= MIN_PAIRS
+            else f"{n} rounds give no 90 % interval (it takes {MIN_PAIRS})"
+        )
+        return f"{why}; {shown_rounds(more)} would likely resolve it."
+    first = design.first_decision()
+    why = (
+        f"the design decides from round {first} on"
+        if n < first
+        else "the interval spans the target"
+    )
+    if n >= design.last:
+        return f"{why}, and the design's {design.last} looks are spent."
+    if more > MAX_ROUNDS_SHOWN:
+        left = f"its looks left (to round {design.last})"
+        return f"{why}; {left} would decide it less than 4 times in 5."
+    return f"{why}; about {more} more round{'s' if more != 1 else ''} would decide it 4 times in 5."
+
+
+def need_line(g: dict) -> str | None:
+    """report.md's line under an unresolved goal: its rounds' spread and what a decision takes."""
+    need = g.get("need") or {}
+    if need.get("spread") is None:
+        return None
+    unit = " s" if g["target"].endswith(" s") else ""
+    n = need["rounds_needed"]
+    rounds = (
+        f"more than {MAX_ROUNDS_SHOWN} rounds"
+        if n > MAX_ROUNDS_SHOWN
+        else f"about {n} rounds (REPEAT={n})"
+    )
+    return (
+        f"why: its paired rounds spread ±{need['spread']:.3f}{unit} (1.4826 x their median "
+        f"absolute deviation) about a median {need['gap']:.3f}{unit} from "
+        f"the target, so about {need['past_chance']:.0%} of rounds land past it; a fixed "
+        f"bench, looked at once, would need {rounds} to decide it 4 times in 5, and a "
+        f"REPEAT=auto bench decides it within its {stopping.LAST} rounds "
+        f"{need['auto_decides']:.0%} of the time."
+    ).replace("%", " %")
