@@ -168,3 +168,108 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     d = rp.derive(rep)
     heights = [p.get_height() for p in speed.patches]
     assert heights == pytest.approx([1 / d["layouts"][n]["step_s"]["median"] for n in ORDER])
+
+
+JOB = """max_steps: 24
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 2
+learning_rate: 0.001
+max_seq_length: 96
+seed: 7
+logging_steps: 1
+save_strategy: steps
+save_steps: 7
+"""
+
+
+def _bench_args(tmp_path, *flags):
+    from tuning.harness.cli import parser
+
+    return parser().parse_args(
+        ["bench", "--gpus", "0", "--nproc", "2", "--run-id", "j", "--runs", str(tmp_path), *flags]
+    )
+
+
+def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_path):
+    """`make bench JOB=...`: every layout runs the job's save_steps as the job sets them, and
+    report.json's meta and report.md's Workload line say so."""
+    from tuning.harness.commands import bench as cmd
+    from tuning.harness.spec.flags import RunFlags
+
+    job = tmp_path / "mine.yaml"
+    job.write_text(JOB)
+    a = _bench_args(tmp_path, "--job", str(job))
+    f = cmd._workload(a, RunFlags.of(a))
+    for name in ORDER:
+        spec = cmd._spec(a, f, tmp_path / "j", f"j-r1-{name}", name, probe=False, threads=1)
+        assert (spec.job["save_strategy"], spec.job["save_steps"]) == ("steps", 7), name
+        assert (spec.job["max_steps"], spec.job["max_seq_length"]) == (24, 96)
+    meta = rp.job_meta(spec.job, f.job, own=f.job == str(cmd.BENCH_JOB))
+    assert meta["job"]["save_steps"] == 7 and meta["own_workload"] is False
+    assert rp.workload(meta) == (
+        f"Workload: your job (JOB={job}): 24 steps, 8 x 96 tokens a rank, a checkpoint every 7 "
+        "steps, as the job sets them (a save's own time is left out of step s; the steps after "
+        "it are in)."
+    )
+    own = rp.job_meta(
+        {
+            "max_steps": 30,
+            "per_device_train_batch_size": 32,
+            "max_seq_length": 128,
+            "save_strategy": "no",
+        },
+        str(cmd.BENCH_JOB),
+        own=True,
+    )
+    assert rp.workload(own).startswith(
+        "Workload: the bench's own (configs/jobs/bench.yaml): 30 steps, 32 x 128 tokens a rank, "
+        "no checkpoints, as the job sets them"
+    )
+
+
+def test_the_bench_prints_its_stopping_rule_and_its_error_first(tmp_path, capsys):
+    from tuning.harness.commands import bench as cmd
+
+    job = tmp_path / "mine.yaml"
+    job.write_text(JOB)
+    for repeat, said in (
+        (
+            "auto",
+            "a group-sequential sign test: a look after every round from "
+            "5 to 30, 4 % a side spent linearly over the looks, so a decision can "
+            "come from round 7 on; at a goal's edge false MET and false MISSED are "
+            "3.7 % each (exact, whatever the noise)",
+        ),
+        (
+            "8",
+            "8 round(s), one look after 8 rounds: each goal's 90 % interval "
+            "of the median; at a goal's edge false MET and false MISSED are 3.5 % "
+            "each",
+        ),
+    ):
+        a = _bench_args(tmp_path, "--job", str(job), "--repeat", repeat, "--dry-run")
+        assert cmd.main(a) == 0
+        assert said in capsys.readouterr().out.splitlines()[0]
+
+
+def test_an_unresolved_goal_says_its_spread_and_the_rounds_it_would_take():
+    """Five rounds of a user's job whose step ratio wanders 0.90-1.14 about 1.00: the report
+    says how far the rounds spread and how many a fixed bench needs to decide."""
+    rep = make_report(repeats=5)
+    host = rp.derive(rep)["layouts"]["host"]["step_s"]["per_repeat"]
+    ratios = (0.90, 1.14, 1.00, 0.95, 1.08)
+    for r, h, ratio in zip(rep["layouts"][1]["repeats"], host, ratios, strict=True):
+        r["step_s"] = [[h * ratio] * 20, [h * ratio] * 20]
+    step = rp.derive(rep)["goals"][0]
+    assert step["verdict"] == "UNRESOLVED" and step["value"] == pytest.approx(1.00)
+    # |ratio - 1.00|: 0.10, 0.14, 0, 0.05, 0.08 -> MAD 0.08, x 1.4826 = 0.119; the median 0.03
+    # under 1.03: a round lands past it with chance Phi(-0.03 / 0.119) = 40 %
+    assert step["need"]["spread"] == pytest.approx(0.1186, abs=1e-4)
+    assert step["need"]["past_chance"] == pytest.approx(0.40, abs=0.005)
+    md = rp.markdown(rep, rp.derive(rep))
+    assert (
+        "  - why: its paired rounds spread ±0.119 (1.4826 x their median absolute deviation) "
+        "about a median 0.030 from the target, so about 40 % of rounds land past it; a fixed "
+        "bench, looked at once, would need more than 100 rounds to decide it 4 times in 5, and "
+        "a REPEAT=auto bench decides it within its 30 rounds 21 % of the time."
+    ) in md.splitlines()

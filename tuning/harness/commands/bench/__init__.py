@@ -59,8 +59,6 @@ PROBE_MAX_BYTES = 256 * MIB  # GPUs: NCCL's busbw is still climbing below it
 PROBE_MAX_BYTES_CPU = 16 * MIB
 PROBE_ITERS = 100  # timed all-reduces a size, as the per-size budget allows (at least 20)
 PROBE_SECONDS = 2.0
-JOB_KEYS = ("max_steps", "seed", "per_device_train_batch_size", "gradient_accumulation_steps",
-            "max_seq_length", "torch_dtype", "save_steps")  # fmt: skip
 # Without JOB, the bench's own workload (configs/jobs/bench.yaml); without DATA, its long
 # records: every one fills max_seq_length 128 (tuning.demo_data: 2 W + 9 tokens a record).
 BENCH_JOB = trainers.CONFIGS / "jobs/bench.yaml"
@@ -217,7 +215,7 @@ def main(a: argparse.Namespace) -> int:
         "omp_num_threads": threads,
         "model": f.model or "the tiny model (built in)",
         "data": f.data or "the demo data (built in)",
-        "job": {k: first.job.get(k) for k in JOB_KEYS},
+        **report.job_meta(first.job, f.job, own=f.job == str(BENCH_JOB)),
         "warmup_steps": runs.WARMUP_STEPS,
         "probe": {
             "min_bytes": a.probe_min_bytes,
@@ -297,8 +295,7 @@ def main(a: argparse.Namespace) -> int:
         meta["stopped"] = f"interrupted in round {rounds.done}; the report holds finished runs."
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        paths = report.write(raw, bench_dir)
-        _print(raw, paths)
+        report.show(raw, report.write(raw, bench_dir))
     return lifecycle.EXIT_CODES["interrupted"] if meta["interrupted"] else status
 
 
@@ -311,15 +308,3 @@ def _dry_run(plan, checked, meta) -> int:
         print(f"# {name} {what}:")
         lifecycle.dry_run(spec.layout, spec.accelerate_config, prefix="#   ", files=False)
     return 0
-
-
-def _print(raw: dict, paths) -> None:
-    md = paths[1].read_text()
-    print("\n" + md.split("\n", 2)[2] if md.startswith("# ") else md)
-    bad = [r for r in raw["meta"]["runs"] if r["status"] != "succeeded"]
-    for r in bad:
-        print(f"bench: {r['run_id']} ({r['layout']} {r['what']}) {r['status']}")
-    if raw["meta"]["interrupted"]:
-        print("bench: interrupted; the report holds the runs that finished")
-    for p in paths:
-        print(f"bench: {p}")

@@ -139,11 +139,60 @@ def markdown(report: dict, derived: dict) -> str:
     lines += [f"Stopping rule: {rule}.", ""]
     if meta.get("stopped"):
         lines += [f"Rounds: {meta['stopped']}", ""]
+    if workload(meta):
+        lines += [workload(meta), ""]
     for g in derived["goals"]:
         lines.append(f"- {g['verdict']}: {g['sentence']}")
         if g["verdict"] == "UNRESOLVED" and need_line(g):
             lines.append(f"  - {need_line(g)}")
     return "\n".join(lines) + "\n"
+
+
+# The job's figures report.json keeps (meta.job), checkpoints included: a user's JOB runs as it
+# sets them, so a layout's cost is measured with the job's own saves.
+JOB_KEYS = (
+    "max_steps",
+    "seed",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_seq_length",
+    "torch_dtype",
+    "save_strategy",
+    "save_steps",
+)
+
+
+def job_meta(job: dict, job_file: str | None, own: bool) -> dict:
+    """report.json's meta on the workload: the job's figures as the layouts ran them."""
+    return {"job": {k: job.get(k) for k in JOB_KEYS}, "job_file": job_file, "own_workload": own}
+
+
+def workload(meta: dict) -> str | None:
+    """report.md's line on the job the layouts ran, its checkpoints as the job sets them."""
+    job = meta.get("job")
+    if not job:
+        return None
+    whose = (
+        "the bench's own (configs/jobs/bench.yaml)"
+        if meta.get("own_workload")
+        else f"your job (JOB={meta.get('job_file')})"
+    )
+    save, every = job.get("save_strategy"), job.get("save_steps")
+    if save == "no":
+        saves = "no checkpoints"
+    elif save == "steps" or (save is None and every):
+        saves = f"a checkpoint every {every} steps"
+    else:
+        saves = f"checkpoints by save_strategy {save or 'the trainer default'}"
+    shape = [f"{job['max_steps']} steps"] if job.get("max_steps") else []
+    if job.get("per_device_train_batch_size") and job.get("max_seq_length"):
+        shape.append(
+            f"{job['per_device_train_batch_size']} x {job['max_seq_length']} tokens a rank"
+        )
+    return (
+        f"Workload: {whose}: {', '.join([*shape, saves])}, as the job sets them (a save's own "
+        "time is left out of step s; the steps after it are in)."
+    )
 
 
 def figure(report: dict, derived: dict | None = None):
@@ -185,6 +234,19 @@ def figure(report: dict, derived: dict | None = None):
         ax2.legend()
     ax2.grid(True, which="both", alpha=0.3)
     return fig
+
+
+def show(raw: dict, paths) -> None:
+    """What the bench prints at its end: report.md's body, the runs that failed, the files."""
+    md = paths[1].read_text()
+    print("\n" + md.split("\n", 2)[2] if md.startswith("# ") else md)
+    for r in raw["meta"]["runs"]:
+        if r["status"] != "succeeded":
+            print(f"bench: {r['run_id']} ({r['layout']} {r['what']}) {r['status']}")
+    if raw["meta"]["interrupted"]:
+        print("bench: interrupted; the report holds the runs that finished")
+    for p in paths:
+        print(f"bench: {p}")
 
 
 def write(report: dict, run_dir) -> tuple[Path, Path, Path]:
