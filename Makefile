@@ -16,9 +16,9 @@ RUNS   := runs
 VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC GPUS NPROC CUDA \
   LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM GRACE RUN_ID STALL REPEAT BUDGET \
   LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE PICK MTBF DURATION KINDS FAULT_SEED \
-  SAVE_EVERY NODES NAME KIND RESTART_POLICY OUTPUT_CLAIM GPU_HOURS_PER_FAILURE KILL DEVICE
+  SAVE_EVERY FROM NODES NAME KIND RESTART_POLICY OUTPUT_CLAIM GPU_HOURS_PER_FAILURE KILL DEVICE
 # A switch (RESUME, DRY_RUN, REHEARSE, ...) is on unless empty, 0, false, no or off.
-SWITCHES := RESUME DRY_RUN REHEARSE SAVE_ADVISED REBUILD ALL
+SWITCHES := RESUME DRY_RUN RUN REHEARSE SAVE_ADVISED REBUILD ALL
 OFF := 0 false False FALSE no No NO off Off OFF
 typed = $(filter command line,$(origin $(1)))
 lower = $(subst Z,z,$(subst Y,y,$(subst X,x,$(subst W,w,$(subst V,v,$(subst U,u,$(subst T,t,$(subst S,s,$(subst R,r,$(subst Q,q,$(subst P,p,$(subst O,o,$(subst N,n,$(subst M,m,$(subst L,l,$(subst K,k,$(subst J,j,$(subst I,i,$(subst H,h,$(subst G,g,$(subst F,f,$(subst E,e,$(subst D,d,$(subst C,c,$(subst B,b,$(subst A,a,$(1)))))))))))))))))))))))))))
@@ -32,7 +32,7 @@ FLAGS = --runs $(call quote,$(value RUNS)) \
   $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$(value $(v)))) \
   $(foreach v,$(SWITCHED),$(call option,$(v)))
 
-.PHONY: help up down ps logs stacks image lock bench fault soak pool kube test test-gpu-image lint fmt clean fms-lock gpu-check
+.PHONY: help up down ps logs stacks image lock bench fault soak pool repro kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
 
 help: ## list targets and variables
@@ -86,6 +86,9 @@ soak: $(VENV)/.train ## train for DURATION under seeded failures: MTBF=3m DURATI
 
 pool: $(VENV)/.harness ## the scored pool: 26 fault runs, each verdict against what was injected (PICK=1,9)
 	$(PY) -m tuning.harness pool $(FLAGS)
+
+repro: $(VENV)/.harness ## a failed cluster job's logs -> the culprit and the same failure here: FROM=dir [RUN=1]
+	$(PY) -m tuning.harness repro $(FLAGS)
 
 kube: $(VENV)/.harness ## render the job as a PyTorchJob or TrainJob: [KIND=trainjob] [GPUS=N] [NODES=m]
 	$(PY) -m tuning.harness kube $(FLAGS)

@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         writer.bind_from_env()
+        got = Preemption.current
+        if got is not None and got.received_at:  # this rank's own SIGTERM (a preempted group)
+            writer.log("signal", name="SIGTERM", at=round(got.received_at, 3))
         writer.log(
             "end", status=status, **({"error": error} if status != "completed" and error else {})
         )

@@ -17,6 +17,7 @@ from tuning.harness.commands import (
     image,
     kube,
     pool,
+    repro,
     soak,
     stacks,
     up,
@@ -28,7 +29,20 @@ from tuning.harness.spec import flag_table, options
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuning.harness")
     sub = p.add_subparsers(dest="command", required=True)
-    commands = (up, bench, fault, soak, pool, kube, examples, gpus, housekeeping, image, stacks)
+    commands = (
+        up,
+        bench,
+        fault,
+        soak,
+        pool,
+        repro,
+        kube,
+        examples,
+        gpus,
+        housekeeping,
+        image,
+        stacks,
+    )
     for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():

@@ -27,6 +27,7 @@ each line marked "source": "harness_rank":
   {"event": "phase", "name": "rendezvous", "backend": ...}      after init_process_group
                                                                 (world_size: the group's size)
   step, checkpoint and phase "training" lines of every HF Trainer it builds (trainer_steps.py)
+  {"event": "signal", "name": "SIGTERM"} when this rank receives one (note_sigterm)
   {"event": "end", "status": "completed"|"failed", "exit_code", "error",
    "distributed_type", "closed_group"}   when it returns; distributed_type: what accelerate
                          set up in this rank (its AcceleratorState), which may differ from what
@@ -42,6 +43,7 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -97,6 +99,25 @@ def watch_process_group(record: Record) -> None:
 
     dist.init_process_group = init_process_group
     dist.distributed_c10d.init_process_group = init_process_group
+
+
+def note_sigterm(record: Record) -> None:
+    """A SIGTERM this rank receives is written down at once, then handled as before (the
+    trainer's own handler, else the default: the process ends). The verdict tells a rank stopped
+    from outside (an eviction, a preemption, a deletion) by the first such line: a launcher
+    stopping the others after a failure sends theirs later."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame):
+        record.write("signal", name="SIGTERM")
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous != signal.SIG_IGN else previous)
+        if previous != signal.SIG_IGN:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _beside(name: str):
@@ -257,6 +278,7 @@ def main() -> int:
     # SIGUSR1: every thread's stack to <output>/stacks (stack_dump.py, mounted beside this)
     _beside("stack_dump").install(os.path.dirname(os.path.dirname(record.path)), record.rank)
     watch_process_group(record)
+    note_sigterm(record)
     fsdp_on_gloo()
     hold_saves()
     store_per_attempt()

@@ -19,14 +19,21 @@ class Preemption:
     """SIGTERM sets a flag; the ranks agree on it through a MAX all-reduce issued at one step's
     end and read at the next, so no step waits on it and every rank stops at the same step."""
 
+    current: Preemption | None = None  # this process's, for its end line (sft_trainer.py)
+
     def __init__(self, world_size: int, device):
+        Preemption.current = self
         self.world_size, self.device = world_size, device
         self.requested = False
+        self.received_at: float | None = None
         self.stopped = False
         self._work = self._buf = None
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame):
+        # this rank's own SIGTERM, when (its end line says it: the verdict tells the rank
+        # stopped from outside from the ones that stopped with it)
+        self.received_at = self.received_at or time.time()
         self.requested = True
 
     def agreed(self) -> bool:

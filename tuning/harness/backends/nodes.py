@@ -135,6 +135,7 @@ class ComposeNodes:
             s = ctr.attrs["State"]
             out[name] = {"container": ctr.name, "exit_code": s["ExitCode"],
                          "oom_killed": s["OOMKilled"], "started_at": s["StartedAt"],
+                         "finished_at": s["FinishedAt"],
                          "issued_at": self.issued_at, "error": s["Error"] or None}  # fmt: skip
         return out
 

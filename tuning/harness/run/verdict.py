@@ -14,6 +14,7 @@ injected. The rules, in order (the first that finds something decides):
               aborts a peer of the odd rank, not the odd rank itself
   died        a rank ended first by itself: a signal, the OOM killer, its own exception, while
               the others failed after it on the broken connection or a timeout
+  stopped from outside  no rank died, and one got a SIGTERM first (an eviction, a preemption)
   never arrived  a rank never started, or never joined the group the others wait in
   frozen      a rank that cannot run (its container paused, its process stopped)
   network     a rank's node is off the run's network
@@ -38,6 +39,7 @@ CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cau
     "Network is unreachable", "No route to host", "Connection refused", "collective timeout",
     "process-group timeout", "rendezvous timeout", "SIGTERM", "gloo size check",
 }  # fmt: skip
+WHOLE_JOB_S = 0.5  # every rank's SIGTERM within this of the first: the job's, not one rank's
 LATE_S = 0.02  # slow: a rank waited for alone a mean over this, and SLOW_X times any other
 SLOW_X = 5
 
@@ -51,6 +53,7 @@ def judge(facts: dict) -> dict:
             ranks
         )  # before deaths: a desync can kill a rank (gloo's size check aborts)
         or _died(ranks)
+        or _stopped_outside(ranks)
         or _never_started(ranks)
         or _frozen(ranks)
         or _network(ranks)
@@ -100,6 +103,27 @@ def _died(ranks) -> dict | None:
                         "the image, the setup), not one rank's", "hand")  # fmt: skip
     how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
     return _verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
+
+
+def _stopped_outside(ranks) -> dict | None:
+    """No rank died by itself, and one got a SIGTERM first: from outside the job (an eviction,
+    a preemption, a deletion; a fault's `term`). A launcher that stops the other ranks after
+    that sends theirs later: only the first is named."""
+    got = {r: x["sigterm"] for r, x in ranks.items() if x.get("sigterm")}
+    if not got:
+        return None
+    first, *rest = sorted(got, key=lambda r: got[r]["t"])
+    if len(got) == len(ranks) > 1 and got[rest[0]]["t"] - got[first]["t"] < WHOLE_JOB_S:
+        return _verdict(
+            "stopped from outside",
+            [],
+            "every rank got SIGTERM at once: the whole "
+            "job was stopped from outside (a preemption or deletion of every pod), "
+            "not one rank",
+            "hand",
+        )
+    said = f"rank {first} was stopped from outside ({got[first]['why']}) before any rank failed"
+    return _verdict("stopped from outside", [first], said + _where_others(ranks, [first]), "hand")
 
 
 def _never_started(ranks) -> dict | None:

@@ -23,9 +23,11 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
            nodes: dict | None = None, progressing: bool = False, fr_check: dict | None = None,
            failed: dict | None = None) -> dict:  # fmt: skip
     """facts for verdict.judge. metrics: {rank: [lines]}; taken: stacks.dump's result; exits:
-    {rank: {"code", "signal", "oom", "signature", "t", "by_itself"}}; nodes: {rank: {"started",
-    "net"}} (net: what is wrong with its node's network, else None); failed: stacks.failed's
-    (each failed rank's flight recorder when it failed: used where no dump shows the rank)."""
+    {rank: {"code", "signal", "oom", "signature", "t", "by_itself", "outside"}} (outside: why
+    it was stopped from outside, where its pod said); nodes: {rank: {"started", "net"}} (net:
+    what is wrong with its node's network, else None); failed: stacks.failed's (each failed
+    rank's flight recorder when it failed: used where no dump shows the rank; make repro adds
+    "busy", what a rank's log says it did instead)."""
     dumped = (taken or {}).get("ranks") or {}
     # Did any rank get as far as the rank recorder? Where none did (fms's per-rank workers wait
     # for torchrun's rendezvous before they exist), an unregistered rank is no sign of anything
@@ -42,7 +44,7 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
                            for x in lines)}  # fmt: skip
         state = _state(dumped, r)
         x["started"] = node.get("started", bool(lines) or not state.startswith("not started"))
-        x["why_absent"] = "no container or process ever held it"
+        x["why_absent"] = node.get("why_absent") or "no container or process ever held it"
         if x["started"] and registered and not lines and state.startswith("not registered"):
             # its process may exist (stopped before it ran: no-show), but it never got as far as
             # the rank recorder's first line
@@ -57,9 +59,12 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
             _position(x, d)
         elif (failed or {}).get(r):
             _at_failure(x, failed[r]["collectives"], (end or {}).get("error") or "")
+            if not x.get("waiting") and failed[r].get("busy"):  # a log's word (make repro)
+                x["busy"] = failed[r]["busy"]
         x["error"] = (end or {}).get("error") or ""
         x["completed"] = (end or {}).get("status") == "completed"
         _ended(x, (exits or {}).get(r), end)
+        _sigterm(x, lines, (exits or {}).get(r))
         if node.get("net"):
             x["net"] = node["net"]
         ranks[r] = x
@@ -107,6 +112,22 @@ def _at_failure(x: dict, entries: list[dict], error: str) -> None:
                         "out": p.get("out"), "at_failure": True}  # fmt: skip
 
 
+def _sigterm(x: dict, lines: list[dict], ex: dict | None) -> None:
+    """x["sigterm"] = {"t", "why"}: this rank got a SIGTERM, by its own record (its "signal"
+    line: the rank recorder writes it at once, our trainer at its end with the time it came)
+    or, from a cluster's logs, by its pod (evicted, preempted, its launcher told to stop)."""
+    got = next(
+        (y for y in lines if y.get("event") == "signal" and y.get("name") == "SIGTERM"), None
+    )
+    if got is not None:
+        x["sigterm"] = {
+            "t": got.get("at") or got.get("time") or 0.0,
+            "why": "SIGTERM, by its own record",
+        }
+    elif ex and ex.get("outside"):
+        x["sigterm"] = {"t": ex.get("t") or 0.0, "why": ex["outside"]}
+
+
 def _ended(x: dict, ex: dict | None, end: dict | None) -> None:
     """x["died"]: how it ended first by itself, when that was no peer's doing; else
     x["ended_by"]: what ended it (a peer's failure, a timeout)."""
@@ -115,6 +136,9 @@ def _ended(x: dict, ex: dict | None, end: dict | None) -> None:
     sig, signature, error = ex.get("signal"), ex.get("signature"), (end or {}).get("error")
     code = ex.get("code")
     how = None
+    if ex.get("outside"):  # evicted, preempted, deleted: the verdict's stopped-from-outside
+        x["ended_by"] = "SIGTERM"
+        return
     if sig == 9 and ex.get("oom"):
         how = f"was killed by the kernel's OOM killer (exit {code}, its container OOMKilled)"
     elif sig == 9:

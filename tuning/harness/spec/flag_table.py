@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-RUN = ("up", "bench", "fault", "soak")  # the commands that run a job here
+RUN = ("up", "bench", "fault", "soak", "repro")  # the commands that run a job here
 JOB = (*RUN, "kube")  # ... and the one that renders it for a cluster
 
 
@@ -272,6 +272,20 @@ TABLE = (
         "n",
     ),
     Flag("SAVE_EVERY", "save every n steps (the job's save_steps)", ("soak",), "n"),
+    # repro
+    Flag(
+        "FROM",
+        "the failed job's folder: one log a pod (kubectl logs), and its objects (kubectl get "
+        "pods -o yaml) if you have them; or a harness run's folder",
+        ("repro",),
+        "dir",
+    ),
+    Flag(
+        "RUN",
+        "also run the replay here and say whether its verdict matches",
+        ("repro",),
+        switch=True,
+    ),
     # kube
     Flag("NODES", "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes", ("kube",), "m"),
     Flag("NAME", "the job's name (default sft; pods <name>-master-0, ...)", ("kube",), "job"),

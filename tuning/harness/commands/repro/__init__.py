@@ -1,0 +1,221 @@
+"""`make repro FROM=<folder>`: from what a failed cluster job left (its pods' logs and objects)
+to the culprit and the same failure replayed here.
+
+1. Read (source.py, read.py, lines.py, cluster.py): each pod's log and object, each line by its
+   producer's format (torch, torchrun, gloo, NCCL, the HF Trainer, this harness).
+2. The verdict: what the logs showed becomes the facts `verdict_facts.gather` takes from a live
+   run (facts.py), and `verdict.judge` decides, with the rules live runs use.
+3. The replay (replay.py): the fault kind that causes that class, on the culprit's role, at the
+   step the logs show, on the user's own JOB / ENTRY / ARGS / MODEL / DATA: the `make fault`
+   line; RUN=1 runs it and says whether its verdict matches (class and role).
+Where the logs cannot tell, one sentence says so and what to collect next; exit 2.
+`repro.json` and `repro.md` are written in runs/<id>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tuning.harness.commands.repro import collect, facts, replay, source
+from tuning.harness.commands.repro import write as repro_write
+from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.run import verdict, verdict_facts
+from tuning.harness.rundirs import runs
+from tuning.harness.spec import flag_table, flags, options, own_trainer
+
+CANNOT_TELL = 2
+# What a replay may not be told: repro chooses them from the culprit's role
+CHOSEN = ("layout", "network", "fault", "rank", "at_step")
+OWN = ("from", "run", "run_id")  # repro's own
+
+
+def register(sub) -> None:
+    # FROM, RUN, and the job's flags for the replay: flag_table
+    p = sub.add_parser(
+        "repro",
+        help="read a failed cluster job's logs, name the culprit, and replay the same failure here",
+    )
+    p.set_defaults(fn=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    raw = getattr(a, "from")
+    if not raw:
+        raise HarnessError(
+            "FROM is not set: the folder of the failed job's pod logs "
+            "(`kubectl logs <pod> > <pod>.log`) and, if you have them, its "
+            "objects (`kubectl get pods -o yaml > pods.yaml`)"
+        )
+    folder = Path(raw).expanduser()
+    if not folder.is_dir():
+        raise HarnessError(f"FROM={raw}: no such folder")
+    for dest in CHOSEN:
+        if getattr(a, dest, None):
+            raise HarnessError(
+                f"{dest.upper()}={getattr(a, dest)}: make repro chooses it from "
+                "the culprit's role and the logs; drop it"
+            )
+    f = flags.RunFlags.of(a)
+    run_id = options.checked_run_id(f.run_id)
+    runs_root = Path(f.runs).resolve()
+    run_dir = runs.create(runs_root, run_id, starts=False)
+    if (folder / "summary.json").is_file() and (folder / "logs").is_dir():
+        folder = collect.kubectl_view(
+            folder, run_dir / "from"
+        )  # a harness run, as kubectl gives it
+    rec, inp, got = judge(folder)
+    rec.update(run_id=run_id, from_folder=str(Path(raw).resolve()), replay=None)
+    if rec["verdict"] and rec["verdict"]["culprits"]:
+        plan = replay.plan(rec["verdict"], inp, got, f.nproc, bool(f.entry), local_steps(f))
+        rec["replay"] = plan and {**plan.__dict__, "command": plan.typed(typed_job(a))}
+    if rec["verdict"] and rec["verdict"]["culprits"] and not rec["replay"]:
+        rec["could_not_tell"].append(
+            f"no fault kind here causes a verdict of {rec['verdict']['class']!r}: nothing to replay"
+        )
+    code = 0 if rec["replay"] else CANNOT_TELL
+    if rec["replay"] and a.run:
+        rec["run"] = replay_here(a, rec["replay"], rec["verdict"], runs_root, run_id)
+        code = 0 if rec["run"]["matches"] else 1
+    runs.write_json(run_dir / "repro.json", rec)
+    (run_dir / "repro.md").write_text(repro_write.markdown(rec))
+    for line in repro_write.said(rec):
+        print(f"harness: {line}", file=sys.stdout if code == 0 else sys.stderr)
+    print(run_dir / "repro.md")
+    return code
+
+
+def judge(folder: Path) -> tuple[dict, facts.Inputs, source.Read]:
+    """(the record: what the folder shows, the verdict, what the logs could not tell; the
+    inputs the verdict was given; what was read)."""
+    got = source.load(folder)
+    inp = facts.inputs(got)
+    rec = {
+        "read": {
+            "files": got.files,
+            "unread": got.unread,
+            "notes": got.notes,
+            "world_size": got.world,
+            "pods": [c.name for c in got.containers],
+            "missing_ranks": inp.missing,
+            "step": inp.step,
+        },
+        "verdict": None,
+        "could_not_tell": [],
+    }
+    why = cannot_read(got, inp)
+    if why:
+        rec["could_not_tell"].append(why)
+        return rec, inp, got
+    found = verdict_facts.gather(
+        inp.world, inp.metrics, None, inp.exits, inp.nodes, False, None, inp.failed
+    )
+    v = verdict.judge(found)
+    rec["verdict"] = v
+    rec["could_not_tell"] += limits(v, inp)
+    if not v["culprits"]:
+        rec["could_not_tell"].insert(0, f"the logs name no culprit: {v['evidence']}")
+    return rec, inp, got
+
+
+def cannot_read(got: source.Read, inp: facts.Inputs) -> str | None:
+    if not got.files:
+        return "the folder holds no log (one file a pod: kubectl logs <pod> > <pod>.log)"
+    if not got.containers:
+        return "no log in the folder could be placed on a node: " + "; ".join(
+            got.notes or got.unread
+        )
+    if not inp.known:
+        return (
+            "no line of these logs is torch's, torchrun's or the HF Trainer's: another "
+            "framework's logs, or not a training job's"
+        )
+    ended = [x for x in inp.exits.values() if x["code"] not in (None, 0) or x["signature"]]
+    failed = [
+        r for r, lines in inp.metrics.items() if any(y.get("status") == "failed" for y in lines)
+    ]
+    if not ended and not failed and not any(x.get("outside") for x in inp.exits.values()):
+        return "no rank failed in these logs: every one that logged ended without an error"
+    return None
+
+
+def limits(v: dict, inp: facts.Inputs) -> list[str]:
+    """What these logs could not tell, said with the verdict."""
+    out = []
+    if inp.missing:
+        out.append(
+            f"no log and no object of rank(s) {', '.join(map(str, inp.missing))}: "
+            "nothing is known of them"
+        )
+    if v["class"] in ("never arrived", "desync", "unknown") and v.get("rule") != "torch":
+        out.append(
+            "no flight recorder dump: a rank that never entered a collective cannot be "
+            "told from one in another collective (a desync) by the logs alone"
+        )
+    if not inp.step:
+        out.append("no progress bar in the logs: the step it happened at is not known")
+    return out
+
+
+def local_steps(f: flags.RunFlags) -> int | None:
+    """The replay job's max_steps: STEPS, ARGS' --max_steps, or the job file's."""
+    if f.steps:
+        return f.steps
+    words = own_trainer.words(f.args)
+    if words is not None:
+        raw = own_trainer.value_in(words, "max_steps")
+        return int(raw) if raw and raw.isdigit() else None
+    steps = options.load_job(Path(f.job)).get("max_steps")
+    return int(steps) if str(steps or "").isdigit() else None
+
+
+def _job_flags(a: argparse.Namespace):
+    """The flags the user typed for the replay's job (not those repro chooses)."""
+    return [fl for fl in flag_table.typed(a) if fl.dest not in CHOSEN + OWN]
+
+
+def typed_job(a: argparse.Namespace) -> str:
+    """The user's job flags as they typed them, for the `make fault` line."""
+    words = []
+    for fl in _job_flags(a):
+        value = "1" if fl.switch else str(getattr(a, fl.dest))
+        words.append(f"{fl.var}={shlex.quote(value)}")
+    return " ".join(words)
+
+
+def replay_here(
+    a: argparse.Namespace, r: dict, cluster: dict, runs_root: Path, run_id: str
+) -> dict:
+    """RUN=1: the fault run, as a user types it (`python -m tuning.harness fault ...`, as the
+    pool runs them), and whether its verdict matches the cluster's: the same class, and its
+    culprits in the culprit's role here."""
+    local_id = f"{run_id}-replay"[: runs.LABEL_MAX]
+    plan = replay.Replay(**{k: r[k] for k in replay.Replay.__dataclass_fields__})
+    job = [fl.option if fl.switch else f"{fl.option}={getattr(a, fl.dest)}" for fl in _job_flags(a)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tuning.harness",
+        "fault",
+        *plan.flags(),
+        "--run-id",
+        local_id,
+        "--runs",
+        str(runs_root),
+        *job,
+    ]
+    code = subprocess.run(argv, cwd=ROOT).returncode
+    here = runs.read_json(runs_root / local_id / "fault.json").get("verdict") or {}
+    nodes = 1 if plan.layout == "single" else plan.nproc
+    roles = {replay.role(c, plan.nproc // nodes, nodes) for c in here.get("culprits") or []}
+    matches = here.get("class") == cluster["class"] and roles == {plan.role}
+    return {
+        "run_id": local_id,
+        "exit": code,
+        "verdict": here,
+        "roles_here": sorted(roles),
+        "matches": bool(matches),
+    }

@@ -1,0 +1,203 @@
+"""What the logs and objects showed of each rank (source.py), as the inputs the live runs give
+the verdict's `verdict_facts.gather`: metrics lines (joined, ended and how), exits (code,
+signal, OOM, what ended it, when), nodes (started at all) and each failed rank's collective at
+failure. No rule of its own decides a culprit: the verdict's do (run/verdict.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tuning.harness.commands.repro.read import Container, Rank
+from tuning.harness.commands.repro.source import Read
+
+# a container's exit code past 128 is 128 + the signal that ended it (the shell's, the
+# runtime's); torchrun reports a worker a signal ended as minus the signal
+SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 7: "SIGBUS", 11: "SIGSEGV"}
+
+
+@dataclass
+class Inputs:
+    world: int
+    metrics: dict[int, list[dict]] = field(default_factory=dict)
+    exits: dict[int, dict] = field(default_factory=dict)
+    nodes: dict[int, dict] = field(default_factory=dict)
+    failed: dict[int, dict] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)  # ranks with no line and no object
+    step: int | None = None  # the last step any rank's progress showed
+    max_steps: int | None = None
+    known: int = 0  # lines a producer's pattern read (0: not torch's logs)
+
+
+def container_of(got: Read, rank: int) -> Container | None:
+    return next(
+        (c for c in got.containers if c.node_rank * c.nproc <= rank < (c.node_rank + 1) * c.nproc),
+        None,
+    )
+
+
+def pod_of(got: Read, rank: int, c: Container | None):
+    if c is not None and c.name in got.pods:
+        return got.pods[c.name]
+    for pod in got.pods.values():
+        nproc = pod.nproc or (c.nproc if c else 1)
+        if (
+            pod.node_rank is not None
+            and pod.node_rank * nproc <= rank < (pod.node_rank + 1) * nproc
+        ):
+            return pod
+    return None
+
+
+def inputs(got: Read) -> Inputs:
+    out = Inputs(got.world)
+    waits = [w for c in got.containers for r in c.ranks.values() if (w := waited(r))]
+    for rank in range(got.world):
+        c = container_of(got, rank)
+        pod = pod_of(got, rank, c)
+        seen = c.ranks.get(rank) if c else None
+        if seen is None and pod is None and (c is None or c.empty):
+            out.missing.append(rank)
+        if seen:
+            out.step = max(out.step or 0, seen.step or 0) or out.step
+            out.max_steps = out.max_steps or seen.max_steps
+        out.metrics[rank] = _lines(seen)
+        out.nodes[rank] = _started(seen, pod, c)
+        out.exits[rank] = _exit(rank, seen, pod, c)
+        if seen and (w := waited(seen)):
+            entry = {"seq": w["seq"], "op": w["op"], "state": "scheduled"}
+            out.failed[rank] = {"collectives": [entry]}
+        elif seen and waits and not seen.completed:  # the others wait in a collective: it joined
+            out.failed[rank] = {"collectives": [], "busy": _outside(seen, waits[0])}
+    out.known = sum(c.known for c in got.containers)
+    _outside_stops(got, out)
+    _late(got, out)
+    return out
+
+
+def _late(got: Read, out: Inputs) -> None:
+    """The static rendezvous gave up on the master: a pod whose container started only after
+    that, or never, never arrived (its object's startedAt, or its first timestamped line)."""
+    master = next((c for c in got.containers if c.rdzv_wait), None)
+    if master is None:
+        return
+    pod0 = got.pods.get(master.name)
+    gave_up = (pod0.finished if pod0 else None) or master.last_t
+    for c in got.containers:
+        pod = got.pods.get(c.name)
+        start = (pod.started_at if pod else None) or c.first_t
+        if c is master or not (gave_up and start and start > gave_up):
+            continue
+        for rank in range(c.node_rank * c.nproc, (c.node_rank + 1) * c.nproc):
+            out.nodes[rank] = {
+                "started": False,
+                "why_absent": f"its pod {c.name} started "
+                f"{start - gave_up:.0f} s after the master gave up waiting "
+                f"({master.rdzv_wait})",
+            }
+
+
+def waited(seen: Rank) -> dict | None:
+    """The collective a rank timed out in: its watchdog's (NCCL: op and sequence number), or the
+    torch.distributed call its traceback ended in with a timeout (gloo: no sequence number)."""
+    if seen.waiting:
+        return seen.waiting
+    if seen.lost == "collective timeout" and seen.call:
+        return {"op": seen.call, "seq": None}
+    return None
+
+
+def _lines(seen: Rank | None) -> list[dict]:
+    if seen is None:
+        return []
+    out = [{"event": "phase", "name": "rendezvous"}] if seen.joined else []
+    if seen.step:
+        out.append({"event": "step", "step": seen.step})
+    if seen.completed:
+        out.append({"event": "end", "status": "completed"})
+    elif seen.exception or seen.detail or seen.lost:
+        out.append(
+            {
+                "event": "end",
+                "status": "failed",
+                "error": seen.detail or seen.exception or seen.lost,
+            }
+        )
+    return out
+
+
+def _started(seen: Rank | None, pod, c: Container | None) -> dict:
+    if pod is not None and pod.started is False:
+        return {
+            "started": False,
+            "why_absent": f"its pod {pod.name} never ran its container ({pod.waiting})",
+        }
+    if c is not None and c.unreachable and not (seen and seen.joined):
+        return {
+            "started": True,
+            "net": f"its pod {c.name} could not reach the master at "
+            f"{c.unreachable} (the name did not resolve, or nothing answered)",
+        }
+    return {"started": True}  # a rank not seen at all is not known to have never started
+
+
+def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
+    """code, signal, oom, signature (a consequence), t, by_itself: as fault/verdict.py's exits."""
+    code = signal = None
+    failure = (c.failures.get(rank) if c else None) or {}
+    if "exit" in failure:  # torchrun's summary: minus the signal for a signal's death
+        code = failure["exit"]
+        signal = -code if code < 0 else None
+    alone = pod is not None and (pod.nproc or (c.nproc if c else 1)) == 1
+    if pod is not None and pod.exit_code is not None and (alone or code is None):
+        code = pod.exit_code if code is None else code
+        if signal is None and pod.exit_code > 128:
+            signal = pod.exit_code - 128
+        signal = pod.signal or signal
+    lost = seen.lost if seen else None
+    if lost and signal == 6:  # the watchdog takes the process down: its timeout, not a cause
+        signal = None
+    oom = bool(pod is not None and pod.reason == "OOMKilled")
+    if oom and not alone and signal != 9 and failure:
+        oom = False  # torchrun names which rank the kernel killed: not this one
+    t = (seen.t if seen else None) or failure.get("t") or (pod.finished if pod and alone else None)
+    return {
+        "code": code,
+        "signal": signal,
+        "oom": oom,
+        "signature": lost,
+        "t": t or 0.0,
+        "by_itself": code is not None or bool(seen and (seen.exception or seen.lost)),
+    }
+
+
+def _outside(seen: Rank, wait: dict) -> str:
+    """What a rank that printed no timeout was doing when the others timed out."""
+    at = f" (its progress bar last showed step {seen.step})" if seen.step else ""
+    return (
+        f"outside {wait['op']} #{wait['seq']} by its log: it printed no timeout there, as a "
+        f"rank waiting in it would{at}"
+    )
+
+
+def _outside_stops(got: Read, out: Inputs) -> None:
+    """A pod stopped from outside: its object says so (Evicted; a DisruptionTarget condition:
+    preempted, evicted through the API, its node shutting down), or its launcher logged the
+    signal (torchrun's "Received 15 death signal") before any other rank failed, by the lines'
+    times. An operator deleting the pods still running after the job failed sends the same
+    signal, later: without times to order them, only the pod's object counts. The verdict
+    names the first (run/verdict.py, stopped from outside), where no rank died by itself."""
+    failed_t = [
+        r.t for c in got.containers for r in c.ranks.values() if r.t and (r.lost or r.exception)
+    ]
+    for c in got.containers:
+        pod = got.pods.get(c.name)
+        why, t = (pod.evicted, pod.finished) if pod and pod.evicted else (None, None)
+        early = c.death_signal_t and all(c.death_signal_t < x for x in failed_t)
+        if why is None and c.death_signal and early:
+            why, t = f"its launcher got {c.death_signal} from outside", c.death_signal_t
+        if not why:
+            continue
+        for rank in range(c.node_rank * c.nproc, (c.node_rank + 1) * c.nproc):
+            ex = out.exits[rank]
+            ex.update(signature=None, outside=why, by_itself=True, signal=ex["signal"] or 15)
+            ex["t"] = t or ex["t"] or c.last_t or 0.0

@@ -1,0 +1,167 @@
+"""What one container's log shows of each of its ranks and of the container itself (lines.py
+reads the lines). A rank is known by its `[rankN]:` prefix, torchrun's tee prefix, or, in a
+container of one rank, by the container; an unprefixed line of a container of several ranks is
+the launcher's or anybody's, and names no rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tuning.harness.commands.repro import lines as L
+
+# A launcher's own exception at the end of its traceback: never a rank's cause (torchrun's
+# ChildFailedError; accelerate's simple launcher's CalledProcessError; torchrun's SignalException
+# when the container was told to stop)
+LAUNCHERS = {"ChildFailedError", "CalledProcessError", "SignalException"}
+
+
+@dataclass
+class Rank:
+    """What a rank's lines showed."""
+
+    rank: int
+    lines: int = 0
+    joined: bool = False  # a line only a rank in the process group prints
+    step: int | None = None  # the last training step its progress bar showed
+    max_steps: int | None = None
+    waiting: dict | None = None  # {"op", "seq", "pg"}: the collective its watchdog gave up on
+    last_completed: int | None = None  # its process group's last completed work (2.3+)
+    lost: str | None = None  # what ended it that a peer's failure causes (a consequence)
+    exception: str | None = None  # its own traceback's last line, when not a consequence
+    detail: str | None = None  # TORCH_DISTRIBUTED_DEBUG=DETAIL's message
+    completed: bool = False  # the Trainer's end-of-training line
+    t: float | None = None  # when it failed, where a line carried a full time
+    clock: str | None = None  # ... or a header's "MMDD HH:MM:SS"
+    call: str | None = None  # the torch.distributed call its traceback ended in
+    _in_traceback: bool = False
+
+
+@dataclass
+class Container:
+    """What a container's own lines showed (the launcher's, torchrun's)."""
+
+    name: str
+    node_rank: int
+    nproc: int
+    ranks: dict[int, Rank] = field(default_factory=dict)
+    failures: dict[int, dict] = field(default_factory=dict)  # torchrun's: rank -> exit, time
+    root_cause: int | None = None  # the rank torchrun named "first observed failure"
+    death_signal: str | None = None  # the launcher was told to stop from outside (SIGTERM)
+    death_signal_t: float | None = None  # when, where the line had a full time
+    rdzv_wait: str | None = None  # the master gave up waiting for the other nodes
+    unreachable: str | None = None  # the master's address never resolved or answered
+    empty: bool = True
+    known: int = 0  # lines a producer's pattern recognised (none: not torch's logs)
+    first_t: float | None = None
+    last_t: float | None = None
+
+
+def consequence(text: str) -> str | None:
+    """The CONSEQUENCES label (run/verdict.py) of an error a peer's failure or a wait causes."""
+    if L.WATCHDOG.search(text) or L.GLOO_TIMEOUT.search(text):
+        return "collective timeout"
+    if L.GLOO_CLOSED.search(text):
+        return "Connection closed by peer"
+    if L.GLOO_RESET.search(text) or L.NCCL_REMOTE.search(text):
+        return "Connection reset by peer"
+    if L.RDZV_WAIT.search(text) or L.CONNECT.search(text) or L.RESOLVE.search(text):
+        return "rendezvous timeout"
+    return None
+
+
+def read(text: str, name: str, node_rank: int, nproc: int) -> Container:
+    c = Container(name, node_rank, nproc)
+    own = node_rank * nproc
+    failure: dict = {}
+    for line in L.split(text):
+        c.empty = False
+        c.first_t = c.first_t or line.t
+        c.last_t = line.t or c.last_t
+        c.known += line.rank is not None or line.clock is not None or L.known(line.text)
+        rank = line.rank
+        if rank is None and line.local is not None:
+            rank = own + line.local
+        if rank is None and nproc == 1:
+            rank = own
+        if rank is None and (m := L.WATCHDOG.search(line.text)) and m.group(1):
+            rank = int(m.group(1))  # torch 2.1 prints no [rankN]: prefix; default group's rank
+        if rank is None and node_rank == 0 and L.TQDM.match(line.text):
+            rank = 0  # the Trainer's bar: its world process zero's (ProgressCallback)
+        _container_line(c, line, failure)
+        if rank is not None:
+            _rank_line(c.ranks.setdefault(rank, Rank(rank)), line)
+    return c
+
+
+def _container_line(c: Container, line: L.Line, failure: dict) -> None:
+    """torchrun's summary, its agent's signal, the rendezvous: the container's lines."""
+    text = line.text
+    if L.ROOT_CAUSE.match(text):
+        failure["root"] = True
+    elif m := L.FAILURE_TIME.match(text):
+        failure["time"] = L._utc(m.group(1), "%Y-%m-%d_%H:%M:%S")
+    elif m := L.FAILURE_RANK.match(text):
+        failure["rank"] = int(m.group(1))
+    elif m := L.FAILURE_EXIT.match(text):
+        if "rank" in failure:
+            c.failures[failure["rank"]] = {"exit": int(m.group(1)), "t": failure.get("time")}
+            if failure.get("root"):
+                c.root_cause = failure["rank"]
+        failure.clear()
+    if m := L.DEATH_SIGNAL.search(text):
+        c.death_signal = {"15": "SIGTERM", "2": "SIGINT", "1": "SIGHUP"}.get(m.group(1), m.group(1))
+        c.death_signal_t = c.death_signal_t or line.t
+    if m := L.RDZV_WAIT.search(text):
+        c.rdzv_wait = f"{m.group(2)} of {m.group(3)} nodes joined in {m.group(1)} s"
+    if m := L.RESOLVE.search(text) or L.CONNECT.search(text):
+        c.unreachable = f"{m.group(1)}:{m.group(2)}"
+
+
+def _rank_line(r: Rank, line: L.Line) -> None:
+    text = line.text
+    r.lines += 1
+    if line.rank is not None:
+        r.joined = True  # the prefix is set by init_process_group
+    if m := L.TQDM.match(text):
+        r.step, r.joined = int(m.group(1)), True
+        r.max_steps = r.max_steps or int(m.group(2))
+    if L.HF_END.search(text):
+        r.completed = True
+    if m := L.WATCHDOG.search(text):
+        pg = L.PG_NAME.search(text)
+        r.waiting = {
+            "op": m.group(3).lower(),
+            "seq": int(m.group(2)),
+            "pg": (pg.group(2) or pg.group(1)) if pg else None,
+        }
+        _when(r, line)
+    if m := L.PG_STATUS.search(text):
+        r.last_completed = int(m.group(2))
+    if L.DETAIL.search(text):
+        r.detail = text[L.DETAIL.search(text).start() :]
+    if L.TRACEBACK.match(text):
+        r._in_traceback, r.call = True, None
+        return
+    if r._in_traceback and (m := L.DIST_FRAME.search(text)):
+        r.call = m.group(1)  # the innermost torch.distributed frame so far
+    if r._in_traceback and (m := L.EXCEPTION.match(text)):
+        r._in_traceback = False
+        said = f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+        if m.group(1) in LAUNCHERS:
+            return
+        lost = consequence(said)
+        if lost:
+            r.lost = r.lost or lost
+        elif not r.detail or L.DETAIL.search(said):
+            r.exception = said
+        _when(r, line)
+    elif not r._in_traceback and (lost := consequence(text)):
+        r.lost = r.lost or lost
+        _when(r, line)
+
+
+def _when(r: Rank, line: L.Line) -> None:
+    if r.t is None and line.t is not None:
+        r.t = line.t
+    if r.clock is None and line.clock is not None:
+        r.clock = line.clock

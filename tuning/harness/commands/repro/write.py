@@ -1,0 +1,77 @@
+"""repro.md, and the lines `make repro` prints: the verdict, what the logs could not tell, the
+replay (its `make fault` line, and with RUN=1 whether its verdict matched)."""
+
+from __future__ import annotations
+
+COLLECT = (
+    "collect per pod: `kubectl logs --timestamps <pod> > <pod>.log`, `kubectl logs --timestamps "
+    "--previous <pod> > <pod>.previous.log`, and `kubectl get pods -l "
+    "training.kubeflow.org/job-name=<job> -o yaml > pods.yaml` (exit codes, OOMKilled, "
+    "evictions); for hangs and desyncs run the job with TORCH_NCCL_TRACE_BUFFER_SIZE=2000, "
+    "TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/output/nccl_trace_rank_ "
+    "(flight recorder dumps on a claim) or TORCH_DISTRIBUTED_DEBUG=DETAIL"
+)
+
+
+def _who(v: dict) -> str:
+    return ", ".join(map(str, v["culprits"])) or "none named"
+
+
+def said(rec: dict) -> list[str]:
+    v = rec.get("verdict")
+    out = []
+    if v and v["culprits"]:
+        out.append(
+            f"repro: {v['class']}, culprit rank(s) {_who(v)} of {rec['read']['world_size']}:"
+            f" {v['evidence']}"
+        )
+    for why in rec["could_not_tell"]:
+        out.append(f"repro: the logs cannot tell: {why}")
+    r = rec.get("replay")
+    if r:
+        out.append(f"repro: replay here: {r['command']}")
+        out.append(f"repro:   {r['why']}")
+    else:
+        out.append(f"repro: {COLLECT}")
+    run = rec.get("run")
+    if run:
+        here = run["verdict"]
+        word = "matches" if run["matches"] else "does not match"
+        out.append(
+            f"repro: the replay's verdict {word} the cluster's: {here.get('class')}, "
+            f"culprit rank(s) {_who(here) if here else 'none'} here "
+            f"({', '.join(run['roles_here']) or 'no role'}; run {run['run_id']})"
+        )
+    return out
+
+
+def markdown(rec: dict) -> str:
+    read = rec["read"]
+    lines = [
+        f"# repro {rec['run_id']}",
+        "",
+        f"From `{rec['from_folder']}`: {len(read['files'])} file(s) read "
+        f"({', '.join(read['files']) or 'none'}); pods {', '.join(read['pods']) or 'none'}; "
+        f"world size {read['world_size']}; the last step the logs show: "
+        f"{read['step'] if read['step'] else 'none'}.",
+        "",
+    ]
+    if read["unread"] or read["notes"]:
+        lines += [f"- {x}" for x in read["unread"] + read["notes"]] + [""]
+    v = rec.get("verdict")
+    if v:
+        lines += [
+            f"- **verdict: {v['class']}; culprit rank(s): {_who(v)}**",
+            f"- evidence: {v['evidence']}",
+        ]
+    lines += [f"- the logs cannot tell: {why}" for why in rec["could_not_tell"]]
+    r = rec.get("replay")
+    if r:
+        lines += ["", "## The replay here", "", "```sh", r["command"], "```", "", r["why"]]
+    else:
+        lines += ["", f"To collect next: {COLLECT}."]
+    run = rec.get("run")
+    if run:
+        last = said(rec)[-1].removeprefix("repro: ")
+        lines += ["", "## Replayed (RUN=1)", "", f"- {last}"]
+    return "\n".join(lines) + "\n"
