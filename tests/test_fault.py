@@ -238,6 +238,11 @@ def test_fault(kind, layout, harness_image, tmp_path):
         assert rec["run_status"] == "preempted"  # not "succeeded": exit 0 is not the whole story
         assert all(x["end_status"] == "preempted" for x in ranks.values())
         assert any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
+        # an eviction names its pod (term: rank 1's own SIGTERM came first); a preemption of
+        # every pod at once names none
+        v = rec["verdict"]
+        want = [1] if kind == "term" else []
+        assert (v["class"], v["culprits"]) == ("stopped from outside", want), v
         resume_continues(rec, layout, tmp_path)
     elif kind == "slow-main":  # the peers wait in the collective it never enters
         assert rec["outcome"] == "hung (detected)", rec["_out"]

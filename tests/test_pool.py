@@ -10,6 +10,7 @@ from conftest import ROOT
 
 from tuning.harness.commands import pool
 from tuning.harness.commands.fault import pool_list
+from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.commands.fault import verdict as fault_verdict
 
 
@@ -27,9 +28,26 @@ def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
         assert ranks == ([0, 0] if kind == "late-master" else [0, pool_list.WORLD - 1]), kind
     assert {e.layout for e in every} == {"single", "per-rank"}
     assert {e.trainer for e in every} == {"harness", "fms"}
-    for e in every:  # only where the kind applies
-        assert not (e.kind in pool_list.PER_RANK_ONLY and e.layout == "single"), e
-        assert not (e.kind in pool_list.OURS_ONLY and e.trainer == "fms"), e
+    for e in every:  # only where the kind applies, by its table entry
+        assert TABLE[e.kind].why_not(e.layout, "isolated", e.trainer != "harness") is None, e
+
+
+def test_a_fresh_draw_varies_everything_and_holds_to_its_seed():
+    drawn = [e for seed in (1, 2, 3) for e in pool_list.draw(seed)]
+    assert pool_list.draw(7) == pool_list.draw(7) and pool_list.draw(7) != pool_list.draw(8)
+    assert len(pool_list.draw(1)) == pool_list.DRAW_N >= 24
+    assert {e.world for e in drawn} == set(range(2, 9))
+    assert {e.trainer for e in drawn} == {"harness", "fms", "script"}
+    assert {e.layout for e in drawn} == {"single", "per-rank"}
+    # any rank, not only the first and the last
+    assert any(0 < e.rank < e.world - 1 for e in drawn)
+    assert {e.kind for e in drawn} <= {k.name for k in TABLE.values() if k.judged}
+    for e in drawn:
+        assert 0 <= e.rank < e.world and (TABLE[e.kind].rank in (None, e.rank)), e
+        assert TABLE[e.kind].why_not(e.layout, "isolated", e.trainer != "harness") is None, e
+        flags = e.flags()
+        assert flags[flags.index("--nproc") + 1] == str(e.world)
+        assert ("--timeout" in flags) != (e.trainer == "script"), e  # a script's is in ARGS
 
 
 def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.bind_from_env()
         got = Preemption.current
         if got is not None and got.received_at:  # this rank's own SIGTERM (a preempted group)
-            writer.log("signal", name="SIGTERM", at=round(got.received_at, 3))
+            writer.log("signal", name="SIGTERM", at=round(got.received_at, 3), pid=os.getpid())
         writer.log(
             "end", status=status, **({"error": error} if status != "completed" and error else {})
         )

@@ -109,7 +109,7 @@ def note_sigterm(record: Record) -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum, frame):
-        record.write("signal", name="SIGTERM")
+        record.write("signal", name="SIGTERM", pid=os.getpid())
         if callable(previous):
             previous(signum, frame)
             return

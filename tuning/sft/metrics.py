@@ -179,6 +179,12 @@ class StepMetricsCallback(TrainerCallback):
             "samples": rec["samples"],
         }
         self.writer.log("step", **step, **memory_peaks())
+        if state.is_world_process_zero and state.global_step % max(1, args.logging_steps) == 0:
+            # the log's own word on progress (kubectl logs; make repro reads "step k/n" back)
+            print(
+                f"sft_trainer: step {state.global_step}/{state.max_steps} loss {loss:.4f}",
+                flush=True,
+            )
         self.steps.append({**step, "loss_sum": rec["loss_sum"], "loss_tokens": rec["loss_tokens"]})
         self.trainer._reset_step_record()
         self._t0 = self._mark = time.perf_counter()

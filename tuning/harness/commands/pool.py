@@ -3,8 +3,9 @@
 injected: the culprit named right (exactly the rank hit), a wrong rank named (never), the class,
 and how long after the fault the verdict was ready against the collective timeout.
 
-`python -m tuning.harness pool [--run-id base] [--pick 1,5,23] [--dry-run]`: PICK runs some
-experiments by number (the suite runs three); DRY_RUN lists them. Writes
+`python -m tuning.harness pool [--seed n] [--run-id base] [--pick 1,5,23] [--dry-run]`: SEED draws
+a fresh pool (fault/pool_list.py `draw`); PICK runs some experiments by number (the suite runs
+three); DRY_RUN lists them. Writes
 runs/<base>/pool.json and pool.md (docs/faults.md: how to read it); exits 1 unless every
 culprit was named right.
 """
@@ -21,6 +22,7 @@ from tuning.harness.commands.fault import pool_list
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import options
+from tuning.harness.spec.flags import int_arg
 
 BASE = "pool"
 RUN_LIMIT_S = 900  # one fault run's wall time at most (fms's image starts slowly)
@@ -32,8 +34,8 @@ def register(sub) -> None:
     p.set_defaults(fn=main)
 
 
-def picked(pick: str | None) -> list[pool_list.Experiment]:
-    every = pool_list.experiments()
+def picked(pick: str | None, seed: int | None = None) -> list[pool_list.Experiment]:
+    every = pool_list.experiments() if seed is None else pool_list.draw(seed)
     if not pick:
         return every
     try:
@@ -44,48 +46,66 @@ def picked(pick: str | None) -> list[pool_list.Experiment]:
         ) from None
     bad = [n for n in wanted if not 1 <= n <= len(every)]
     if bad or not wanted:
-        raise HarnessError(f"PICK={pick!r}: the pool's experiments are 1-{len(every)} "
-                           "(`make pool DRY_RUN=1` lists them)")  # fmt: skip
+        raise HarnessError(
+            f"PICK={pick!r}: the pool's experiments are 1-{len(every)} "
+            "(`make pool DRY_RUN=1` lists them)"
+        )
     return [every[n - 1] for n in wanted]
 
 
 def main(a: argparse.Namespace) -> int:
-    base = options.checked_run_id(a.run_id or BASE)
-    chosen = picked(a.pick)
+    seed = int_arg("SEED", a.seed, 0)  # a fresh draw; unset: the committed list
+    base = options.checked_run_id(a.run_id or (BASE if seed is None else f"{BASE}-s{seed}"))
+    chosen = picked(a.pick, seed)
     if a.dry_run:
         for e in chosen:
             print(f"{e.n:3}  {e.name}: {e.typed()}")
         return 0
+    which = "the committed list (seed 30)" if seed is None else f"a fresh draw, SEED={seed}"
+    print(f"harness: pool: {which}: {len(chosen)} run(s)", flush=True)
     out = Path(a.runs).resolve() / base
     out.mkdir(parents=True, exist_ok=True)
     t0, rows = time.time(), []
     for e in chosen:
         rows.append(run(e, base, Path(a.runs).resolve(), out))
-        write(out, rows, time.time() - t0)
+        write(out, rows, time.time() - t0, pool_list.SEED if seed is None else seed)
     right = sum(r["right"] for r in rows)
-    print(f"harness: pool: {right}/{len(rows)} culprits named right, "
-          f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, in "
-          f"{time.time() - t0:.0f} s; {out / 'pool.md'}")  # fmt: skip
+    print(
+        f"harness: pool: {right}/{len(rows)} culprits named right, "
+        f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, in "
+        f"{time.time() - t0:.0f} s; {out / 'pool.md'}"
+    )
     return 0 if right == len(rows) else 1
 
 
 def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
     run_id = f"{base}-{e.n:02d}"
-    argv = [sys.executable, "-m", "tuning.harness", "fault", *e.flags(), "--run-id", run_id,
-            "--runs", str(runs_root)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tuning.harness",
+        "fault",
+        *e.flags(),
+        "--run-id",
+        run_id,
+        "--runs",
+        str(runs_root),
+    ]
     print(f"harness: pool {e.n}: {e.name}", flush=True)
     t = time.time()
     with open(out / f"{run_id}.log", "w") as log:
         try:
-            code = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=RUN_LIMIT_S).returncode  # fmt: skip
+            code = subprocess.run(
+                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_LIMIT_S
+            ).returncode
         except subprocess.TimeoutExpired:
             code = None
     rec = runs.read_json(runs_root / run_id / "fault.json")
     row = score(e, rec)
     row.update(run_id=run_id, exit_code=code, wall_s=round(time.time() - t, 1))
-    print(f"harness: pool {e.n}: {'right' if row['right'] else 'WRONG'}: {row['verdict']}",
-          flush=True)  # fmt: skip
+    print(
+        f"harness: pool {e.n}: {'right' if row['right'] else 'WRONG'}: {row['verdict']}", flush=True
+    )
     return row
 
 
@@ -93,46 +113,67 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
     """One experiment's verdict against what was injected."""
     v = rec.get("verdict") or {}
     culprits = v.get("culprits")
-    said = (f"{v['class']}: {', '.join(map(str, culprits)) or 'none'}" if v
-            else f"no verdict ({rec.get('status') or 'no record'})")  # fmt: skip
+    said = (
+        f"{v['class']}: {', '.join(map(str, culprits)) or 'none'}"
+        if v
+        else f"no verdict ({rec.get('status') or 'no record'})"
+    )
     timeout = rec.get("timeout_s")
     return {
-        "n": e.n, "experiment": e.name, "kind": e.kind, "rank": e.rank, "layout": e.layout,
-        "trainer": e.trainer, "at_step": e.at_step, "outcome": rec.get("outcome"),
-        "verdict": said, "class": v.get("class"), "culprits": culprits,
-        "right": culprits == [e.rank], "wrong_rank": bool(set(culprits or ()) - {e.rank}),
-        "class_right": v.get("class") == pool_list.EXPECTED[e.kind],
-        "verdict_s": v.get("verdict_s"), "timeout_s": timeout,
-        "before_timeout": v.get("verdict_s") is not None and timeout is not None
+        "n": e.n,
+        "experiment": e.name,
+        "kind": e.kind,
+        "rank": e.rank,
+        "layout": e.layout,
+        "trainer": e.trainer,
+        "at_step": e.at_step,
+        "outcome": rec.get("outcome"),
+        "verdict": said,
+        "class": v.get("class"),
+        "culprits": culprits,
+        "right": culprits == [e.rank],
+        "wrong_rank": bool(set(culprits or ()) - {e.rank}),
+        "world": e.world,
+        "class_right": v.get("class") == pool_list.expected(e.kind),
+        "verdict_s": v.get("verdict_s"),
+        "timeout_s": timeout,
+        "before_timeout": v.get("verdict_s") is not None
+        and timeout is not None
         and v["verdict_s"] < timeout,
-        "evidence": v.get("evidence"), "rule": v.get("rule"),
+        "evidence": v.get("evidence"),
+        "rule": v.get("rule"),
         "torch_agrees": (v.get("fr_trace") or {}).get("agrees"),
-    }  # fmt: skip
+    }
 
 
-def write(out: Path, rows: list[dict], took_s: float) -> None:
-    runs.write_json(
-        out / "pool.json", {"seed": pool_list.SEED, "took_s": round(took_s), "rows": rows}
-    )
+def write(out: Path, rows: list[dict], took_s: float, seed: int) -> None:
+    runs.write_json(out / "pool.json", {"seed": seed, "took_s": round(took_s), "rows": rows})
     (out / "pool.md").write_text("\n".join(table(rows, took_s)) + "\n")
 
 
 def table(rows: list[dict], took_s: float) -> list[str]:
     """The pool's table, for pool.md."""
-    lines = ["| # | experiment | outcome | verdict (class: culprits) | culprit | class | "
-             "verdict after fault s (timeout s) | evidence |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| # | experiment | outcome | verdict (class: culprits) | culprit | class | "
+        "verdict after fault s (timeout s) | evidence |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         culprit = "right" if r["right"] else ("WRONG rank" if r["wrong_rank"] else "none named")
         when = f"{r['verdict_s']} ({r['timeout_s']})" if r["verdict_s"] is not None else "-"
         evidence = (r["evidence"] or "").replace("|", "/")
-        lines.append(f"| {r['n']} | {r['experiment']} | {r['outcome']} | {r['verdict']} | "
-                     f"{culprit} | {'right' if r['class_right'] else 'other'} | {when} | "
-                     f"{evidence} |")  # fmt: skip
+        lines.append(
+            f"| {r['n']} | {r['experiment']} | {r['outcome']} | {r['verdict']} | "
+            f"{culprit} | {'right' if r['class_right'] else 'other'} | {when} | "
+            f"{evidence} |"
+        )
     right = sum(r["right"] for r in rows)
-    lines += ["", f"{right}/{len(rows)} culprits named right, "
-              f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, "
-              f"{sum(r['class_right'] for r in rows)}/{len(rows)} classes right, "
-              f"{sum(r['before_timeout'] for r in rows)}/{len(rows)} verdicts ready before the "
-              f"collective timeout; {took_s / 60:.0f} min in all."]  # fmt: skip
+    lines += [
+        "",
+        f"{right}/{len(rows)} culprits named right, "
+        f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, "
+        f"{sum(r['class_right'] for r in rows)}/{len(rows)} classes right, "
+        f"{sum(r['before_timeout'] for r in rows)}/{len(rows)} verdicts ready before the "
+        f"collective timeout; {took_s / 60:.0f} min in all.",
+    ]
     return lines

@@ -4,7 +4,9 @@ run in a live node, and the line printed on the console."""
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 from tuning.harness.run import stacks, verdict, verdict_facts, verdict_torch
 from tuning.harness.spec.layout import off_network
@@ -43,6 +45,23 @@ def fr_of(nodes, taken: dict | None) -> dict | None:
         return None
     output = nodes.run_dir / "output"
     return verdict_torch.run_fr_check(stacks.nodes_of(nodes), output, taken["started_at"])
+
+
+# torch/distributed/elastic/multiprocessing/api.py SubprocessContext._close: the launcher stops
+# its other workers after one failed ("Sending process 18209 closing signal SIGTERM")
+_CLOSING = re.compile(r"Sending process (\d+) closing signal SIGTERM")
+
+
+def from_outside(metrics: dict, logs: Path) -> dict:
+    """The metrics without the SIGTERMs a rank's own launcher sent it (its node's log says
+    which pids it stopped): those are a failure's consequence, not a stop from outside."""
+    sent = {
+        int(p) for f in logs.glob("*.log") for p in _CLOSING.findall(f.read_text(errors="replace"))
+    }
+    return {
+        r: [y for y in lines if not (y.get("event") == "signal" and y.get("pid") in sent)]
+        for r, lines in metrics.items()
+    }
 
 
 def judge(world: int, output, metrics: dict, taken: dict | None, fr: dict | None = None,

@@ -68,7 +68,12 @@ TABLE = (
         JOB,
         "file",
     ),  # fmt: skip
-    Flag("SEED", "seed for init, data order and dropout", JOB, "s"),
+    Flag(
+        "SEED",
+        "seed for init, data order and dropout; pool: a fresh draw of runs from it",
+        (*JOB, "pool"),
+        "s",
+    ),
     Flag("STEPS", "training steps (max_steps)", JOB, "k"),
     Flag("TIMEOUT", "collective timeout in seconds (ddp_timeout)", JOB, "s"),
     Flag(

@@ -1,13 +1,21 @@
-"""The scored pool's experiments (`make pool`, pool.py): a fixed list, made from a seed, of
-fault runs with 4 ranks, each kind on rank 0 and on the last rank, each in a layout and with
-a trainer the seed picks among those where the kind applies: the second run of a kind differs
-from the first in layout and trainer where the kind applies to both. What each kind is
-expected to be judged: the verdict's class; its culprit is the rank the fault hit."""
+"""The scored pool's experiments (`make pool`, pool.py): fault runs, each verdict scored against
+what was injected. What each kind is judged (its verdict's class), where it applies and which
+rank it always hits are its table entry's (fault/kinds/: `judged`, `not_here`, `rank`).
+
+- The committed list (`experiments()`, seed 30): 4 ranks, each kind of REGRESSION on rank 0 and
+  on the last rank, in a layout and with a trainer the seed picks among those where the kind
+  applies; the second run of a kind differs from the first in layout and trainer where the
+  kind applies to both. A regression set: the rules were fit to it.
+- A fresh draw (`draw(seed)`, `make pool SEED=n`): any scored kind, any rank, world sizes 2 to
+  8, any step from 8 to 14, any layout and trainer where the kind applies (this repo's trainer,
+  fms, or a user's own script: tests/user_scripts/train_sft.py with SRC, ENTRY and ARGS).
+"""
 
 from __future__ import annotations
 
 import json
 import random
+import shlex
 from dataclasses import dataclass
 
 from tuning.harness.commands.fault.kinds import TABLE
@@ -16,20 +24,42 @@ from tuning.harness.spec.trainers import FMS_JOB
 
 SEED = 30  # the issue's number: a fixed pool, not one picked after the fact
 WORLD = 4
+WORLDS = (2, 8)  # a fresh draw's world sizes, inclusive
+DRAW_N = 24
 TIMEOUT_S = 20  # the fault runs' default collective timeout (fault.DEFAULTS)
 LATE_S, LATE_RDZV_S = 40, 10  # late-master: rank 0 starts after the others gave up
-# kind -> the class a right verdict gives it
-EXPECTED = {
-    "kill": "died", "crash": "died", "oom": "died", "save-kill": "died",
-    "pause": "stopped or frozen", "slow": "slow", "partition": "network",
-    "no-show": "never arrived", "late-master": "never arrived", "slow-main": "never arrived",
-    # skip-collective: torch's DETAIL check (on for the desyncs) sees another op at that seq
-    "skip-collective": "desync", "mismatch": "desync", "mismatch-shape": "desync",
-}  # fmt: skip
-# Where a kind cannot run (fault/__init__.py says why at run time): its layouts and trainers
-PER_RANK_ONLY = ("partition", "late-master")  # a link between nodes, a master node
-OURS_ONLY = ("crash",)  # a hook in this repo's trainer
+# The committed pool's kinds, in its order (its draws follow this order)
+REGRESSION = (
+    "kill",
+    "crash",
+    "oom",
+    "save-kill",
+    "pause",
+    "slow",
+    "partition",
+    "no-show",
+    "late-master",
+    "slow-main",
+    "skip-collective",
+    "mismatch",
+    "mismatch-shape",
+)
 LAYOUTS, TRAINERS = ("single", "per-rank"), ("harness", "fms")
+DRAWN_TRAINERS = (*TRAINERS, "script")
+SCRIPT_SAVE_STEPS = 10
+# a user's own HF script, unmodified (tests/user_scripts/train_sft.py: make fault takes it so)
+SCRIPT = ("--src", "tests/user_scripts", "--entry", "train_sft.py")
+SCRIPT_ARGS = (
+    "--model_name_or_path /opt/harness/assets/tiny-model --train_file "
+    f"/opt/harness/assets/demo.jsonl --output_dir /output --max_steps 30 --save_steps "
+    f"{SCRIPT_SAVE_STEPS} --logging_steps 1 --per_device_train_batch_size 4 --learning_rate "
+    f"3e-3 --ddp_timeout {TIMEOUT_S} --report_to none --seed 7"
+)
+
+
+def expected(kind: str) -> str:
+    """The class a right verdict gives this kind."""
+    return TABLE[kind].judged
 
 
 @dataclass(frozen=True)
@@ -40,22 +70,40 @@ class Experiment:
     layout: str
     trainer: str
     at_step: int
+    world: int = WORLD
 
     @property
     def name(self) -> str:
-        fms = ", fms" if self.trainer == "fms" else ""
-        return f"{self.kind} rank {self.rank}, {self.layout}{fms}"
+        by = {"fms": ", fms", "script": ", a script"}.get(self.trainer, "")
+        of = f" of {self.world}" if self.world != WORLD else ""
+        return f"{self.kind} rank {self.rank}{of}, {self.layout}{by}"
 
     def typed(self) -> str:
         """As a user types it: make fault FAULT=kill RANK=0 ..."""
-        pairs = zip(self.flags()[::2], self.flags()[1::2], strict=True)
-        return "make fault " + " ".join(f"{k[2:].upper().replace('-', '_')}={v}" for k, v in pairs)
+        words, flags = [], iter(self.flags())
+        for flag in flags:
+            value = next(flags)
+            words.append(f"{flag[2:].upper().replace('-', '_')}={shlex.quote(value)}")
+        return "make fault " + " ".join(words)
 
     def flags(self) -> list[str]:
         """The fault command's flags for this experiment."""
-        out = ["--fault", self.kind, "--rank", str(self.rank), "--layout", self.layout,
-               "--nproc", str(WORLD), "--at-step", str(self.at_step),
-               "--timeout", str(TIMEOUT_S)]  # fmt: skip
+        out = [
+            "--fault",
+            self.kind,
+            "--rank",
+            str(self.rank),
+            "--layout",
+            self.layout,
+            "--nproc",
+            str(self.world),
+            "--at-step",
+            str(self.at_step),
+        ]
+        if self.trainer == "script":  # its timeout is its own --ddp_timeout, in ARGS
+            out += [*SCRIPT, "--args", SCRIPT_ARGS]
+        else:
+            out += ["--timeout", str(TIMEOUT_S)]
         if self.trainer == "fms":
             out += ["--trainer", "fms"]
         if self.kind == "late-master":
@@ -63,30 +111,58 @@ class Experiment:
         return out
 
 
-def _places(kind: str) -> list[tuple[str, str]]:
-    layouts = ("per-rank",) if kind in PER_RANK_ONLY else LAYOUTS
-    trainers = ("harness",) if kind in OURS_ONLY else TRAINERS
-    return [(layout, trainer) for layout in layouts for trainer in trainers]
+def _places(kind: str, trainers=TRAINERS) -> list[tuple[str, str]]:
+    """(layout, trainer) where the kind applies, by its table entry."""
+    k = TABLE[kind]
+    return [
+        (layout, trainer)
+        for layout in LAYOUTS
+        for trainer in trainers
+        if k.why_not(layout, "isolated", trainer != "harness") is None
+    ]
+
+
+def _at(rng: random.Random, kind: str, trainer: str) -> int:
+    at = rng.randint(8, 14)
+    if trainer != "harness" and TABLE[kind].refuse:  # a desync under DETAIL: before the
+        at = min(at, _last_step(trainer))  # foreign trainer's first save (kinds/desync.py)
+    return at
 
 
 def experiments(seed: int = SEED) -> list[Experiment]:
     rng = random.Random(seed)
     out = []
-    for kind in EXPECTED:
+    for kind in REGRESSION:
         places = _places(kind)
         first = rng.choice(places)
         apart = [p for p in places if p[0] != first[0] and p[1] != first[1]]
         picked = [first, rng.choice(apart or [p for p in places if p != first])]
-        # late-master always hits rank 0 (the master); the others: rank 0 and the last
-        ranks = (0, 0) if kind == "late-master" else (0, WORLD - 1)
+        fixed = TABLE[kind].rank  # late-master always hits rank 0 (the master)
+        ranks = (fixed, fixed) if fixed is not None else (0, WORLD - 1)
         for rank, (layout, trainer) in zip(ranks, picked, strict=True):
-            at = rng.randint(8, 14)
-            if trainer == "fms" and TABLE[kind].refuse:  # a desync under DETAIL: before fms's
-                at = min(at, _fms_last_step())  # first save (kinds/desync.py), as fault says
-            out.append(Experiment(len(out) + 1, kind, rank, layout, trainer, at))
+            out.append(
+                Experiment(len(out) + 1, kind, rank, layout, trainer, _at(rng, kind, trainer))
+            )
     return out
 
 
-def _fms_last_step() -> int:
-    """The latest AT_STEP `make fault` takes for a desync under DETAIL on fms's demo job."""
-    return last_at_step(json.loads(FMS_JOB.read_text())["save_steps"])
+def draw(seed: int, n: int = DRAW_N) -> list[Experiment]:
+    """A fresh pool from `seed`: n runs, each kind, rank, world size, step, layout and trainer
+    drawn (uniformly, where the kind applies)."""
+    rng = random.Random(seed)
+    kinds = [k.name for k in TABLE.values() if k.judged]
+    out = []
+    for i in range(n):
+        kind = rng.choice(kinds)
+        world = rng.randint(*WORLDS)
+        fixed = TABLE[kind].rank
+        rank = fixed if fixed is not None else rng.randrange(world)
+        layout, trainer = rng.choice(_places(kind, DRAWN_TRAINERS))
+        out.append(Experiment(i + 1, kind, rank, layout, trainer, _at(rng, kind, trainer), world))
+    return out
+
+
+def _last_step(trainer: str) -> int:
+    """The latest AT_STEP `make fault` takes for a desync under DETAIL on this trainer's job."""
+    saves = json.loads(FMS_JOB.read_text())["save_steps"] if trainer == "fms" else SCRIPT_SAVE_STEPS
+    return last_at_step(saves)

@@ -67,7 +67,8 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
     for x in record["ranks"]:  # a node the follow never saw running never started
         nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
     output = run_dir / "output"
-    v = verdict_run.judge(record["world_size"], output, runs.read_metrics(output), taken, keep.fr,
+    metrics = verdict_run.from_outside(runs.read_metrics(output), run_dir / "logs")
+    v = verdict_run.judge(record["world_size"], output, metrics, taken, keep.fr,
                           exits(record, follow.t0), nodes)  # fmt: skip
     fault_at = follow.injected_at
     same = [e for e in keep.early if (e["class"], e["culprits"]) == (v["class"], v["culprits"])]

@@ -143,6 +143,8 @@ TQDM = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")  # no description: the 
 # ProgressCallback.on_log: str() of the logs dict: a step's loss ({'loss': ...}), the end
 # ({'train_runtime': ...}); transformers 5 prints each float as text ('3.672')
 HF_LOSS = re.compile(r"\{'loss': ")
+# this harness's trainer (tuning/sft/metrics.py): "sft_trainer: step 12/30 loss 3.0662"
+OURS_STEP = re.compile(r"^sft_trainer: step (\d+)/(\d+) ")
 HF_END = re.compile(r"\{'train_runtime': ")
 
 
@@ -166,6 +168,7 @@ MARKERS = (
     HF_END,
     DIST_FRAME,
     OURS,
+    OURS_STEP,
 )
 
 

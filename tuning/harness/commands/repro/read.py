@@ -85,8 +85,12 @@ def read(text: str, name: str, node_rank: int, nproc: int) -> Container:
             rank = own
         if rank is None and (m := L.WATCHDOG.search(line.text)) and m.group(1):
             rank = int(m.group(1))  # torch 2.1 prints no [rankN]: prefix; default group's rank
-        if rank is None and node_rank == 0 and L.TQDM.match(line.text):
-            rank = 0  # the Trainer's bar: its world process zero's (ProgressCallback)
+        if (
+            rank is None
+            and node_rank == 0
+            and (L.TQDM.match(line.text) or L.OURS_STEP.match(line.text))
+        ):
+            rank = 0  # the Trainer's bar, our step line: the world process zero's
         _container_line(c, line, failure)
         if rank is not None:
             _rank_line(c.ranks.setdefault(rank, Rank(rank)), line)
@@ -122,7 +126,7 @@ def _rank_line(r: Rank, line: L.Line) -> None:
     r.lines += 1
     if line.rank is not None:
         r.joined = True  # the prefix is set by init_process_group
-    if m := L.TQDM.match(text):
+    if m := L.TQDM.match(text) or L.OURS_STEP.match(text):
         r.step, r.joined = int(m.group(1)), True
         r.max_steps = r.max_steps or int(m.group(2))
     if L.HF_END.search(text):

@@ -20,6 +20,7 @@ def due(inj, metrics, nodes, now: float) -> list[tuple[str, int, float]]:
 KINDS = (
     Kind(
         "crash", 60, due=due, not_here={"foreign": FOREIGN}, expect=FAILS, recovers=True,
+        judged="died",
         rank_env=lambda knobs: {"HARNESS_CRASH_AT_STEP": str(knobs["at_step"]),
                                 "HARNESS_CRASH_RANK": str(knobs["rank"])},
         signatures=(("injected crash", r"injected crash"),),

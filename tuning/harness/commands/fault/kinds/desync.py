@@ -73,8 +73,10 @@ def before_first_save(layout, job: dict, knobs: dict) -> str | None:
 
 def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:
     detail = desync != "slow-main"
+    # slow-main never enters the collective; the others call another one: torch's DETAIL check
+    judged = "desync" if detail else "never arrived"
     return Kind(name, order, inject=strike, pid="never", rank_env=_env(desync, how),
-                expect=HANGS, signatures=(("desync", r"harness desync: "),),
+                expect=HANGS, signatures=(("desync", r"harness desync: "),), judged=judged,
                 refuse=before_first_save if detail else None)  # fmt: skip
 
 

@@ -99,6 +99,8 @@ class Kind:
     # --- what it is expected to cause, and its record
     expect: Expect | None = None
     goal: Callable[[dict], bool | None] | None = None  # replaces expect.goal
+    # the verdict's class a right verdict gives it (the scored pool scores it; None: not scored)
+    judged: str | None = None
     recovers: bool = False  # with MAX_RESTARTS the group comes back and finishes every step
     deadline: str = SHORT
     slow_exit: bool = False  # after training its launcher is slow to exit, not stuck

@@ -170,6 +170,7 @@ def tick(follow, metrics, nodes, now: float) -> None:
 KINDS = (
     Kind(
         KIND, 90, rank=0, held_back=True, knobs=(Knob("late_s", "LATE", LATE_S),),
+        judged="never arrived",
         state=lambda target, knobs: {"late": Late(target, knobs["late_s"])},
         due=lambda inj, metrics, nodes, now: inj.state["late"].due(nodes, now),
         tick=tick, not_here={"single": SINGLE, "shared": SHARED}, goal=goal, deadline=LONG,

@@ -32,4 +32,6 @@ def tick(follow, metrics, nodes, now: float) -> None:
         follow.inject.release()
 
 
-KINDS = (Kind("no-show", 80, due=due, tick=tick, held_back=True, expect=FAILS),)
+KINDS = (
+    Kind("no-show", 80, due=due, tick=tick, held_back=True, expect=FAILS, judged="never arrived"),
+)

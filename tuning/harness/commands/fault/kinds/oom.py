@@ -38,4 +38,4 @@ def oom(inj, nodes, ctr, pid) -> str:
             f"oom_score_adj=1000, then memory pushed past the limit beside it")  # fmt: skip
 
 
-KINDS = (Kind("oom", 110, inject=oom, pid="always", expect=FAILS),)
+KINDS = (Kind("oom", 110, inject=oom, pid="always", expect=FAILS, judged="died"),)

@@ -23,5 +23,5 @@ def partition(inj, nodes, ctr, pid) -> str:
 
 KINDS = (
     Kind("partition", 100, inject=partition, not_here={"single": SINGLE, "shared": SHARED},
-         expect=FAILS),
+         expect=FAILS, judged="network"),
 )  # fmt: skip

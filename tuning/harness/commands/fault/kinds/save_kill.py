@@ -84,6 +84,7 @@ def inject(inj, nodes, ctr, pid) -> str:
 KINDS = (
     Kind(
         KIND, 20, inject=inject, ready=_saving, expect=FAILS, recovers=True, cluster=CLUSTER,
+        judged="died",
         # our trainer holds each save open this long (atomic_save.py; the recorder: fms's)
         rank_env=lambda knobs: {"HARNESS_SAVE_SLEEP": str(SAVE_SLEEP_S)},
         facts=lambda follow, seen: {"save": facts(follow.inject.state.get("at_kill"),

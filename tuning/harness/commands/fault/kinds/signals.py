@@ -32,7 +32,15 @@ def preempt(inj, nodes, ctr, pid) -> str:
 
 
 KINDS = (
-    Kind("kill", 10, inject=kill, expect=FAILS, recovers=True),
-    Kind("term", 40, inject=term, expect=STOPS, deadline=LONG, cluster=STOP_CLUSTER),
+    Kind("kill", 10, inject=kill, expect=FAILS, recovers=True, judged="died"),
+    Kind(
+        "term",
+        40,
+        inject=term,
+        expect=STOPS,
+        deadline=LONG,
+        cluster=STOP_CLUSTER,
+        judged="stopped from outside",
+    ),
     Kind("preempt", 50, inject=preempt, expect=STOPS, deadline=LONG, cluster=STOP_CLUSTER),
 )

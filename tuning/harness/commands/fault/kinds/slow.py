@@ -55,7 +55,7 @@ def table(rec: dict) -> list[str]:
 
 KINDS = (
     Kind(
-        "slow", 120, inject=slow, step_sleep_s=STEP_SLEEP_S, expect=GOES_ON,
+        "slow", 120, inject=slow, step_sleep_s=STEP_SLEEP_S, expect=GOES_ON, judged="slow",
         # the run goes on, only slower: its deadline runs from its newest step, so a throttled
         # rank's pace (1-4 s a step here, by load) never cuts it short; a throttled launcher
         # is slow to exit, not stuck
