@@ -10,8 +10,8 @@ from conftest import ROOT
 
 from tuning.harness.commands import pool
 from tuning.harness.commands.fault import pool_list
-from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault.kinds import TABLE
 
 
 def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():

@@ -303,7 +303,9 @@ def main() -> int:
     except BaseException as e:
         code = 1
         error = explained(e, "".join(traceback.format_exception_only(e)).strip(), record)
-        traceback.print_exc()
+        # as an uncaught exception prints: torch's excepthook (set by init_process_group)
+        # puts [rankN]: before every line, so the log reads as the script's own run's
+        sys.excepthook(type(e), e, e.__traceback__)
     if code != 0:  # what this rank was waiting in when it failed (the host's verdict reads it)
         _beside("stack_dump").at_failure(os.path.dirname(os.path.dirname(record.path)), record.rank)
     closed = close_group() if code == 0 else False

@@ -39,6 +39,8 @@ def main(a: argparse.Namespace) -> int:
                  "before the run")  # fmt: skip
     summary = lifecycle.start(spec, on_tick=watch)
     run_dir = spec.runs_root / spec.layout.run_id
+    if summary["status"] == "failed" and not summary.get("verdict"):
+        summary = verdict_from_logs(run_dir, summary)
     m = timeouts.measured(run_dir)
     if m is not None:  # the stall time the watch used: set, or the default from this run's steps
         steps = [m.median_step_s] if m.median_step_s else []
@@ -47,3 +49,22 @@ def main(a: argparse.Namespace) -> int:
         timeouts.say(found, "what this run measured")
         runs.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
     return lifecycle.EXIT_CODES.get(summary["status"], 1)
+
+
+def verdict_from_logs(run_dir, summary: dict) -> dict:
+    """A failed run the stall watch never judged: the verdict from its logs and its containers'
+    ends, read as `make repro` reads a cluster's (run_dir/kubectl: what kubectl would give), and
+    the flight recorder each failed rank wrote (the sizes a gloo size check does not say)."""
+    from tuning.harness.commands import repro
+    from tuning.harness.commands.repro import collect
+    from tuning.harness.run import stacks, verdict_run
+
+    view = collect.kubectl_view(run_dir, run_dir / "kubectl")
+    rec, _, _ = repro.judge(view, stacks.failed(run_dir / "output"))
+    v = rec["verdict"]
+    if not v:
+        return summary
+    summary = {**summary, "verdict": {**v, "read_from": "its logs and its containers' ends"}}
+    runs.write_json(run_dir / "summary.json", summary)
+    print("\n".join(verdict_run.said(v)))
+    return summary

@@ -225,7 +225,8 @@ def _left(ranks) -> dict | None:
 
 def _nothing(ranks) -> str:
     waiting = _waiters(ranks)
-    if waiting and len(waiting) == len(ranks):
+    ops = {ranks[r]["waiting"].get("op") for r in waiting}
+    if waiting and len(waiting) == len(ranks) and len(ops) == 1:
         p = ranks[waiting[0]]["waiting"]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
         return (

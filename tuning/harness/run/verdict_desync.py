@@ -49,7 +49,7 @@ def desync(ranks) -> dict | None:
     hist = _histories(ranks)
     found = first_disagreement(hist)
     if not found:
-        return by_caller(ranks)
+        return by_caller(ranks) or by_op(ranks)
     seq, groups = found
     ordered = sorted(groups.values(), key=len, reverse=True)
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
@@ -146,3 +146,40 @@ def by_caller(ranks) -> dict | None:
     odd = sorted(r for rs in ordered[1:] for r in rs)
     return verdict("desync", odd, f"{said}, each as collective #{seq}: {ranks_text(odd)} called "
                    "it from elsewhere than the others", "hand", seq=seq)  # fmt: skip
+
+
+def by_op(ranks) -> dict | None:
+    """No sequence numbers (a cluster's logs: gloo says none), but every rank failed in a
+    collective, the group hung (a timeout ended it) and no rank died by itself, and not all
+    were in the same one: they waited on each other in unlike calls (a barrier inside an if: one
+    rank in barrier, the others in all_reduce). The odd ones out are named; with no majority,
+    every rank."""
+    waits = {r: x.get("waiting") or {} for r, x in ranks.items()}
+    if len(waits) < 2 or any(w.get("seq") is not None or not w.get("op") for w in waits.values()):
+        return None
+    ended = [x.get("ended_by") for x in ranks.values()]
+    if "collective timeout" not in ended or any(x.get("died") for x in ranks.values()):
+        return None  # the group hung (a timeout ended it), and no rank died by itself
+    groups: dict[str, list[int]] = {}
+    for r, w in waits.items():
+        groups.setdefault(w["op"], []).append(r)
+    if len(groups) < 2:
+        return None
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    said = "; ".join(f"{ranks_text(rs)} waited in {waits[rs[0]]['op']}" for rs in ordered)
+    if len(ordered[0]) == len(ordered[1]):
+        return verdict(
+            "desync",
+            sorted(waits),
+            f"{said}, until the group timed out: with no "
+            "majority there is no odd one out, so every rank is named",
+            "hand",
+        )
+    odd = sorted(r for rs in ordered[1:] for r in rs)
+    return verdict(
+        "desync",
+        odd,
+        f"{said}, until the group timed out: they waited on each other "
+        f"in unlike collectives, and {ranks_text(odd)} called another than the others",
+        "hand",
+    )

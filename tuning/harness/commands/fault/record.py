@@ -29,8 +29,9 @@ SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + thi
 
 # (label, pattern) in the order they are looked for; the first match is a rank's signature:
 # the kinds' own (an injected crash, ENOSPC), then what any fault can leave.
+INJECTED = [sig for kind in TABLE.values() for sig in kind.signatures]  # the injectors' own words
 SIGNATURES = [
-    *(sig for kind in TABLE.values() for sig in kind.signatures),
+    *INJECTED,
     # gloo's own size check aborting a rank that received more than it expected: a peer ran
     # another collective or another shape (a desync), not this rank's fault
     ("gloo size check", r"gloo::EnforceNotMet|enforce fail at [^\n]*gloo"),
@@ -54,8 +55,10 @@ _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode
 CLUSTER = {"collective": "NCCL 10 min, gloo 30 min", "rendezvous": "torchrun's join timeout 600 s"}
 
 
-def signature(text: str) -> str | None:
-    for label, pattern in SIGNATURES:
+def signature(text: str, injected: bool = True) -> str | None:
+    """The first label whose pattern the text shows; `injected=False`: only what a user's run
+    would show too (not a kind's own words, such as the desync injector's line)."""
+    for label, pattern in SIGNATURES if injected else SIGNATURES[len(INJECTED) :]:
         if re.search(pattern, text):
             return label
     return None
@@ -144,11 +147,15 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
     else:
         code, sig = None, None
     text = "\n".join([(end or {}).get("error") or "", own_log])
-    found = signature(text)
+    found, seen = signature(text), signature(text, injected=False)
     if found is None and sig == SIGABRT and node.nproc > 1:
         found = _aborted(r, node, log, failures)
     if sig == 9 and found is None or (sig == 9 and not (end or {}).get("error")):
         found = "SIGKILL"
+    if sig == 9 and seen is None or (sig == 9 and not (end or {}).get("error")):
+        seen = "SIGKILL"
+    if seen is None and sig == SIGABRT and node.nproc > 1:
+        seen = _aborted(r, node, log, failures)
     oom = bool(d.get("oom_killed"))
     if oom and r == follow.rank:
         found = "OOM-killed"
@@ -166,6 +173,7 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
         "signal": sig,
         "oom_killed": oom,
         "signature": found,
+        "seen_signature": seen,  # what the verdict reads: a user's run would show it too
         "error": ((end or {}).get("error") or "")[:300] or None,
     }
 

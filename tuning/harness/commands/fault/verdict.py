@@ -49,11 +49,12 @@ def slowed(metrics: dict, fault_at: float) -> float | None:
 
 
 def exits(record: dict, t0: float) -> dict[int, dict]:
-    """Each rank's exit as fault/record.py found it, for the verdict. Its OOM-killed label is
-    given to the rank the fault hit: left out, the verdict reads the signal and the flag."""
+    """Each rank's exit as fault/record.py found it, for the verdict: what a user's run would
+    show (`seen_signature`), never a kind's own words or its OOM-killed label (given to the rank
+    the fault hit): the verdict reads the signal and the container's OOM flag."""
     return {
         x["rank"]: {"code": x["exit_code"], "signal": x["signal"], "oom": x["oom_killed"],
-                    "signature": None if x["signature"] == "OOM-killed" else x["signature"],
+                    "signature": x["seen_signature"],
                     "t": (x["end_t"] or 0) + t0, "by_itself": x["ended_by"] == "itself"}
         for x in record["ranks"]
     }  # fmt: skip

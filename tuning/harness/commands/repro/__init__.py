@@ -72,11 +72,11 @@ def main(a: argparse.Namespace) -> int:
     if rec["verdict"] and rec["verdict"]["culprits"]:
         plan = replay.plan(rec["verdict"], inp, got, f.nproc, bool(f.entry), local_steps(f))
         rec["replay"] = plan and {**plan.__dict__, "command": plan.typed(typed_job(a))}
-    if rec["verdict"] and rec["verdict"]["culprits"] and not rec["replay"]:
-        rec["could_not_tell"].append(
-            f"no fault kind here causes a verdict of {rec['verdict']['class']!r}: nothing to replay"
-        )
-    code = 0 if rec["replay"] else CANNOT_TELL
+    named = bool(rec["verdict"] and rec["verdict"]["culprits"])
+    if named and not rec["replay"]:
+        cls = rec["verdict"]["class"]
+        rec["no_replay"] = f"no fault kind here causes a verdict of {cls!r}: nothing replays it"
+    code = 0 if named else CANNOT_TELL
     if rec["replay"] and a.run:
         rec["run"] = replay_here(a, rec["replay"], rec["verdict"], runs_root, run_id)
         code = 0 if rec["run"]["matches"] else 1
@@ -88,11 +88,13 @@ def main(a: argparse.Namespace) -> int:
     return code
 
 
-def judge(folder: Path) -> tuple[dict, facts.Inputs, source.Read]:
+def judge(folder: Path, records: dict | None = None) -> tuple[dict, facts.Inputs, source.Read]:
     """(the record: what the folder shows, the verdict, what the logs could not tell; the
-    inputs the verdict was given; what was read)."""
+    inputs the verdict was given; what was read). `records`: a harness run's own flight
+    recorder of each rank that failed (run/stacks.py failed), where it has them."""
     got = source.load(folder)
     inp = facts.inputs(got)
+    inp.failed.update(records or {})  # a harness run's own: each failed rank's flight recorder
     rec = {
         "read": {
             "files": got.files,

@@ -50,7 +50,13 @@ def pod_of(got: Read, rank: int, c: Container | None):
 
 def inputs(got: Read) -> Inputs:
     out = Inputs(got.world)
-    waits = [w for c in got.containers for r in c.ranks.values() if (w := waited(r))]
+    # the others' timeouts: where a rank that printed none was elsewhere
+    waits = [
+        w
+        for c in got.containers
+        for r in c.ranks.values()
+        if (w := waited(r)) and r.lost == "collective timeout"
+    ]
     for rank in range(got.world):
         c = container_of(got, rank)
         pod = pod_of(got, rank, c)
@@ -60,13 +66,14 @@ def inputs(got: Read) -> Inputs:
         if seen:
             out.step = max(out.step or 0, seen.step or 0) or out.step
             out.max_steps = out.max_steps or seen.max_steps
-        out.metrics[rank] = _lines(seen)
+        out.metrics[rank] = _lines(seen, _returned(rank, seen, c))
         out.nodes[rank] = _started(seen, pod, c)
         out.exits[rank] = _exit(rank, seen, pod, c)
         if seen and (w := waited(seen)):
             entry = {"seq": w["seq"], "op": w["op"], "state": "scheduled"}
             out.failed[rank] = {"collectives": [entry]}
-        elif seen and waits and not seen.completed:  # the others wait in a collective: it joined
+        elif waits and _ran(rank, seen, c) and not (seen and seen.completed):
+            # the others wait in a collective (so it joined), and it printed no timeout there
             out.failed[rank] = {"collectives": [], "busy": _outside(seen, waits[0])}
     out.known = sum(c.known for c in got.containers)
     _outside_stops(got, out)
@@ -97,22 +104,36 @@ def _late(got: Read, out: Inputs) -> None:
 
 
 def waited(seen: Rank) -> dict | None:
-    """The collective a rank timed out in: its watchdog's (NCCL: op and sequence number), or the
-    torch.distributed call its traceback ended in with a timeout (gloo: no sequence number)."""
+    """The collective a rank waited in when it failed: its watchdog's (NCCL: op and sequence
+    number), or the torch.distributed call its traceback ended in with a timeout or a lost
+    peer (gloo: no sequence number)."""
     if seen.waiting:
         return seen.waiting
-    if seen.lost == "collective timeout" and seen.call:
+    if seen.lost and seen.call:  # the torch.distributed call it was in when a peer failed
         return {"op": seen.call, "seq": None}
     return None
 
 
-def _lines(seen: Rank | None) -> list[dict]:
+def _ran(rank: int, seen: Rank | None, c: Container | None) -> bool:
+    """Its lines, or torchrun's summary of its node, show it ran (a rank that prints nothing
+    of its own is still in its launcher's table of the workers it stopped)."""
+    return seen is not None or bool(c and rank in c.failures)
+
+
+def _returned(rank: int, seen: Rank | None, c: Container | None) -> bool:
+    """torchrun's summary lists every worker that failed: a rank of its node it leaves out
+    returned 0 (its script ended), where its own lines show no error."""
+    listed = bool(c and c.failures) and rank not in c.failures
+    return listed and not (seen and (seen.exception or seen.lost or seen.detail))
+
+
+def _lines(seen: Rank | None, returned: bool = False) -> list[dict]:
     if seen is None:
-        return []
+        return [{"event": "end", "status": "completed"}] if returned else []
     out = [{"event": "phase", "name": "rendezvous"}] if seen.joined else []
     if seen.step:
         out.append({"event": "step", "step": seen.step})
-    if seen.completed:
+    if seen.completed or returned:
         out.append({"event": "end", "status": "completed"})
     elif seen.exception or seen.detail or seen.lost:
         out.append(
@@ -148,12 +169,17 @@ def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
         code = failure["exit"]
         signal = -code if code < 0 else None
     alone = pod is not None and (pod.nproc or (c.nproc if c else 1)) == 1
+    if not alone and c is not None and c.failures and rank not in c.failures:
+        code = 0  # torchrun lists every worker that failed: this one returned 0
     if pod is not None and pod.exit_code is not None and (alone or code is None):
         code = pod.exit_code if code is None else code
         if signal is None and pod.exit_code > 128:
             signal = pod.exit_code - 128
         signal = pod.signal or signal
     lost = seen.lost if seen else None
+    if c is not None and c.aborted and signal == 6 and not lost:
+        sixes = [r for r, f in c.failures.items() if f.get("exit") == -6]
+        lost = c.aborted if sixes == [rank] or (alone and not c.failures) else None
     if lost and signal == 6:  # the watchdog takes the process down: its timeout, not a cause
         signal = None
     oom = bool(pod is not None and pod.reason == "OOMKilled")
@@ -170,12 +196,12 @@ def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
     }
 
 
-def _outside(seen: Rank, wait: dict) -> str:
+def _outside(seen: Rank | None, wait: dict) -> str:
     """What a rank that printed no timeout was doing when the others timed out."""
-    at = f" (its progress bar last showed step {seen.step})" if seen.step else ""
+    at = f" (its progress bar last showed step {seen.step})" if seen and seen.step else ""
+    what = f"{wait['op']} #{wait['seq']}" if wait.get("seq") is not None else wait["op"]
     return (
-        f"outside {wait['op']} #{wait['seq']} by its log: it printed no timeout there, as a "
-        f"rank waiting in it would{at}"
+        f"outside {what} by its log: it printed no timeout there, as a rank waiting in it would{at}"
     )
 
 

@@ -100,6 +100,9 @@ PG_STATUS = re.compile(
 GLOO_CLOSED = re.compile(r"Connection closed by peer")
 GLOO_RESET = re.compile(r"Connection reset by peer|Broken pipe|Socket closed")
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation to complete")
+# gloo's size check (pair.cc, 2.10+): a peer sent more than this rank's buffer holds; raised as
+# gloo::EnforceNotMet on gloo's own thread, it ends the process (std::terminate, SIGABRT)
+GLOO_SIZE = re.compile(r"Received data size doesn't match expected size")
 # NCCL's errors (torch/csrc/distributed/c10d/NCCLUtils.hpp, C10D_NCCL_CHECK; the text after
 # the version is libnccl's ncclGetErrorString): a peer gone or the network.
 NCCL_REMOTE = re.compile(
@@ -155,6 +158,7 @@ MARKERS = (
     PG_STATUS,
     GLOO_CLOSED,
     GLOO_TIMEOUT,
+    GLOO_SIZE,
     NCCL_REMOTE,
     DETAIL,
     CHILD_FAILED,

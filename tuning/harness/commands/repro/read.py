@@ -50,6 +50,7 @@ class Container:
     death_signal_t: float | None = None  # when, where the line had a full time
     rdzv_wait: str | None = None  # the master gave up waiting for the other nodes
     unreachable: str | None = None  # the master's address never resolved or answered
+    aborted: str | None = None  # an unprefixed C++ abort's consequence (gloo's size check)
     empty: bool = True
     known: int = 0  # lines a producer's pattern recognised (none: not torch's logs)
     first_t: float | None = None
@@ -60,6 +61,8 @@ def consequence(text: str) -> str | None:
     """The CONSEQUENCES label (run/verdict.py) of an error a peer's failure or a wait causes."""
     if L.WATCHDOG.search(text) or L.GLOO_TIMEOUT.search(text):
         return "collective timeout"
+    if L.GLOO_SIZE.search(text):
+        return "gloo size check"
     if L.GLOO_CLOSED.search(text):
         return "Connection closed by peer"
     if L.GLOO_RESET.search(text) or L.NCCL_REMOTE.search(text):
@@ -112,6 +115,8 @@ def _container_line(c: Container, line: L.Line, failure: dict) -> None:
             if failure.get("root"):
                 c.root_cause = failure["rank"]
         failure.clear()
+    if line.rank is None and line.local is None and L.GLOO_SIZE.search(text):
+        c.aborted = "gloo size check"  # std::terminate prints no [rankN]: (facts.py places it)
     if m := L.DEATH_SIGNAL.search(text):
         c.death_signal = {"15": "SIGTERM", "2": "SIGINT", "1": "SIGHUP"}.get(m.group(1), m.group(1))
         c.death_signal_t = c.death_signal_t or line.t

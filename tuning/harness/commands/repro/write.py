@@ -31,6 +31,8 @@ def said(rec: dict) -> list[str]:
     if r:
         out.append(f"repro: replay here: {r['command']}")
         out.append(f"repro:   {r['why']}")
+    elif rec.get("no_replay"):
+        out.append(f"repro: {rec['no_replay']}")
     else:
         out.append(f"repro: {COLLECT}")
     run = rec.get("run")
@@ -68,6 +70,8 @@ def markdown(rec: dict) -> str:
     r = rec.get("replay")
     if r:
         lines += ["", "## The replay here", "", "```sh", r["command"], "```", "", r["why"]]
+    elif rec.get("no_replay"):
+        lines += ["", f"No replay: {rec['no_replay']}."]
     else:
         lines += ["", f"To collect next: {COLLECT}."]
     run = rec.get("run")
