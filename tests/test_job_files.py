@@ -121,7 +121,7 @@ def test_a_hugging_face_cache_snapshot_trains(tmp_path, tiny_model, harness_imag
     out = make("up", "GPUS=0", "STEPS=3", "RUN_ID=hfcache", f"MODEL={snapshot}", runs=runs)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((runs / "hfcache" / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["final_step"] == 3, summary
+    assert summary["status"] == "succeeded" and summary["steps"] == 3, summary
     assert f"bound from {snapshot.parents[1]}" in summary["model"]
 
 

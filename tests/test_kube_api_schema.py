@@ -130,12 +130,11 @@ def test_the_checks_can_fail():
     ]
 
 
-def test_the_readmes_claim_example_is_a_valid_claim():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Going to Kubernetes") :]
+def test_the_docs_claim_example_is_a_valid_claim():
+    section = (ROOT / "docs/kubernetes.md").read_text()
     block = re.search(r"```yaml\n(apiVersion: v1\nkind: PersistentVolumeClaim\n.*?)```", section,
                       re.S)  # fmt: skip
-    assert block, "the README's kube section shows a PersistentVolumeClaim"
+    assert block, "docs/kubernetes.md shows a PersistentVolumeClaim"
     claim = yaml.safe_load(block.group(1))
     for version in VERSIONS:
         assert invalid(claim, version) is None

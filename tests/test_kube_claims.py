@@ -87,7 +87,9 @@ def test_an_output_claim_keeps_checkpoints_and_restarts_resume_from_it(tmp_path,
     many = "2 pods write to it: it must be ReadWriteMany"
     one = "one pod writes to it (ReadWriteOnce will do)"
     assert (many if nodes else one) in said
-    assert "output: claim ckpt at /output (made beforehand: README), fsGroup 1000" in said
+    assert (
+        "output: claim ckpt at /output (made beforehand: docs/kubernetes.md), fsGroup 1000" in said
+    )
     for pod in pods(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["output"] == {"name": "output",

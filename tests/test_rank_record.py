@@ -118,3 +118,24 @@ def test_an_exit_from_an_except_keeps_what_was_caught(mounted, tmp_path):
     assert end["error"] == (
         "SystemExit(203) from RuntimeError: Read error [172.19.0.2]:1964: Connection reset by peer"
     )
+
+
+# A trainer that returned, then a SIGTERM while the recorder is still closing its group (its
+# launcher stopping every worker because another failed, as torchrun does): the window is made
+# certain by a destroy_process_group that sends it.
+STOPPED_WHILE_LEAVING = """import os, signal, sys, time, types
+fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                             destroy_process_group=lambda: (os.kill(os.getpid(), signal.SIGTERM),
+                                                            time.sleep(5)))
+sys.modules["torch.distributed"] = fake
+"""
+
+
+def test_a_sigterm_after_the_trainer_returned_keeps_its_completed_end_line(mounted, tmp_path):
+    _, env = mounted
+    (tmp_path / "user/foreign_trainer.py").write_text(STOPPED_WHILE_LEAVING)
+    proc = recorder(env, "cpu")
+    assert proc.returncode == -15, proc.stderr[-3000:]  # the SIGTERM still ends it
+    lines = read_metrics(tmp_path / "out", 0)
+    assert [x["event"] for x in lines[-2:]] == ["signal", "end"], lines
+    assert lines[-1]["status"] == "completed" and lines[-1]["exit_code"] == 0

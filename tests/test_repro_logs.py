@@ -65,7 +65,7 @@ def test_nccl_watchdog_names_the_rank_that_never_entered(version, silent, tmp_pa
     rec = judged(folder)
     v = rec["verdict"]
     assert (v["class"], v["culprits"]) == ("never arrived", [silent]), v
-    assert "allreduce #1580" in v["evidence"], v["evidence"]
+    assert "all_reduce #1580" in v["evidence"], v["evidence"]
     assert rec["read"]["step"] == 151
 
 

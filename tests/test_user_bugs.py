@@ -16,14 +16,16 @@ import pytest
 from conftest import ROOT, leftovers
 
 ARGS = "--steps 30 --timeout 20"
-# bug -> (live verdict, from its logs alone): (class, culprits); None: the logs name nobody
+# bug -> (live verdict, from its logs alone): (class, culprits); None: the logs name nobody.
+# From its logs, early_exit's rank 3 reads as completed or, where torchrun's agent stopped it
+# while it was leaving (a race of milliseconds), as stopped by its launcher: then nobody.
 BUGS = {
-    "early_exit": (("left a collective", [3]), ("left a collective", [3])),
-    "loader_error": (("died", [1]), ("died", [1])),
-    "uneven_pad": (("desync", [3]), None),  # the sizes are in the ranks' records, not the logs
-    "barrier_if": (("desync", [0]), ("desync", [0])),
-    "partial_save": (("desync", [0]), ("desync", [0])),
-    "slow_loader": (("never arrived", [2]), ("never arrived", [2])),
+    "early_exit": (("left a collective", [3]), {("left a collective", (3,)), None}),
+    "loader_error": (("died", [1]), {("died", (1,))}),
+    "uneven_pad": (("desync", [3]), {None}),  # the sizes are in the ranks' records, not the logs
+    "barrier_if": (("desync", [0]), {("desync", (0,))}),
+    "partial_save": (("desync", [0]), {("desync", (0,))}),
+    "slow_loader": (("never arrived", [2]), {("never arrived", (2,))}),
 }
 
 
@@ -64,10 +66,9 @@ def test_a_users_own_bug_is_named_live_and_from_its_logs(bug, bug_runs, tmp_path
     assert leftovers(run_dir.name, run_dir.parent) == []
     code, rec = repro(run_dir, tmp_path)
     got = rec["verdict"] or {"class": None, "culprits": []}
-    if from_logs is None:
-        assert code == 2 and got["culprits"] == [], got  # nothing guessed
-    else:
-        assert code == 0 and (got["class"], got["culprits"]) == from_logs, got
+    read = (got["class"], tuple(got["culprits"])) if got["culprits"] else None
+    assert read in from_logs, got  # never another rank: nothing guessed
+    assert code == (0 if read else 2)
 
 
 # bug -> the kind that injects the same failure, on the same rank of 4 (our trainer)

@@ -101,6 +101,27 @@ def watch_process_group(record: Record) -> None:
     dist.distributed_c10d.init_process_group = init_process_group
 
 
+# How the entry ended, once it has (code, error); its end line once written. A SIGTERM after
+# the entry returned (its launcher stopping every worker once another failed, while this one
+# was still leaving) must not lose the end line that says it completed.
+ENDED: dict = {"returned": None, "written": False}
+
+
+def write_end(record: Record, closed: bool = False) -> None:
+    if ENDED["written"] or ENDED["returned"] is None:
+        return
+    code, error = ENDED["returned"]
+    ENDED["written"] = True
+    record.write(
+        "end",
+        status="completed" if code == 0 else "failed",
+        exit_code=code,
+        error=error,
+        distributed_type=accelerate_distributed_type(),
+        closed_group=closed,
+    )
+
+
 def note_sigterm(record: Record) -> None:
     """A SIGTERM this rank receives is written down at once, then handled as before (the
     trainer's own handler, else the default: the process ends). The verdict tells a rank stopped
@@ -110,6 +131,7 @@ def note_sigterm(record: Record) -> None:
 
     def on_sigterm(signum, frame):
         record.write("signal", name="SIGTERM", pid=os.getpid())
+        write_end(record)  # the entry had returned already: say how
         if callable(previous):
             previous(signum, frame)
             return
@@ -306,12 +328,10 @@ def main() -> int:
         # as an uncaught exception prints: torch's excepthook (set by init_process_group)
         # puts [rankN]: before every line, so the log reads as the script's own run's
         sys.excepthook(type(e), e, e.__traceback__)
+    ENDED["returned"] = (code, error)
     if code != 0:  # what this rank was waiting in when it failed (the host's verdict reads it)
         _beside("stack_dump").at_failure(os.path.dirname(os.path.dirname(record.path)), record.rank)
-    closed = close_group() if code == 0 else False
-    record.write("end", status="completed" if code == 0 else "failed", exit_code=code,
-                 error=error, distributed_type=accelerate_distributed_type(),
-                 closed_group=closed)  # fmt: skip
+    write_end(record, close_group() if code == 0 else False)
     return code
 
 

@@ -1,5 +1,5 @@
 """What each Kubeflow operator does when a training pod's container exits non-zero: its
-restart rules, as functions of the rendered object, so the rehearsal and the README say the
+restart rules, as functions of the rendered object, so the rehearsal and the docs say the
 same thing.
 
 Training Operator V1 (PyTorchJob; kubeflow/trainer release-1.9,

@@ -53,14 +53,17 @@ def main(a: argparse.Namespace) -> int:
 
 def verdict_from_logs(run_dir, summary: dict) -> dict:
     """A failed run the stall watch never judged: the verdict from its logs and its containers'
-    ends, read as `make repro` reads a cluster's (run_dir/kubectl: what kubectl would give), and
-    the flight recorder each failed rank wrote (the sizes a gloo size check does not say)."""
+    ends, read as `make repro` reads a cluster's (run_dir/kubectl: what kubectl would give), with
+    what the ranks recorded themselves: how each ended, and the flight recorder each failed rank
+    wrote (the sizes a gloo size check does not say)."""
     from tuning.harness.commands import repro
     from tuning.harness.commands.repro import collect
     from tuning.harness.run import stacks, verdict_run
 
     view = collect.kubectl_view(run_dir, run_dir / "kubectl")
-    rec, _, _ = repro.judge(view, stacks.failed(run_dir / "output"))
+    output = run_dir / "output"
+    ranks = verdict_run.from_outside(runs.read_metrics(output), run_dir / "logs")
+    rec, _, _ = repro.judge(view, stacks.failed(output), ranks)
     v = rec["verdict"]
     if not v:
         return summary

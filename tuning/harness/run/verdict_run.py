@@ -50,14 +50,21 @@ def fr_of(nodes, taken: dict | None) -> dict | None:
 # torch/distributed/elastic/multiprocessing/api.py SubprocessContext._close: the launcher stops
 # its other workers after one failed ("Sending process 18209 closing signal SIGTERM")
 _CLOSING = re.compile(r"Sending process (\d+) closing signal SIGTERM")
+# torch/distributed/elastic/agent/server/api.py SimpleElasticAgent.run: the launcher itself got
+# a signal from outside and stops its workers with it
+_TOLD = re.compile(r"Received (?:Signals\.)?(?:SIGTERM|15) death signal")
 
 
 def from_outside(metrics: dict, logs: Path) -> dict:
-    """The metrics without the SIGTERMs a rank's own launcher sent it (its node's log says
-    which pids it stopped): those are a failure's consequence, not a stop from outside."""
-    sent = {
-        int(p) for f in logs.glob("*.log") for p in _CLOSING.findall(f.read_text(errors="replace"))
-    }
+    """The metrics without the SIGTERMs a rank's own launcher sent it after another worker
+    failed (its node's log says which pids it stopped): a failure's consequence, not a stop from
+    outside. A launcher that was itself told to stop (torchrun's "Received 15 death signal")
+    passes the stop on: those stay."""
+    sent = set()
+    for f in logs.glob("*.log"):
+        text = f.read_text(errors="replace")
+        if not _TOLD.search(text):
+            sent |= {int(p) for p in _CLOSING.findall(text)}
     return {
         r: [y for y in lines if not (y.get("event") == "signal" and y.get("pid") in sent)]
         for r, lines in metrics.items()

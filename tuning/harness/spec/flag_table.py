@@ -90,7 +90,7 @@ TABLE = (
     ),  # fmt: skip
     Flag(
         "ENTRY",
-        "your trainer: a script (train.py, in SRC) or a module (README: a trainer of your own)",
+        "your trainer: a script (train.py, in SRC) or a module (docs/your-job.md)",
         JOB,
         "x.py|mod",
     ),  # fmt: skip

@@ -63,7 +63,8 @@ def said(layout: JobLayout, objects: tuple, model, data, accelerate_config: Path
             else "one pod writes to it (ReadWriteOnce will do)"
         )
         resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
-        lines.append(f"output: claim {claim} at {OUTPUT_DIR} (made beforehand: README), "
+        made = "made beforehand: docs/kubernetes.md"
+        lines.append(f"output: claim {claim} at {OUTPUT_DIR} ({made}), "
                      f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}")  # fmt: skip
     elif max_restarts:
         lines.append(f"output: an emptyDir at {OUTPUT_DIR}, gone with its pod: each of the "

@@ -88,13 +88,19 @@ def main(a: argparse.Namespace) -> int:
     return code
 
 
-def judge(folder: Path, records: dict | None = None) -> tuple[dict, facts.Inputs, source.Read]:
+def judge(
+    folder: Path, records: dict | None = None, metrics: dict | None = None
+) -> tuple[dict, facts.Inputs, source.Read]:
     """(the record: what the folder shows, the verdict, what the logs could not tell; the
     inputs the verdict was given; what was read). `records`: a harness run's own flight
-    recorder of each rank that failed (run/stacks.py failed), where it has them."""
+    recorder of each rank that failed (run/stacks.py failed), and `metrics` its ranks' own
+    lines (how each ended, the SIGTERMs from outside), where it has them."""
     got = source.load(folder)
     inp = facts.inputs(got)
     inp.failed.update(records or {})  # a harness run's own: each failed rank's flight recorder
+    for rank, lines in (metrics or {}).items():  # ... and its ranks' own lines (ends, signals)
+        if rank in inp.metrics and any(y.get("event") == "end" for y in lines):
+            inp.metrics[rank] = lines
     rec = {
         "read": {
             "files": got.files,

@@ -139,7 +139,7 @@ def _rank_line(r: Rank, line: L.Line) -> None:
     if m := L.WATCHDOG.search(text):
         pg = L.PG_NAME.search(text)
         r.waiting = {
-            "op": m.group(3).lower(),
+            "op": L.OPS.get(m.group(3), m.group(3).lower()),
             "seq": int(m.group(2)),
             "pg": (pg.group(2) or pg.group(1)) if pg else None,
         }

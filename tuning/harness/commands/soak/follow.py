@@ -138,8 +138,9 @@ class SoakFollow:
         steps = self.mtbf.in_steps(self.step_s)
         self.plan = soak_plan.Plan(self.k["fault_seed"], steps, self.k["world_size"],
                                    self.k["kinds"])  # fmt: skip
+        again = "" if self.mtbf.steps else f" (MTBF={steps}steps fails another soak at these steps)"
         self.say(f"step {self.step_s:.3f} s; MTBF {steps} steps; failures drawn from "
-                 f"FAULT_SEED={self.k['fault_seed']}")  # fmt: skip
+                 f"FAULT_SEED={self.k['fault_seed']}{again}")  # fmt: skip
         self.arm(1)
         return True
 
