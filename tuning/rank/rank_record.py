@@ -131,6 +131,10 @@ def note_sigterm(record: Record) -> None:
 
     def on_sigterm(signum, frame):
         record.write("signal", name="SIGTERM", pid=os.getpid())
+        if ENDED["returned"] is None:  # stopped while it ran: what it was waiting in, as a
+            # failing rank writes it (a launcher stopping it may beat its own failure)
+            out = os.path.dirname(os.path.dirname(record.path))
+            _beside("stack_dump").at_failure(out, record.rank)
         write_end(record)  # the entry had returned already: say how
         if callable(previous):
             previous(signum, frame)

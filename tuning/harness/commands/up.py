@@ -39,7 +39,9 @@ def main(a: argparse.Namespace) -> int:
                  "before the run")  # fmt: skip
     summary = lifecycle.start(spec, on_tick=watch)
     run_dir = spec.runs_root / spec.layout.run_id
-    if summary["status"] == "failed" and not summary.get("verdict"):
+    # a stall's verdict that named nobody (taken while a script with no step lines was still
+    # busy, say) gives way to the one its end shows
+    if summary["status"] == "failed" and not (summary.get("verdict") or {}).get("culprits"):
         summary = verdict_from_logs(run_dir, summary)
     m = timeouts.measured(run_dir)
     if m is not None:  # the stall time the watch used: set, or the default from this run's steps

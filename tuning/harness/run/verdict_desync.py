@@ -28,8 +28,11 @@ def shape(p: dict) -> str:
 
 
 def _histories(ranks) -> dict[int, dict[int, dict]]:
-    return {r: {c["seq"]: c for c in x["fr"] if c.get("seq") is not None}
-            for r, x in ranks.items() if x.get("fr")}  # fmt: skip
+    return {
+        r: {c["seq"]: c for c in x["fr"] if c.get("seq") is not None}
+        for r, x in ranks.items()
+        if x.get("fr")
+    }
 
 
 def first_disagreement(hist) -> tuple[int, dict[tuple, list[int]]] | None:
@@ -52,26 +55,54 @@ def desync(ranks) -> dict | None:
         return by_caller(ranks) or by_op(ranks)
     seq, groups = found
     ordered = sorted(groups.values(), key=len, reverse=True)
+    if len(ordered[0]) == len(ordered[1]) and sum(map(len, ordered)) < len(ranks):
+        # a tie among the ranks that recorded it, others silent: which is odd is not known
+        said = "; ".join(f"{ranks_text(rs)} called {shape(hist[rs[0]][seq])}" for rs in ordered)
+        silent = sorted(set(ranks) - {r for rs in ordered for r in rs})
+        return verdict(
+            "desync",
+            [],
+            f"{said} as collective #{seq}, and {ranks_text(silent)} "
+            "recorded nothing there: no majority, and no odd one out can be named",
+            "hand",
+            seq=seq,
+        )
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
         said = "; ".join(f"{ranks_text(rs)} called {shape(hist[rs[0]][seq])}" for rs in ordered)
         named = sorted(r for rs in ordered for r in rs)
-        return verdict("desync", named, f"{said} as collective #{seq}: with no majority there is "
-                       f"no odd one out, so every rank is named{_hint(hist, seq, ordered)}",
-                       "hand", seq=seq)  # fmt: skip
+        return verdict(
+            "desync",
+            named,
+            f"{said} as collective #{seq}: with no majority there is "
+            f"no odd one out, so every rank is named{_hint(hist, seq, ordered)}",
+            "hand",
+            seq=seq,
+        )
     most, odd = ordered[0], sorted(r for rs in ordered[1:] for r in rs)
     theirs, mine = hist[most[0]][seq], hist[odd[0]][seq]
     follows = successor(hist[most[0]], theirs)
     waits, after = _after(hist[most[0]], seq)
     if follows and all(sig(hist[r][seq]) == follows for r in odd):
         where = f", where {ranks_text(most)} wait" if waits else f" ({ranks_text(most)} {after})"
-        return verdict("left a collective", odd, f"{ranks_text(odd)} skipped {shape(theirs)} "
-                       f"#{seq}{where}, and went on to {shape(mine)}{_site(ranks, odd[0], seq)}, "
-                       "the collective that follows it (its sequence numbers are shifted by one "
-                       "from there on)", "hand", seq=seq)  # fmt: skip
+        return verdict(
+            "left a collective",
+            odd,
+            f"{ranks_text(odd)} skipped {shape(theirs)} "
+            f"#{seq}{where}, and went on to {shape(mine)}{_site(ranks, odd[0], seq)}, "
+            "the collective that follows it (its sequence numbers are shifted by one "
+            "from there on)",
+            "hand",
+            seq=seq,
+        )
     said = "; ".join(f"rank {r} called {shape(hist[r][seq])}{_site(ranks, r, seq)}" for r in odd)
     where = " and wait in it" if waits else (f", {after}" if after else "")
-    return verdict("desync", odd, f"{said} as collective #{seq}, where {ranks_text(most)} "
-                   f"called {shape(theirs)}{where}", "hand", seq=seq)  # fmt: skip
+    return verdict(
+        "desync",
+        odd,
+        f"{said} as collective #{seq}, where {ranks_text(most)} called {shape(theirs)}{where}",
+        "hand",
+        seq=seq,
+    )
 
 
 def _after(history: dict[int, dict], seq: int) -> tuple[bool, str]:
@@ -107,9 +138,11 @@ def _hint(hist, seq, ordered) -> str:
     for mine, other in ((a, b), (b, a)):
         follows = successor(hist[other[0]], hist[other[0]][seq])
         if follows and sig(hist[mine[0]][seq]) == follows:
-            return (f" ({ranks_text(mine)}'s {hist[mine[0]][seq]['op']} is the collective that "
-                    f"follows {hist[other[0]][seq]['op']} in {ranks_text(other)}'s own history: "
-                    f"{ranks_text(mine)} may have skipped it)")  # fmt: skip
+            return (
+                f" ({ranks_text(mine)}'s {hist[mine[0]][seq]['op']} is the collective that "
+                f"follows {hist[other[0]][seq]['op']} in {ranks_text(other)}'s own history: "
+                f"{ranks_text(mine)} may have skipped it)"
+            )
     return ""
 
 
@@ -140,12 +173,23 @@ def by_caller(ranks) -> dict | None:
         f"{ranks_text(rs)} called {at[rs[0]][2]} from {at[rs[0]][1]}" for rs in ordered
     )
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
-        return verdict("desync", sorted(at), f"{said}, each as collective #{seq}: with no "
-                       "majority there is no odd one out, so every rank is named", "hand",
-                       seq=seq)  # fmt: skip
+        return verdict(
+            "desync",
+            sorted(at),
+            f"{said}, each as collective #{seq}: with no "
+            "majority there is no odd one out, so every rank is named",
+            "hand",
+            seq=seq,
+        )
     odd = sorted(r for rs in ordered[1:] for r in rs)
-    return verdict("desync", odd, f"{said}, each as collective #{seq}: {ranks_text(odd)} called "
-                   "it from elsewhere than the others", "hand", seq=seq)  # fmt: skip
+    return verdict(
+        "desync",
+        odd,
+        f"{said}, each as collective #{seq}: {ranks_text(odd)} called "
+        "it from elsewhere than the others",
+        "hand",
+        seq=seq,
+    )
 
 
 def by_op(ranks) -> dict | None:

@@ -97,7 +97,8 @@ def judge(
     lines (how each ended, the SIGTERMs from outside), where it has them."""
     got = source.load(folder)
     inp = facts.inputs(got)
-    inp.failed.update(records or {})  # a harness run's own: each failed rank's flight recorder
+    for rank, rec in (records or {}).items():  # a harness run's own: each failed rank's flight
+        inp.failed[rank] = {**inp.failed.get(rank, {}), **rec}  # recorder, beside what logs say
     for rank, lines in (metrics or {}).items():  # ... and its ranks' own lines (ends, signals)
         if rank in inp.metrics and any(y.get("event") == "end" for y in lines):
             inp.metrics[rank] = lines
