@@ -77,13 +77,18 @@ def child_host(data: str, out: str, model: str) -> dict:
     from tuning.harness.spec.preflight import check_data
     from tuning.sft.config import parse_args
 
-    cfg = parse_args(["--model_name_or_path", model, "--training_data_path", data,
-                      "--output_dir", out])  # fmt: skip
+    cfg = parse_args(
+        ["--model_name_or_path", model, "--training_data_path", data, "--output_dir", out]
+    )
     base = status("VmRSS")
     t0, c0 = time.perf_counter(), time.process_time()
     check_data(data, cfg)
-    return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "base": base,
-            "peak": status("VmHWM")}  # fmt: skip
+    return {
+        "seconds": time.perf_counter() - t0,
+        "cpu": time.process_time() - c0,
+        "base": base,
+        "peak": status("VmHWM"),
+    }
 
 
 def child_rank(data: str, out: str, model: str) -> dict:
@@ -93,8 +98,18 @@ def child_rank(data: str, out: str, model: str) -> dict:
     from tuning import sft_trainer
     from tuning.sft.config import parse_args
 
-    cfg = parse_args(["--model_name_or_path", model, "--training_data_path", data,
-                      "--output_dir", out, "--max_seq_length", "128"])  # fmt: skip
+    cfg = parse_args(
+        [
+            "--model_name_or_path",
+            model,
+            "--training_data_path",
+            data,
+            "--output_dir",
+            out,
+            "--max_seq_length",
+            "128",
+        ]
+    )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -107,11 +122,18 @@ def child_rank(data: str, out: str, model: str) -> dict:
     peak = status("VmHWM")
     for i in range(len(ds)):  # an epoch's reads: every row once (the shared pages mapped in)
         ds[i]
-    result = {"seconds": t2 - t0, "load_s": t1 - t0, "cpu": c2 - c0, "load_cpu": c1 - c0,
-              "tokenize_cpu": c2 - c1,
-              "base": base,
-              "peak": peak, "records": len(ds), "tokenized": ds.nbytes,
-              "after_epoch": {k: status(k) for k in ("Rss", "Pss", "Private")}}  # fmt: skip
+    result = {
+        "seconds": t2 - t0,
+        "load_s": t1 - t0,
+        "cpu": c2 - c0,
+        "load_cpu": c1 - c0,
+        "tokenize_cpu": c2 - c1,
+        "base": base,
+        "peak": peak,
+        "records": len(ds),
+        "tokenized": ds.nbytes,
+        "after_epoch": {k: status(k) for k in ("Rss", "Pss", "Private")},
+    }
     if dist.is_initialized():
         result["rank"] = dist.get_rank()
         dist.barrier()
@@ -127,8 +149,14 @@ def run_child(kind: str, data: Path, work: Path, ranks: int = 1) -> list[dict]:
     if ranks > 1:
         args = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     node_peak = [0]
 
     def sample():
@@ -197,18 +225,40 @@ def main() -> None:
             (rank,) = run_child("rank", data, work)
             assert rank["records"] == n, rank
             per_record[(fmt, n)] = (host["cpu"] / n, rank["cpu"] / n)
-            rows.append([fmt, f"{n:,}", f"{data.stat().st_size / MIB:,.0f}",
-                         f"{host['cpu']:.2f} ({host['seconds']:.2f})",
-                         f"{n / host['cpu']:,.0f}", f"{host['peak'] / MIB:,.0f}",
-                         f"{rank['load_cpu']:.2f}", f"{rank['tokenize_cpu']:.2f}",
-                         f"{n / rank['cpu']:,.0f} ({n / rank['seconds']:,.0f})",
-                         f"{rank['peak'] / MIB:,.0f} ({rank['base'] / MIB:,.0f})",
-                         f"{rank['tokenized'] / MIB:,.1f}"])  # fmt: skip
+            rows.append(
+                [
+                    fmt,
+                    f"{n:,}",
+                    f"{data.stat().st_size / MIB:,.0f}",
+                    f"{host['cpu']:.2f} ({host['seconds']:.2f})",
+                    f"{n / host['cpu']:,.0f}",
+                    f"{host['peak'] / MIB:,.0f}",
+                    f"{rank['load_cpu']:.2f}",
+                    f"{rank['tokenize_cpu']:.2f}",
+                    f"{n / rank['cpu']:,.0f} ({n / rank['seconds']:,.0f})",
+                    f"{rank['peak'] / MIB:,.0f} ({rank['base'] / MIB:,.0f})",
+                    f"{rank['tokenized'] / MIB:,.1f}",
+                ]
+            )
             print(rows[-1], flush=True)
-    print(table(rows, ["format", "records", "file MiB", "host check CPU s (wall)",
-                       "host records/s", "host peak RSS MiB", "rank load CPU s",
-                       "rank tokenize CPU s", "rank records/s CPU (wall)",
-                       "rank peak RSS MiB (base)", "tokenized MiB"]))  # fmt: skip
+    print(
+        table(
+            rows,
+            [
+                "format",
+                "records",
+                "file MiB",
+                "host check CPU s (wall)",
+                "host records/s",
+                "host peak RSS MiB",
+                "rank load CPU s",
+                "rank tokenize CPU s",
+                "rank records/s CPU (wall)",
+                "rank peak RSS MiB (base)",
+                "tokenized MiB",
+            ],
+        )
+    )
     small, large = min(sizes), max(sizes)
     print(f"\nper-record CPU time at {large:,} / at {small:,} (goal <= 1.5):")
     for fmt in args.formats.split(","):
@@ -229,18 +279,40 @@ def ranks_table(work: Path, args) -> None:
         peak = max(r["peak"] - r["base"] for r in results)
         private = max(r["after_epoch"]["Private"] for r in results)
         pss = sum(r["after_epoch"]["Pss"] for r in results)
-        rows.append([f"{n:,}", args.ranks, f"{wall:.1f}",
-                     f"{max(r['cpu'] for r in results):.1f}",
-                     f"{peak / MIB:,.0f}", f"{peak / n:,.0f}", f"{private / MIB:,.0f}",
-                     f"{pss / MIB:,.0f}", f"{results[0]['node_pss_peak'] / MIB:,.0f}",
-                     f"{results[0]['tokenized'] / MIB:,.1f}",
-                     f"{results[0]['tokenized'] / n:,.0f}"])  # fmt: skip
+        rows.append(
+            [
+                f"{n:,}",
+                args.ranks,
+                f"{wall:.1f}",
+                f"{max(r['cpu'] for r in results):.1f}",
+                f"{peak / MIB:,.0f}",
+                f"{peak / n:,.0f}",
+                f"{private / MIB:,.0f}",
+                f"{pss / MIB:,.0f}",
+                f"{results[0]['node_pss_peak'] / MIB:,.0f}",
+                f"{results[0]['tokenized'] / MIB:,.1f}",
+                f"{results[0]['tokenized'] / n:,.0f}",
+            ]
+        )
         print(rows[-1], flush=True)
-    print(table(rows, ["records", "ranks", "wall s", "most CPU s of a rank",
-                       "per-rank peak growth MiB", "per-rank peak growth B/record",
-                       "per-rank private after epoch MiB", "node PSS after epoch MiB",
-                       "node PSS peak MiB", "tokenized MiB (one copy)",
-                       "tokenized B/record"]))  # fmt: skip
+    print(
+        table(
+            rows,
+            [
+                "records",
+                "ranks",
+                "wall s",
+                "most CPU s of a rank",
+                "per-rank peak growth MiB",
+                "per-rank peak growth B/record",
+                "per-rank private after epoch MiB",
+                "node PSS after epoch MiB",
+                "node PSS peak MiB",
+                "tokenized MiB (one copy)",
+                "tokenized B/record",
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ def peak_for(name: str) -> tuple[float, str] | None:
 
 
 def unknown(name: str) -> str:
-    return (f"no dense bf16 peak known for the GPU {name!r} (benchmarks/gpu_peaks.py lists the "
-            "common parts): pass --peak-tflops N, its dense (no sparsity) bf16 TFLOP/s from "
-            "the vendor's datasheet")  # fmt: skip
+    return (
+        f"no dense bf16 peak known for the GPU {name!r} (benchmarks/gpu_peaks.py lists the "
+        "common parts): pass --peak-tflops N, its dense (no sparsity) bf16 TFLOP/s from "
+        "the vendor's datasheet"
+    )
 
 
 def resolve_peak(given: float | None, gpu: str | None) -> tuple[float, str]:
@@ -63,8 +65,10 @@ def resolve_peak(given: float | None, gpu: str | None) -> tuple[float, str]:
         return given, "given (--peak-tflops)"
     name = gpu or _device_name()
     if not name:
-        raise ValueError("no GPU to take the peak from (no --gpu, and torch sees no GPU): pass "
-                         "--gpu NAME or --peak-tflops N")  # fmt: skip
+        raise ValueError(
+            "no GPU to take the peak from (no --gpu, and torch sees no GPU): pass "
+            "--gpu NAME or --peak-tflops N"
+        )
     found = peak_for(name)
     if found is None:
         raise ValueError(unknown(name))

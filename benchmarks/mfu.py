@@ -220,11 +220,17 @@ def _parse(argv):
     p.add_argument("--sample", metavar="DIR", help="write a made-up run to DIR and compute on it")
     p.add_argument("--seq-len", type=int, help="t in the formula (default: measured)")
     env_peak = os.environ.get("PEAK_TFLOPS")
-    p.add_argument("--peak-tflops", type=float, default=float(env_peak) if env_peak else None,
-                   help="peak per device, dense bf16 TFLOP/s; always wins (default: "
-                        "$PEAK_TFLOPS, else the table's figure for --gpu)")  # fmt: skip
-    p.add_argument("--gpu", help="the GPU's name, as nvidia-smi or torch gives it (default: "
-                                 "torch's name of device 0)")  # fmt: skip
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=float(env_peak) if env_peak else None,
+        help="peak per device, dense bf16 TFLOP/s; always wins (default: "
+        "$PEAK_TFLOPS, else the table's figure for --gpu)",
+    )
+    p.add_argument(
+        "--gpu",
+        help="the GPU's name, as nvidia-smi or torch gives it (default: torch's name of device 0)",
+    )
     p.add_argument("--skip-steps", type=int, default=DEFAULT_SKIP_STEPS)
     p.add_argument("--json", help="write the result (or, with --command, the report) here")
     p.add_argument("--probe", help="the all-reduce probe's probe.json (report)")
@@ -267,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run = a.run or mfu_report.write_sample(a.sample)
     try:
-        result = compute(a.model, run, a.seq_len, peak_tflops=peak, skip=a.skip_steps,
-                         peak_source=source)  # fmt: skip
+        result = compute(
+            a.model, run, a.seq_len, peak_tflops=peak, skip=a.skip_steps, peak_source=source
+        )
     except (OSError, ValueError, KeyError) as exc:
         print(f"mfu: error: {exc}", file=sys.stderr)
         return 1
@@ -279,10 +286,15 @@ def main(argv: list[str] | None = None) -> int:
         if a.probe:
             log = Path(a.probe_log).read_text(errors="replace") if a.probe_log else ""
             probe = mfu_report.probe_summary(json.loads(Path(a.probe).read_text()), log)
-        doc = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-               "command": a.command, "job": json.loads(a.job), "machine": mfu_report.machine(),
-               "probe": probe, "train": result,
-               "layouts": mfu_report.layouts(a.layouts, a.layouts_skipped)}  # fmt: skip
+        doc = {
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": a.command,
+            "job": json.loads(a.job),
+            "machine": mfu_report.machine(),
+            "probe": probe,
+            "train": result,
+            "layouts": mfu_report.layouts(a.layouts, a.layouts_skipped),
+        }
         section = mfu_report.markdown(doc)
         if a.markdown:
             Path(a.markdown).write_text(section)

@@ -24,30 +24,46 @@ def print_result(r: dict, out=None) -> None:
     m = r["model"]
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "n/a"  # noqa: E731
     num = lambda x: f"{x:,.0f}" if x is not None else "n/a"  # noqa: E731
-    print(f"mfu: params {m['params']:,}  non-embedding {m['non_embedding']:,}"
-          f"  (embedding {m['embedding']:,})", file=out)  # fmt: skip
-    print(f"mfu: FLOPs/token {r['flops_per_token']:,} = 6N {r['flops_per_token_dense']:,}"
-          f" + attention {r['flops_per_token_attention']:,}  (l={m['layers']} h={m['heads']}"
-          f" q={m['head_dim']} t={r['seq_len']}, {r['seq_len_source']})", file=out)  # fmt: skip
-    print(f"mfu: tokens/s {num(r['tokens_per_s'])} ({r['world_size']} device(s),"
-          f" {num(r['tokens_per_s_per_device'])} per device, trainer's, {r['tokens_per_s_steps']}"
-          f" steps after warm-up)  MFU {pct(r['mfu'])} of {r['peak_tflops']:g} TFLOP/s",
-          file=out)  # fmt: skip
+    print(
+        f"mfu: params {m['params']:,}  non-embedding {m['non_embedding']:,}"
+        f"  (embedding {m['embedding']:,})",
+        file=out,
+    )
+    print(
+        f"mfu: FLOPs/token {r['flops_per_token']:,} = 6N {r['flops_per_token_dense']:,}"
+        f" + attention {r['flops_per_token_attention']:,}  (l={m['layers']} h={m['heads']}"
+        f" q={m['head_dim']} t={r['seq_len']}, {r['seq_len_source']})",
+        file=out,
+    )
+    print(
+        f"mfu: tokens/s {num(r['tokens_per_s'])} ({r['world_size']} device(s),"
+        f" {num(r['tokens_per_s_per_device'])} per device, trainer's, {r['tokens_per_s_steps']}"
+        f" steps after warm-up)  MFU {pct(r['mfu'])} of {r['peak_tflops']:g} TFLOP/s",
+        file=out,
+    )
     s = r["steady"]
-    print(f"mfu: steady (skip {s['skip_steps']}, {s['steps']} steps): tokens/s"
-          f" {num(s['tokens_per_s'])}  MFU {pct(s['mfu'])}  step {s['step_s_median']} s median",
-          file=out)  # fmt: skip
+    print(
+        f"mfu: steady (skip {s['skip_steps']}, {s['steps']} steps): tokens/s"
+        f" {num(s['tokens_per_s'])}  MFU {pct(s['mfu'])}  step {s['step_s_median']} s median",
+        file=out,
+    )
 
 
 def machine() -> dict:
     """The GPU (nvidia-smi), torch and CUDA, the libraries, the host."""
-    out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                 "kernel": platform.release()}  # fmt: skip
+    out: dict = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+    }
     try:
         res = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         keys = ("name", "driver", "memory")
         out["gpus"] = [
             dict(zip(keys, (f.strip() for f in line.split(",")), strict=False))
@@ -98,11 +114,17 @@ def layouts(report_json: str | None, skipped: str | None) -> dict:
     for lay in bench.get("layouts") or []:
         d = (derived.get("layouts") or {}).get(lay["name"]) or {}
         reps = lay.get("repeats") or []
-        out.append({"name": lay["name"], "transport": d.get("transport") or [],
-                    "busbw_GBps": d.get("busbw_largest_GBps"),
-                    "step_s": (d.get("step_s") or {}).get("median"),
-                    "status": sorted({r.get(k) for r in reps for k in ("status", "probe_status")
-                                      if r.get(k)})})  # fmt: skip
+        out.append(
+            {
+                "name": lay["name"],
+                "transport": d.get("transport") or [],
+                "busbw_GBps": d.get("busbw_largest_GBps"),
+                "step_s": (d.get("step_s") or {}).get("median"),
+                "status": sorted(
+                    {r.get(k) for r in reps for k in ("status", "probe_status") if r.get(k)}
+                ),
+            }
+        )
     return {"report": str(report_json), "layouts": out}
 
 
@@ -110,13 +132,19 @@ def _layout_lines(part: dict) -> list[str]:
     if "layouts" not in part:
         return ["", f"Compose layouts (2 GPUs): skipped: {part['skipped']}."]
     bench = "`make bench GPUS=2 REPEAT=1 STEPS=5`"
-    lines = ["", f"Compose layouts, 2 GPUs ({bench}: {part['report']})",
-             "", "| layout | NCCL transport | busbw at largest (GB/s) | step s | status |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "",
+        f"Compose layouts, 2 GPUs ({bench}: {part['report']})",
+        "",
+        "| layout | NCCL transport | busbw at largest (GB/s) | step s | status |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for x in part["layouts"]:
         busbw = "n/a" if x["busbw_GBps"] is None else f"{x['busbw_GBps']:.1f}"
-        lines.append(f"| {x['name']} | {', '.join(x['transport']) or 'n/a'} | {busbw} | "
-                     f"{_s(x['step_s'])} | {', '.join(x['status']) or '?'} |")  # fmt: skip
+        lines.append(
+            f"| {x['name']} | {', '.join(x['transport']) or 'n/a'} | {busbw} | "
+            f"{_s(x['step_s'])} | {', '.join(x['status']) or '?'} |"
+        )
     return lines
 
 
@@ -226,9 +254,19 @@ def write_sample(run_dir: str | Path, steps: int = 10, batch: int = 8, seq: int 
     """A made-up run: train_summary.json and rank0.jsonl, 1 rank, 0.5 s steps."""
     run_dir = Path(run_dir)
     (run_dir / "metrics").mkdir(parents=True, exist_ok=True)
-    rows = [{"event": "step", "rank": 0, "world_size": 1, "step": i + 1, "loss": 10.0 - i * 0.1,
-             "tokens": batch * seq, "step_s": 2.0 if i == 0 else 0.5,
-             "samples": list(range(i * batch, (i + 1) * batch))} for i in range(steps)]  # fmt: skip
+    rows = [
+        {
+            "event": "step",
+            "rank": 0,
+            "world_size": 1,
+            "step": i + 1,
+            "loss": 10.0 - i * 0.1,
+            "tokens": batch * seq,
+            "step_s": 2.0 if i == 0 else 0.5,
+            "samples": list(range(i * batch, (i + 1) * batch)),
+        }
+        for i in range(steps)
+    ]
     (run_dir / "metrics/rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     timed = rows[2:]
     summary = {
@@ -241,5 +279,5 @@ def write_sample(run_dir: str | Path, steps: int = 10, batch: int = 8, seq: int 
         "tokens_per_s_steps": len(timed),
         "tokens_per_s": sum(r["tokens"] for r in timed) / sum(r["step_s"] for r in timed),
     }
-    (run_dir / "train_summary.json").write_text(json.dumps(summary))  # fmt: skip
+    (run_dir / "train_summary.json").write_text(json.dumps(summary))
     return run_dir

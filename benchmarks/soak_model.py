@@ -41,10 +41,28 @@ CALIBRATION_SAVE_EVERY = 20
 
 
 def soak(args, run_id: str, mtbf: str, duration: str, save_every: int) -> dict:
-    cmd = [sys.executable, "-m", "tuning.harness", "soak", "--runs", args.runs,
-           "--run-id", run_id, "--mtbf", mtbf, "--duration", duration,
-           "--save-every", str(save_every), "--kinds", "kill",
-           "--fault-seed", str(args.fault_seed), "--layout", args.layout]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuning.harness",
+        "soak",
+        "--runs",
+        args.runs,
+        "--run-id",
+        run_id,
+        "--mtbf",
+        mtbf,
+        "--duration",
+        duration,
+        "--save-every",
+        str(save_every),
+        "--kinds",
+        "kill",
+        "--fault-seed",
+        str(args.fault_seed),
+        "--layout",
+        args.layout,
+    ]
     t = time.time()
     print("+ " + " ".join(cmd[2:]), flush=True)
     done = subprocess.run(cmd, cwd=ROOT)
@@ -58,11 +76,19 @@ def soak(args, run_id: str, mtbf: str, duration: str, save_every: int) -> dict:
 def pooled(recs: list[dict]) -> dict:
     """C, R and the step time of the soaks together: medians of every save, restart, step."""
     saves = [s["save_s"] for r in recs for s in r["saves"]["each"]]
-    restarts = [f["restart_cost_s"] for r in recs for f in r["failures"]
-                if f.get("restart_cost_s") is not None]  # fmt: skip
-    return {"save_s": statistics.median(saves), "restart_s": statistics.median(restarts),
-            "step_s": statistics.median(r["step_s"] for r in recs),
-            "saves": len(saves), "restarts": len(restarts)}  # fmt: skip
+    restarts = [
+        f["restart_cost_s"]
+        for r in recs
+        for f in r["failures"]
+        if f.get("restart_cost_s") is not None
+    ]
+    return {
+        "save_s": statistics.median(saves),
+        "restart_s": statistics.median(restarts),
+        "step_s": statistics.median(r["step_s"] for r in recs),
+        "saves": len(saves),
+        "restarts": len(restarts),
+    }
 
 
 def table(recs: list[dict], names: list[str], c: dict, mtbf_steps: int) -> tuple[list, str]:
@@ -74,21 +100,36 @@ def table(recs: list[dict], names: list[str], c: dict, mtbf_steps: int) -> tuple
         exact = renewal(tau, c["save_s"], c["restart_s"], m)
         iv = r.get("ett_interval")
         inside = bool(iv and iv[0] <= pred <= iv[1])
-        rows.append({"interval": name, "save_steps": r["save_steps"], "tau_s": round(tau, 2),
-                     "predicted": round(pred, 4), "renewal": round(exact, 4),
-                     "measured": r.get("ett"), "measured_interval": iv,
-                     "failures": len(r["failures"]), "wall_s": r.get("wall_s"),
-                     "inside": inside, "run_id": r["run_id"], "took_s": r["took_s"]})  # fmt: skip
-    out.append("| interval | save every | predicted ETT (Young/Daly) | renewal model | measured "
-               "ETT | 90 % interval | failures | inside |")  # fmt: skip
+        rows.append(
+            {
+                "interval": name,
+                "save_steps": r["save_steps"],
+                "tau_s": round(tau, 2),
+                "predicted": round(pred, 4),
+                "renewal": round(exact, 4),
+                "measured": r.get("ett"),
+                "measured_interval": iv,
+                "failures": len(r["failures"]),
+                "wall_s": r.get("wall_s"),
+                "inside": inside,
+                "run_id": r["run_id"],
+                "took_s": r["took_s"],
+            }
+        )
+    out.append(
+        "| interval | save every | predicted ETT (Young/Daly) | renewal model | measured "
+        "ETT | 90 % interval | failures | inside |"
+    )
     out.append("|" + " --- |" * 8)
     for x in rows:
         iv = x["measured_interval"]
         span = f"{100 * iv[0]:.1f}-{100 * iv[1]:.1f} %" if iv else "n/a"
-        out.append(f"| {x['interval']} | {x['save_steps']} steps ({x['tau_s']:.1f} s) | "
-                   f"{100 * x['predicted']:.1f} % | {100 * x['renewal']:.1f} % | "
-                   f"{100 * (x['measured'] or 0):.1f} % | {span} | {x['failures']} | "
-                   f"{'yes' if x['inside'] else 'NO'} |")  # fmt: skip
+        out.append(
+            f"| {x['interval']} | {x['save_steps']} steps ({x['tau_s']:.1f} s) | "
+            f"{100 * x['predicted']:.1f} % | {100 * x['renewal']:.1f} % | "
+            f"{100 * (x['measured'] or 0):.1f} % | {span} | {x['failures']} | "
+            f"{'yes' if x['inside'] else 'NO'} |"
+        )
     return rows, "\n".join(out)
 
 
@@ -117,17 +158,30 @@ def main() -> int:
     best = save_interval.interval_s(c["save_s"], mtbf_s)
     n = max(4, round(best / c["step_s"]))
     plan = [("tau*/4", max(1, round(n / 4))), ("tau*", n), ("4 tau*", 4 * n)]
-    print(f"calibration: C {c['save_s']:.3f} s, R {c['restart_s']:.1f} s, step "
-          f"{c['step_s']:.4f} s; M {mtbf_s:.0f} s = {mtbf_steps} steps; tau* {best:.1f} s = "
-          f"{n} steps", flush=True)  # fmt: skip
-    recs = [soak(args, f"m{i}-{stamp}", f"{mtbf_steps}steps", args.duration, every)
-            for i, (_, every) in enumerate(plan)]  # fmt: skip
+    print(
+        f"calibration: C {c['save_s']:.3f} s, R {c['restart_s']:.1f} s, step "
+        f"{c['step_s']:.4f} s; M {mtbf_s:.0f} s = {mtbf_steps} steps; tau* {best:.1f} s = "
+        f"{n} steps",
+        flush=True,
+    )
+    recs = [
+        soak(args, f"m{i}-{stamp}", f"{mtbf_steps}steps", args.duration, every)
+        for i, (_, every) in enumerate(plan)
+    ]
     both = pooled(recs)
     rows, md = table(recs, [name for name, _ in plan], both, mtbf_steps)
-    result = {"mtbf_s": mtbf_s, "mtbf_steps": mtbf_steps, "calibration": c,
-              "calibration_run": cal["run_id"], "pooled": both, "rows": rows,
-              "layout": args.layout, "fault_seed": args.fault_seed, "duration": args.duration,
-              "took_s": round(time.time() - t0, 1)}  # fmt: skip
+    result = {
+        "mtbf_s": mtbf_s,
+        "mtbf_steps": mtbf_steps,
+        "calibration": c,
+        "calibration_run": cal["run_id"],
+        "pooled": both,
+        "rows": rows,
+        "layout": args.layout,
+        "fault_seed": args.fault_seed,
+        "duration": args.duration,
+        "took_s": round(time.time() - t0, 1),
+    }
     out = Path(args.out or Path(args.runs) / f"soak-model-{stamp}.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(

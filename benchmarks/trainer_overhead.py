@@ -40,12 +40,31 @@ def rates(steps: list[tuple[int, float]]) -> dict:
 
 
 def run_sft(model: Path, data: Path, out: Path, c: dict) -> dict:
-    cmd = [sys.executable, "-m", "tuning.sft_trainer", "--model_name_or_path", str(model),
-           "--training_data_path", str(data), "--output_dir", str(out),
-           "--max_steps", str(c["max_steps"]), "--per_device_train_batch_size", str(c["batch"]),
-           "--learning_rate", str(c["lr"]), "--max_seq_length", str(c["seq"]),
-           "--seed", str(c["seed"]),
-           "--logging_steps", str(c["logging_steps"]), "--save_strategy", "no"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuning.sft_trainer",
+        "--model_name_or_path",
+        str(model),
+        "--training_data_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(c["max_steps"]),
+        "--per_device_train_batch_size",
+        str(c["batch"]),
+        "--learning_rate",
+        str(c["lr"]),
+        "--max_seq_length",
+        str(c["seq"]),
+        "--seed",
+        str(c["seed"]),
+        "--logging_steps",
+        str(c["logging_steps"]),
+        "--save_strategy",
+        "no",
+    ]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=_env())
     lines = [json.loads(x) for x in (out / "metrics" / "rank0.jsonl").read_text().splitlines()]
     summary = json.loads((out / "train_summary.json").read_text())["tokens_per_s"]
@@ -101,13 +120,27 @@ def bare(model_dir: str, data: str, out: str, c: dict) -> None:
             step_times.append(time.perf_counter())
 
     args = TrainingArguments(
-        output_dir=out, max_steps=c["max_steps"], per_device_train_batch_size=c["batch"],
-        learning_rate=c["lr"], seed=c["seed"], logging_steps=c["logging_steps"], save_strategy="no",
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False,
+        output_dir=out,
+        max_steps=c["max_steps"],
+        per_device_train_batch_size=c["batch"],
+        learning_rate=c["lr"],
+        seed=c["seed"],
+        logging_steps=c["logging_steps"],
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
         ddp_find_unused_parameters=False,
-    )  # fmt: skip
-    Trainer(model=model, args=args, train_dataset=dataset, data_collator=collate,
-            processing_class=tok, callbacks=[Clock()]).train()  # fmt: skip
+    )
+    Trainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=collate,
+        processing_class=tok,
+        callbacks=[Clock()],
+    ).train()
     durations = [b - a for a, b in zip(step_times, step_times[1:], strict=False)]
     print(json.dumps(list(zip(batch_tokens, durations, strict=False))))
 
@@ -142,14 +175,19 @@ def main() -> int:
                 got[side] = (run_sft if side == "sft" else run_bare)(model, data, out, c)
             for k in ratios:
                 ratios[k].append(got["sft"][k] / got["bare"][k])
-            print(f"pair {i + 1} ({' then '.join(order)}): tokens/s sum/sum: sft_trainer "
-                  f"{got['sft']['mean']:.0f}, bare {got['bare']['mean']:.0f}, "
-                  f"ratio {ratios['mean'][-1]:.3f} | per-step median: sft_trainer "
-                  f"{got['sft']['median']:.0f}, bare {got['bare']['median']:.0f}, "
-                  f"ratio {ratios['median'][-1]:.3f}", flush=True)  # fmt: skip
+            print(
+                f"pair {i + 1} ({' then '.join(order)}): tokens/s sum/sum: sft_trainer "
+                f"{got['sft']['mean']:.0f}, bare {got['bare']['mean']:.0f}, "
+                f"ratio {ratios['mean'][-1]:.3f} | per-step median: sft_trainer "
+                f"{got['sft']['median']:.0f}, bare {got['bare']['median']:.0f}, "
+                f"ratio {ratios['median'][-1]:.3f}",
+                flush=True,
+            )
         for k, label in (("mean", "sum/sum"), ("median", "per-step median")):
-            print(f"median ratio sft_trainer/bare ({label}): {statistics.median(ratios[k]):.3f} "
-                  "(goal >= 0.97)")  # fmt: skip
+            print(
+                f"median ratio sft_trainer/bare ({label}): {statistics.median(ratios[k]):.3f} "
+                "(goal >= 0.97)"
+            )
     return 0
 
 

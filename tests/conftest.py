@@ -68,12 +68,27 @@ def free_port() -> int:
 def launch_cmd(trainer_args: list[str], nproc: int = 2) -> list[str]:
     """The two-rank CPU recipe: MULTI_GPU fixture + ACCELERATE_USE_CPU=1 (see cpu.yaml)."""
     return [
-        ACCELERATE, "launch", "--config_file", str(CPU_CONFIG),
-        "--num_processes", str(nproc), "--num_machines", "1", "--machine_rank", "0",
-        "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
-        "--rdzv_backend", "static", "--same_network",
-        "-m", "tuning.sft_trainer", *trainer_args,
-    ]  # fmt: skip
+        ACCELERATE,
+        "launch",
+        "--config_file",
+        str(CPU_CONFIG),
+        "--num_processes",
+        str(nproc),
+        "--num_machines",
+        "1",
+        "--machine_rank",
+        "0",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(free_port()),
+        "--rdzv_backend",
+        "static",
+        "--same_network",
+        "-m",
+        "tuning.sft_trainer",
+        *trainer_args,
+    ]
 
 
 def launch_env(**extra) -> dict:
@@ -133,16 +148,26 @@ def mounted(tmp_path) -> tuple[Path, dict]:
         shutil.copy(ROOT / "tuning/rank" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    env = {**os.environ, "PYTHONPATH": f"{launch_dir}{os.pathsep}{user}",
-           "HARNESS_WRAPPED_ENTRY": "foreign_trainer", "HARNESS_OUTPUT_DIR": str(tmp_path / "out"),
-           "RANK": "0", "WORLD_SIZE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{launch_dir}{os.pathsep}{user}",
+        "HARNESS_WRAPPED_ENTRY": "foreign_trainer",
+        "HARNESS_OUTPUT_DIR": str(tmp_path / "out"),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }
     return marker, env
 
 
 def recorder(env: dict, device: str) -> subprocess.CompletedProcess:
     """The mounted recorder run as `accelerate launch` runs it in a rank: -m harness_rank."""
-    return subprocess.run([sys.executable, "-m", "harness_rank"], capture_output=True, text=True,
-                          env={**env, "HARNESS_DEVICE": device}, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness_rank"],
+        capture_output=True,
+        text=True,
+        env={**env, "HARNESS_DEVICE": device},
+        timeout=120,
+    )
 
 
 # --- Container tests -------------------------------------------------------------------------
@@ -163,8 +188,12 @@ def harness_image() -> str:
 @pytest.fixture(scope="session")
 def fms_image() -> str:
     """fms's image, built through the same path `make up TRAINER=fms` takes if missing."""
-    out = subprocess.run([PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
-                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
     return "tuning-harness-fms:latest"
 
@@ -245,8 +274,14 @@ def strays() -> dict[int, str]:
         except OSError:  # gone, or not ours to read
             continue
         if mine in env:
-            test = next((e.split(b"=", 1)[1].decode() for e in env
-                         if e.startswith(b"PYTEST_CURRENT_TEST=")), "?")  # fmt: skip
+            test = next(
+                (
+                    e.split(b"=", 1)[1].decode()
+                    for e in env
+                    if e.startswith(b"PYTEST_CURRENT_TEST=")
+                ),
+                "?",
+            )
             found[int(d.name)] = f"{cmd.strip()[:120]} (from {test})"
     return found
 

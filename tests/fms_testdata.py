@@ -28,12 +28,20 @@ from pathlib import Path
 from tokenizer_models import CHAT_TEMPLATE, portable  # tests/ is this script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
-TWEET = {"data_formatter_template": "### Text: {{element['Tweet text']}} \\n\\n### Label:"
-         " {{text_label}}", "response_template": "\\n### Label:"}  # fmt: skip
-CHAT = {"chat_template": CHAT_TEMPLATE, "instruction_template": "<|user|>",
-        "response_template": "<|assistant|>"}  # fmt: skip
-GRANITE = {"instruction_template": "<|start_of_role|>user<|end_of_role|>",
-           "response_template": "<|start_of_role|>assistant<|end_of_role|>"}  # fmt: skip
+TWEET = {
+    "data_formatter_template": "### Text: {{element['Tweet text']}} \\n\\n### Label:"
+    " {{text_label}}",
+    "response_template": "\\n### Label:",
+}
+CHAT = {
+    "chat_template": CHAT_TEMPLATE,
+    "instruction_template": "<|user|>",
+    "response_template": "<|assistant|>",
+}
+GRANITE = {
+    "instruction_template": "<|start_of_role|>user<|end_of_role|>",
+    "response_template": "<|start_of_role|>assistant<|end_of_role|>",
+}
 T, J, L, A, P = "json", "jsonl", "arrow", "parquet", "tokenized_with_maykeye_tinyllama_v0"
 # (path under testdata, job, model): every data file but jsonl/image_dataset.jsonl
 RUNS = [
@@ -42,31 +50,48 @@ RUNS = [
     ("datafolder", {}, "tiny"),
     ("jsonl/nestful_100_samples_input_output.jsonl", {}, "tiny"),
     *[(f"{f}/twitter_complaints_{P}.{f}", {}, "maykeye") for f in (T, J, L, A)],
-    ("json/twitter_complaints_tokenized_with_maykeye_tinyllama_v0_only_input_ids.json", {},
-     "maykeye"),
+    (
+        "json/twitter_complaints_tokenized_with_maykeye_tinyllama_v0_only_input_ids.json",
+        {},
+        "maykeye",
+    ),
     ("parquet/chat_dataset_tokenized_largelist.parquet", {}, "maykeye"),
     ("parquet/chat_dataset_tokenized_sequence.parquet", {}, "maykeye"),
     ("jsonl/single_turn_chat.jsonl", CHAT, "maykeye"),  # no dataset_conversation_field
-    ("jsonl/single_turn_chat.jsonl", {**CHAT, "dataset_conversation_field": "messages"},
-     "maykeye"),
-    ("jsonl/multi_turn_chat.jsonl", {**CHAT, "dataset_conversation_field": "messages"},
-     "maykeye"),
-    ("jsonl/multi_turn_chat_conversations.jsonl",
-     {**CHAT, "dataset_conversation_field": "conversations"}, "maykeye"),
-    ("jsonl/multi_turn_chat_granite_instruct.jsonl",
-     {**GRANITE, "chat_template": "granite", "dataset_conversation_field": "messages"},
-     "maykeye"),
+    ("jsonl/single_turn_chat.jsonl", {**CHAT, "dataset_conversation_field": "messages"}, "maykeye"),
+    ("jsonl/multi_turn_chat.jsonl", {**CHAT, "dataset_conversation_field": "messages"}, "maykeye"),
+    (
+        "jsonl/multi_turn_chat_conversations.jsonl",
+        {**CHAT, "dataset_conversation_field": "conversations"},
+        "maykeye",
+    ),
+    (
+        "jsonl/multi_turn_chat_granite_instruct.jsonl",
+        {**GRANITE, "chat_template": "granite", "dataset_conversation_field": "messages"},
+        "maykeye",
+    ),
     ("json/empty_data.json", {}, "tiny"),
     ("json/malformatted_data.json", {}, "tiny"),
-]  # fmt: skip
-COMMON = {"max_steps": 2, "per_device_train_batch_size": 2, "save_strategy": "no",
-          "logging_strategy": "steps", "logging_steps": 1, "learning_rate": 1e-4, "seed": 42,
-          "data_seed": 42, "torch_dtype": "float32", "use_flash_attn": False}  # fmt: skip
+]
+COMMON = {
+    "max_steps": 2,
+    "per_device_train_batch_size": 2,
+    "save_strategy": "no",
+    "logging_strategy": "steps",
+    "logging_steps": 1,
+    "learning_rate": 1e-4,
+    "seed": 42,
+    "data_seed": 42,
+    "torch_dtype": "float32",
+    "use_flash_attn": False,
+}
 LENGTH = {"tiny": 512, "maykeye": 2048}  # max_seq_length: each model's positions
 # fms's sft_trainer with our batch dump installed first (as the harness's rank recorder does)
-FMS_ENTRY = ("import runpy, sys, harness_batch_dump; harness_batch_dump.install();"
-             " sys.argv = ['sft_trainer']; runpy.run_module('tuning.sft_trainer',"
-             " run_name='__main__')")  # fmt: skip
+FMS_ENTRY = (
+    "import runpy, sys, harness_batch_dump; harness_batch_dump.install();"
+    " sys.argv = ['sft_trainer']; runpy.run_module('tuning.sft_trainer',"
+    " run_name='__main__')"
+)
 
 
 def build_models(artifacts: Path, root: Path) -> dict[str, Path]:
@@ -81,10 +106,18 @@ def build_models(artifacts: Path, root: Path) -> dict[str, Path]:
     maykeye = root / "maykeye"
     shutil.copytree(artifacts / "testdata/tinyllama_tokenizer_special_tokens", maykeye)
     config = AutoConfig.for_model(
-        "llama", vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    )  # fmt: skip
+        "llama",
+        vocab_size=32000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(maykeye)
     for f in maykeye.iterdir():  # a container's user reads it (tests/test_fms_parity_tokens.py)
@@ -97,8 +130,14 @@ def _job(path: Path, job: dict, artifacts: Path, data: Path, model: Path, out: P
     if job.get("chat_template") == "granite":
         text = (artifacts / "predefined_data_configs/granite_3_1b_chat_template.txt").read_text()
         job["chat_template"] = text.replace("\\", "\\\\")  # unescaped again by both trainers
-    full = {**COMMON, "max_seq_length": LENGTH[model.name], **job, "output_dir": str(out),
-            "model_name_or_path": str(model), "training_data_path": str(data)}  # fmt: skip
+    full = {
+        **COMMON,
+        "max_seq_length": LENGTH[model.name],
+        **job,
+        "output_dir": str(out),
+        "model_name_or_path": str(model),
+        "training_data_path": str(data),
+    }
     path.write_text(json.dumps(full))
     return path
 
@@ -110,10 +149,19 @@ def _why(text: str) -> str:
 
 
 def ours(job: Path, out: Path) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT),
-           "HARNESS_DUMP_BATCHES": str(out / "batches")}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tuning.sft_trainer", "--config", str(job)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        "HARNESS_DUMP_BATCHES": str(out / "batches"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuning.sft_trainer", "--config", str(job)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode == 0:
         summary = json.loads((out / "train_summary.json").read_text())
         return f"trains: {summary['steps']} steps, step-1 loss {summary['first_loss']:.4f}"
@@ -125,11 +173,17 @@ def fms(python: str, job: Path, out: Path) -> str:
     entry = out.parent / "entry"
     entry.mkdir()
     shutil.copy(ROOT / "tuning/rank/batch_dump.py", entry / "harness_batch_dump.py")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SFT_TRAINER_CONFIG_JSON_PATH": str(job),
-           "TERMINATION_LOG_FILE": str(out / "termination.log"), "PYTHONPATH": str(entry),
-           "HARNESS_DUMP_BATCHES": str(out / "batches")}  # fmt: skip
-    proc = subprocess.run([python, "-c", FMS_ENTRY], cwd=out.parent, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "SFT_TRAINER_CONFIG_JSON_PATH": str(job),
+        "TERMINATION_LOG_FILE": str(out / "termination.log"),
+        "PYTHONPATH": str(entry),
+        "HARNESS_DUMP_BATCHES": str(out / "batches"),
+    }
+    proc = subprocess.run(
+        [python, "-c", FMS_ENTRY], cwd=out.parent, env=env, capture_output=True, text=True
+    )
     if proc.returncode == 0:
         logs = [json.loads(x) for x in (out / "training_logs.jsonl").read_text().splitlines()]
         losses = [x["data"]["value"] for x in logs if x["name"] == "training_loss"]
@@ -154,8 +208,11 @@ def same_batches(a: Path, b: Path) -> str:
         (x["num_items_in_batch"], y["num_items_in_batch"])
         for x, y in zip(ours, theirs, strict=False)
     ]
-    counts = "".join(f"; step {k + 1} num_items_in_batch {a:g} (fms {b:g})"
-                     for k, (a, b) in enumerate(pairs) if a != b)  # fmt: skip
+    counts = "".join(
+        f"; step {k + 1} num_items_in_batch {a:g} (fms {b:g})"
+        for k, (a, b) in enumerate(pairs)
+        if a != b
+    )
     return f"yes ({len(ours)} steps, {tokens} tokens){counts}" if len(ours) == len(theirs) else "no"
 
 
@@ -169,12 +226,15 @@ def main(argv=None) -> int:
     root = Path(args.out or tempfile.mkdtemp(prefix="fms-testdata-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     models = build_models(artifacts, root / "models")
-    rows = ["| file | job (model) | our trainer | fms 3.2.2 | same batches |",
-            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    rows = [
+        "| file | job (model) | our trainer | fms 3.2.2 | same batches |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for i, (name, job, model) in enumerate(RUNS):
         data = artifacts / "testdata" / name
         keys = ", ".join(k for k in job if k != "chat_template") + (
-            ", chat_template" if "chat_template" in job else "")  # fmt: skip
+            ", chat_template" if "chat_template" in job else ""
+        )
         cells, outs = [], []
         for who in ("ours", "fms") if args.fms_python else ("ours",):
             out = root / f"run{i}-{who}" / "output"

@@ -111,9 +111,12 @@ def install(tmp_path: Path, monkeypatch) -> None:
 def harness(tmp_path, *args, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tuning.harness", *args, "--runs", str(tmp_path / "runs")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-    )  # fmt: skip
+    )
 
 
 def dry_up(tmp_path, *args, **env) -> tuple[dict, str]:
@@ -143,9 +146,13 @@ time.sleep(120)
 def other_run_holds(tmp_path: Path, gpus: str):
     """Another harness (a process of its own) holding GPUs `gpus` ("0,1") as run other-run, in
     the test's lock folder (`install`'s); yields that process."""
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "locks"), gpus],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "locks"), gpus],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert child.stdout.readline() == "held\n"
         yield child

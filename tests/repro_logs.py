@@ -95,12 +95,16 @@ def traceback(
     version: str, rank: int, error: str, call: str = "all_reduce", user: str = "train.py"
 ) -> list[str]:
     """A rank's uncaught exception; [rankN]: on every line from torch 2.3 (the excepthook)."""
-    lines = ["Traceback (most recent call last):",
-             f'  File "/src/{user}", line 88, in <module>', "    main()",
-             '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
-             "    return func(*args, **kwargs)",
-             f'  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {call}',
-             "    work.wait()", error]  # fmt: skip
+    lines = [
+        "Traceback (most recent call last):",
+        f'  File "/src/{user}", line 88, in <module>',
+        "    main()",
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
+        "    return func(*args, **kwargs)",
+        f'  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {call}',
+        "    work.wait()",
+        error,
+    ]
     if v(version) >= (2, 3):
         return [f"[rank{rank}]: {x}" for x in lines]
     return lines
@@ -108,16 +112,31 @@ def traceback(
 
 def child_failed(version: str, failures: list[tuple[int, int, int, str]], root: int) -> list[str]:
     """torchrun's end: (rank, local rank, exit code, time) each; `root`: the one it names first."""
-    out = ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60,
-           "train.py FAILED", "-" * 60, "Failures:"]  # fmt: skip
+    out = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60,
+        "train.py FAILED",
+        "-" * 60,
+        "Failures:",
+    ]
 
     def block(i, rank, local, code, t):
         sig = {-9: "  (SIGKILL)", -15: "  (SIGTERM)", -6: "  (SIGABRT)"}.get(code, " ")
         sig = sig if v(version) >= (2, 12) else ""
-        trace = (f"Signal {-code} received by PID {100 + rank}" if code < 0 else
-                 "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html")  # fmt: skip
-        return [f"[{i}]:", f"  time      : {t}", "  host      : pod", f"  rank      : {rank} (local_rank: {local})",
-                f"  exitcode  : {code} (pid: {100 + rank}){sig}", "  error_file: <N/A>", f"  traceback : {trace}"]  # fmt: skip
+        trace = (
+            f"Signal {-code} received by PID {100 + rank}"
+            if code < 0
+            else "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+        )
+        return [
+            f"[{i}]:",
+            f"  time      : {t}",
+            "  host      : pod",
+            f"  rank      : {rank} (local_rank: {local})",
+            f"  exitcode  : {code} (pid: {100 + rank}){sig}",
+            "  error_file: <N/A>",
+            f"  traceback : {trace}",
+        ]
 
     others = [f for f in failures if f[0] != root]
     for i, f in enumerate(others, 1):
@@ -154,20 +173,32 @@ def pod(
     **status,
 ) -> dict:
     """A Pod object as `kubectl get pod -o yaml` shows it (the fields make repro reads)."""
-    env = [{"name": "PET_NODE_RANK", "value": str(node_rank)},
-           {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
-           {"name": "PET_NNODES", "value": str(nnodes)}]  # fmt: skip
+    env = [
+        {"name": "PET_NODE_RANK", "value": str(node_rank)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
+        {"name": "PET_NNODES", "value": str(nnodes)},
+    ]
     cs = {"name": "pytorch", "restartCount": 0, "ready": False, "image": "x", "imageID": "x"}
     if code is None:
         cs["state"] = {"waiting": {"reason": status.pop("waiting", "ContainerCreating")}}
         phase = "Pending"
     else:
-        cs["state"] = {"terminated": {"exitCode": code, "reason": why, "finishedAt": finished,
-                                      "startedAt": status.pop("started", "2024-12-05T01:00:00Z")}}  # fmt: skip
+        cs["state"] = {
+            "terminated": {
+                "exitCode": code,
+                "reason": why,
+                "finishedAt": finished,
+                "startedAt": status.pop("started", "2024-12-05T01:00:00Z"),
+            }
+        }
         phase = "Failed" if code else "Succeeded"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "pytorch", "image": "x", "env": env}]},
-            "status": {"phase": phase, "containerStatuses": [cs], **status}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "pytorch", "image": "x", "env": env}]},
+        "status": {"phase": phase, "containerStatuses": [cs], **status},
+    }
 
 
 def write(folder: Path, logs: dict[str, list[str]], pods: list[dict] | None = None) -> Path:

@@ -22,8 +22,12 @@ from tuning.harness.spec.layout import Layout
 def up(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tuning.harness", "up", "--runs", str(tmp_path / "runs"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def no_run_recorded(runs: Path) -> bool:
@@ -45,8 +49,13 @@ def files(tmp_path: Path) -> dict[str, Path]:
     empty.write_text("")
     no_field = tmp_path / "no-field.jsonl"
     no_field.write_text('{"input": "a", "output": "b"}\n{"input": "c"}\n')
-    return {"model": model, "not_model": not_model, "bad_json": bad_json, "empty": empty,
-            "no_field": no_field}  # fmt: skip
+    return {
+        "model": model,
+        "not_model": not_model,
+        "bad_json": bad_json,
+        "empty": empty,
+        "no_field": no_field,
+    }
 
 
 CASES = {
@@ -96,9 +105,20 @@ def test_runs_directory_not_writable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     out = subprocess.run(
-        [sys.executable, "-m", "tuning.harness", "up", "--gpus", "0", "--runs",
-         str(blocker / "runs")], cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--gpus",
+            "0",
+            "--runs",
+            str(blocker / "runs"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "is not writable" in out.stderr, out.stderr
 
 

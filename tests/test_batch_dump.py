@@ -40,10 +40,26 @@ def test_each_rank_dumps_the_batches_its_model_got(tiny_model, tokenizer, demo_d
     """Two real ranks of our trainer: each dumped batch is the collated batch of the records
     that step used (the step's sample indices, from the rank's metrics)."""
     out, dump = tmp_path / "out", tmp_path / "batches"
-    args = ["--model_name_or_path", str(tiny_model), "--training_data_path", str(demo_data),
-            "--output_dir", str(out), "--max_steps", "2", "--max_seq_length", "64",
-            "--per_device_train_batch_size", "3", "--save_strategy", "no", "--logging_steps", "1",
-            "--ddp_timeout", "60"]  # fmt: skip
+    args = [
+        "--model_name_or_path",
+        str(tiny_model),
+        "--training_data_path",
+        str(demo_data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "3",
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "1",
+        "--ddp_timeout",
+        "60",
+    ]
     proc = run_launch(args, HARNESS_DUMP_BATCHES=dump)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
     rows = tokenize_examples(load_examples(str(demo_data), None, None, None), tokenizer, 64).rows

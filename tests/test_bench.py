@@ -31,9 +31,23 @@ MIB = 1024 * 1024
 def small_bench(harness_image, tmp_path_factory):
     runs = tmp_path_factory.mktemp("bench")
     t0 = time.monotonic()
-    out = harness("bench", "--gpus", "0", "--nproc", "2", "--repeat", "1", "--steps", str(STEPS),
-                  "--probe-max-bytes", str(PROBE_MAX), "--probe-seconds", "0.5",
-                  runs=runs, timeout=1200)  # fmt: skip
+    out = harness(
+        "bench",
+        "--gpus",
+        "0",
+        "--nproc",
+        "2",
+        "--repeat",
+        "1",
+        "--steps",
+        str(STEPS),
+        "--probe-max-bytes",
+        str(PROBE_MAX),
+        "--probe-seconds",
+        "0.5",
+        runs=runs,
+        timeout=1200,
+    )
     took = time.monotonic() - t0
     dirs = [p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()]
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
@@ -192,12 +206,32 @@ def test_sigint_during_bench_stops_the_run_leaves_nothing_and_writes_the_report(
     bench_id = "sigint-bench"
     run = f"{bench_id}-r1-single"
     proc = subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "bench", "--gpus", "0", "--nproc", "2", "--steps", "400",
-         "--repeat", "2", "--layouts", "single,per-rank-shared", "--run-id", bench_id,
-         "--runs", str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "bench",
+            "--gpus",
+            "0",
+            "--nproc",
+            "2",
+            "--steps",
+            "400",
+            "--repeat",
+            "2",
+            "--layouts",
+            "single,per-rank-shared",
+            "--run-id",
+            bench_id,
+            "--runs",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         metrics = tmp_path / bench_id / run / "output/metrics/rank0.jsonl"
         deadline = time.monotonic() + 300
@@ -240,10 +274,12 @@ def _line(event, time_, t, **kw):
 
 def test_phases_take_the_slowest_rank():
     def rank(imports, rendezvous, loaded, step, start):
-        return [_line("phase", imports, imports - start, name="imports"),
-                _line("phase", rendezvous, rendezvous - start, name="rendezvous"),
-                _line("phase", loaded, loaded - start, name="model_loaded"),
-                _line("step", step, step - start, step=1)]  # fmt: skip
+        return [
+            _line("phase", imports, imports - start, name="imports"),
+            _line("phase", rendezvous, rendezvous - start, name="rendezvous"),
+            _line("phase", loaded, loaded - start, name="model_loaded"),
+            _line("step", step, step - start, step=1),
+        ]
 
     metrics = {
         0: rank(105.0, 106.0, 107.0, 108.0, 102.0),
@@ -268,12 +304,27 @@ def test_phases_take_the_slowest_rank():
 
 
 def test_dry_run_plans_alternating_rounds_and_the_probe_under_the_same_launcher(tmp_path):
-    out = harness("bench", "--gpus", "0", "--repeat", "2", "--run-id", "dry", "--dry-run",
-                  "--probe-max-bytes", "4096", runs=tmp_path)  # fmt: skip
+    out = harness(
+        "bench",
+        "--gpus",
+        "0",
+        "--repeat",
+        "2",
+        "--run-id",
+        "dry",
+        "--dry-run",
+        "--probe-max-bytes",
+        "4096",
+        runs=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     planned = re.findall(r"round (\d): (\S+) (train|probe) -> (\S+)", out.stdout)
-    want = [(str(r), n, w, f"dry-r{r}-{n}" + ("-probe" if w == "probe" else ""))
-            for r in (1, 2) for w in ("train", "probe") for n in LAYOUTS]  # fmt: skip
+    want = [
+        (str(r), n, w, f"dry-r{r}-{n}" + ("-probe" if w == "probe" else ""))
+        for r in (1, 2)
+        for w in ("train", "probe")
+        for n in LAYOUTS
+    ]
     assert planned == want
     want = "-m tuning.probe --out /output --min-bytes 1024 --max-bytes 4096 --iters 100"
     assert want in out.stdout
@@ -283,8 +334,12 @@ def test_dry_run_plans_alternating_rounds_and_the_probe_under_the_same_launcher(
 def test_launcher_runs_the_entry_with_its_own_arguments():
     from tuning import launch
 
-    env = {"HARNESS_DEVICE": "cpu", "PET_NPROC_PER_NODE": "2", "HARNESS_ENTRY": "tuning.probe",
-           "HARNESS_ENTRY_ARGS": "--out '/a dir' --max-bytes 4096"}  # fmt: skip
+    env = {
+        "HARNESS_DEVICE": "cpu",
+        "PET_NPROC_PER_NODE": "2",
+        "HARNESS_ENTRY": "tuning.probe",
+        "HARNESS_ENTRY_ARGS": "--out '/a dir' --max-bytes 4096",
+    }
     argv, _ = launch.command(env, ["--config", "/job/job.yaml"])
     assert argv[-6:] == ["-m", "tuning.probe", "--out", "/a dir", "--max-bytes", "4096"]
     argv, _ = launch.command({"HARNESS_DEVICE": "cpu"}, ["--config", "/job/job.yaml"])
@@ -299,14 +354,29 @@ def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tm
     from tuning.harness.spec.flags import RunFlags
 
     def spec(*flags):
-        a = parser().parse_args(["bench", "--gpus", "0", "--nproc", "2", "--run-id", "w",
-                                 "--runs", str(tmp_path), *flags])  # fmt: skip
+        a = parser().parse_args(
+            [
+                "bench",
+                "--gpus",
+                "0",
+                "--nproc",
+                "2",
+                "--run-id",
+                "w",
+                "--runs",
+                str(tmp_path),
+                *flags,
+            ]
+        )
         f = cmd._workload(a, RunFlags.of(a))
         return cmd._spec(a, f, tmp_path / "w", "w-r1-host", "host", probe=False, threads=1)
 
     job = spec().job
     assert (job["per_device_train_batch_size"], job["max_seq_length"], job["max_steps"]) == (
-        32, 128, 30)  # fmt: skip
+        32,
+        128,
+        30,
+    )
     assert job["save_strategy"] == "no" and "save_steps" not in job
     assert job["training_data_path"] == str(cmd.BENCH_DATA)
     lines = cmd.BENCH_DATA.read_text().splitlines()

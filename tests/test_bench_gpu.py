@@ -27,8 +27,9 @@ def probe_spec(tmp_path, monkeypatch):
     a = parser().parse_args(["bench", "--gpus", "2", "--run-id", "g", "--runs", str(tmp_path)])
 
     def spec(name: str):
-        return bench._spec(a, RunFlags.of(a), tmp_path / "g", f"g-r1-{name}-probe", name,
-                           probe=True, threads=8)  # fmt: skip
+        return bench._spec(
+            a, RunFlags.of(a), tmp_path / "g", f"g-r1-{name}-probe", name, probe=True, threads=8
+        )
 
     return spec
 

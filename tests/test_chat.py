@@ -18,11 +18,18 @@ from tuning.sft.config import ConfigError, parse_args
 from tuning.sft.data import IGNORE_INDEX, DataError, load_examples, tokenize_example
 
 X = IGNORE_INDEX
-CHAT = {"instruction_template": "<|user|>", "response_template": "<|assistant|>",
-        "dataset_conversation_field": "messages"}  # fmt: skip
-TURNS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "ant cat"},
-         {"role": "assistant", "content": "teal red"}, {"role": "user", "content": "yak"},
-         {"role": "assistant", "content": "navy"}]  # fmt: skip
+CHAT = {
+    "instruction_template": "<|user|>",
+    "response_template": "<|assistant|>",
+    "dataset_conversation_field": "messages",
+}
+TURNS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "ant cat"},
+    {"role": "assistant", "content": "teal red"},
+    {"role": "user", "content": "yak"},
+    {"role": "assistant", "content": "navy"},
+]
 
 
 @pytest.mark.parametrize(
@@ -48,8 +55,11 @@ def test_the_turns_are_read_from_dataset_conversation_field():
     assert conversation_of("f:1", record, "messages") is TURNS
     assert conversation_of("f:1", {"conversations": TURNS, "id": 1}, "conversations") is TURNS
     # fms 3.2.2 without it renders the whole record, i.e. nothing: refused, naming the field
-    with pytest.raises(DataError, match="f:1: no dataset_conversation_field .*trains on nothing:"
-                                        " set dataset_conversation_field: messages"):  # fmt: skip
+    with pytest.raises(
+        DataError,
+        match="f:1: no dataset_conversation_field .*trains on nothing:"
+        " set dataset_conversation_field: messages",
+    ):
         conversation_of("f:1", record, None)
     with pytest.raises(DataError, match="dataset_conversation_field: conversations"):
         conversation_of("f:2", {"conversations": TURNS, "id": 1}, None)
@@ -99,16 +109,30 @@ def test_chat_refusals_name_the_fix(chat_model, chat_tokenizer, tmp_path):
     with pytest.raises(DataError, match="has none: set chat_template in the job"):
         tokenize_example(example, bare, 512, "<|assistant|>")
     (example,) = load_examples(path, **{**CHAT, "instruction_template": "### Human:"})
-    with pytest.raises(DataError, match=r"chat.jsonl:1: instruction_template '### Human:' is not"
-                                        " in the text the chat template makes"):  # fmt: skip
+    with pytest.raises(
+        DataError,
+        match=r"chat.jsonl:1: instruction_template '### Human:' is not"
+        " in the text the chat template makes",
+    ):
         tokenize_example(example, chat_tokenizer, 512, "<|assistant|>")
 
 
 def test_chat_keys_are_taken_as_fms_takes_them():
     base = ["--model_name_or_path", "m", "--training_data_path", "d", "--output_dir", "o"]
-    cfg = parse_args([*base, "--chat_template", "{{ 'a' }}\\n", "--instruction_template",
-                      "<|user|>\\n", "--response_template", "<|assistant|>",
-                      "--dataset_conversation_field", "conversations"], environ={})  # fmt: skip
+    cfg = parse_args(
+        [
+            *base,
+            "--chat_template",
+            "{{ 'a' }}\\n",
+            "--instruction_template",
+            "<|user|>\\n",
+            "--response_template",
+            "<|assistant|>",
+            "--dataset_conversation_field",
+            "conversations",
+        ],
+        environ={},
+    )
     assert cfg.chat_template == "{{ 'a' }}\n" and cfg.instruction_template == "<|user|>\n"
     with pytest.raises(ConfigError, match="instruction_template needs a response_template"):
         parse_args([*base, "--instruction_template", "<|user|>"], environ={})
@@ -117,28 +141,64 @@ def test_chat_keys_are_taken_as_fms_takes_them():
 
 
 def test_host_check_refuses_chat_records_before_anything_starts(tmp_path):
-    cfg = parse_args(["--model_name_or_path", "m", "--training_data_path", "d", "--output_dir",
-                      "o", "--instruction_template", "<|user|>", "--response_template",
-                      "<|assistant|>", "--dataset_conversation_field", "messages"],
-                     environ={})  # fmt: skip
+    cfg = parse_args(
+        [
+            "--model_name_or_path",
+            "m",
+            "--training_data_path",
+            "d",
+            "--output_dir",
+            "o",
+            "--instruction_template",
+            "<|user|>",
+            "--response_template",
+            "<|assistant|>",
+            "--dataset_conversation_field",
+            "messages",
+        ],
+        environ={},
+    )
     check_data(str(_write(tmp_path, [{"messages": TURNS, "id": 1}] * 2)), cfg)
     bad = _write(tmp_path, [{"messages": TURNS, "id": 1}, {"conversations": TURNS}], "bad.jsonl")
-    with pytest.raises(HarnessError, match="bad.jsonl:2: dataset_conversation_field 'messages'"
-                                           " is not in the record"):  # fmt: skip
+    with pytest.raises(
+        HarnessError,
+        match="bad.jsonl:2: dataset_conversation_field 'messages' is not in the record",
+    ):
         check_data(str(bad), cfg)
 
 
 def test_two_ranks_train_on_chat_records(chat_model, tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"ant {i}"},
-                          {"role": "assistant", "content": f"teal {i}"}], "id": i}
-            for i in range(8)]  # fmt: skip
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"ant {i}"},
+                {"role": "assistant", "content": f"teal {i}"},
+            ],
+            "id": i,
+        }
+        for i in range(8)
+    ]
     job = tmp_path / "job.json"
     job.write_text(json.dumps({**CHAT, "chat_template": CHAT_TEMPLATE}))
     out = tmp_path / "out"
-    proc = run_launch(["--config", str(job), "--model_name_or_path", str(chat_model),
-                       "--training_data_path", str(_write(tmp_path, rows)), "--output_dir",
-                       str(out), "--max_steps", "2", "--per_device_train_batch_size", "2",
-                       "--save_strategy", "no"])  # fmt: skip
+    proc = run_launch(
+        [
+            "--config",
+            str(job),
+            "--model_name_or_path",
+            str(chat_model),
+            "--training_data_path",
+            str(_write(tmp_path, rows)),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--save_strategy",
+            "no",
+        ]
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["tokenizer"]["chat_template_from_job"]

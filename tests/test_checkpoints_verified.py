@@ -27,8 +27,19 @@ def cut_run(request, harness_image, tmp_path_factory):
     if trainer == "fms":
         built = harness("image", "--trainer", "fms", runs=runs, timeout=1800)
         assert built.returncode == 0, built.stdout + built.stderr
-    out = harness("up", "--trainer", trainer, "--gpus", "0", "--steps", "20", "--run-id", "base",
-                  runs=runs, timeout=600)  # fmt: skip
+    out = harness(
+        "up",
+        "--trainer",
+        trainer,
+        "--gpus",
+        "0",
+        "--steps",
+        "20",
+        "--run-id",
+        "base",
+        runs=runs,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     ckpt = runs / "base/output/checkpoint-20"
     cut = [p for g in ("model*.safetensors", "pytorch_model*", "optimizer*") for p in ckpt.glob(g)]
@@ -44,12 +55,29 @@ def cut_run(request, harness_image, tmp_path_factory):
 def test_a_cut_newest_checkpoint_is_set_aside_and_the_run_resumes_before_it(cut_run, layout):
     trainer, runs = cut_run
     run_id = f"resume-{layout}"
-    out = harness("up", "--trainer", trainer, "--gpus", "0", "--layout", layout, "--steps", "24",
-                  "--resume-from", "base", "--run-id", run_id, runs=runs, timeout=600)  # fmt: skip
+    out = harness(
+        "up",
+        "--trainer",
+        trainer,
+        "--gpus",
+        "0",
+        "--layout",
+        layout,
+        "--steps",
+        "24",
+        "--resume-from",
+        "base",
+        "--run-id",
+        run_id,
+        runs=runs,
+        timeout=600,
+    )
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
-    assert ("harness: checkpoint-20 of run base is incomplete (model.safetensors is cut short: "
-            in said and "resuming from run base (succeeded): checkpoint-10" in said)  # fmt: skip
+    assert (
+        "harness: checkpoint-20 of run base is incomplete (model.safetensors is cut short: " in said
+        and "resuming from run base (succeeded): checkpoint-10" in said
+    )
     summary = json.loads((runs / run_id / "summary.json").read_text())
     assert summary["status"] == "succeeded" and leftovers(run_id) == []
     (moved,) = summary["torn_checkpoints"]

@@ -150,8 +150,11 @@ def test_cli_refusal_exits_2_without_traceback(tmp_path):
     job = _job(tmp_path, ".yaml", {**JOB, "nope": 1})
     proc = subprocess.run(
         [sys.executable, "-m", "tuning.sft_trainer", "--config", str(job)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "nope" in proc.stderr and str(job) in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -189,12 +192,24 @@ def test_accelerate_loader_rejects_unknown_key(tmp_path):
 
 def test_fms_command_line_forms():
     cfg = parse_args(
-        REQUIRED + ["--target_modules", "q_proj", "v_proj", "--gradient_checkpointing",
-                    "--peft_method", "LORA", "--response_template", "\\n### Label:",
-                    "--data_formatter_template", "{{input}}\\n\\n### Label: {{output}}",
-                    "--use_flash_attn", "false", "--include_tokens_per_second"],
+        REQUIRED
+        + [
+            "--target_modules",
+            "q_proj",
+            "v_proj",
+            "--gradient_checkpointing",
+            "--peft_method",
+            "LORA",
+            "--response_template",
+            "\\n### Label:",
+            "--data_formatter_template",
+            "{{input}}\\n\\n### Label: {{output}}",
+            "--use_flash_attn",
+            "false",
+            "--include_tokens_per_second",
+        ],
         environ={},
-    )  # fmt: skip
+    )
     assert cfg.target_modules == ["q_proj", "v_proj"] and cfg.gradient_checkpointing is True
     assert cfg.peft_method == "lora"
     assert cfg.response_template == "\n### Label:"  # unescaped as fms does
@@ -202,21 +217,38 @@ def test_fms_command_line_forms():
 
 
 def test_fms_job_json_keys(tmp_path):
-    job = _job(tmp_path, ".json", {**JOB, "use_flash_attn": False, "packing": False,
-                                   "include_tokens_per_second": True, "save_model_dir": "s",
-                                   "trackers": ["file_logger"], "bf16": False,
-                                   "resume_from_checkpoint": False})  # fmt: skip
+    job = _job(
+        tmp_path,
+        ".json",
+        {
+            **JOB,
+            "use_flash_attn": False,
+            "packing": False,
+            "include_tokens_per_second": True,
+            "save_model_dir": "s",
+            "trackers": ["file_logger"],
+            "bf16": False,
+            "resume_from_checkpoint": False,
+        },
+    )
     cfg = parse_args(["--config", str(job)], environ={})
     assert cfg.save_model_dir == "s" and cfg.resume_from_checkpoint == "false"
 
 
 @pytest.mark.parametrize(
     "extra, word",
-    [({"packing": True}, "packing"), ({"trackers": ["aim"]}, "aim"), ({"bf16": True}, "bf16"),
-     ({"peft_method": "PT"}, "prompt tuning"), ({"use_dora": True}, "use_dora"),
-     ({"data_config_path": "d.yaml"}, "data_config_path.*instruction_template and"
-      " response_template")],
-)  # fmt: skip
+    [
+        ({"packing": True}, "packing"),
+        ({"trackers": ["aim"]}, "aim"),
+        ({"bf16": True}, "bf16"),
+        ({"peft_method": "PT"}, "prompt tuning"),
+        ({"use_dora": True}, "use_dora"),
+        (
+            {"data_config_path": "d.yaml"},
+            "data_config_path.*instruction_template and response_template",
+        ),
+    ],
+)
 def test_fms_keys_that_change_training_are_refused_by_name(tmp_path, extra, word):
     job = _job(tmp_path, ".json", {**JOB, **extra})
     with pytest.raises(ConfigError, match=word):

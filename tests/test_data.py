@@ -137,7 +137,7 @@ def test_padding_and_prompt_do_not_change_the_loss(tiny_model, tokenizer, tmp_pa
         ([GOOD, {"input": "a"}], 2, "missing field 'output'"),
         ([{"input": "a", "output": ["b"]}], 1, "must be a string"),
     ],
-)  # fmt: skip
+)
 def test_bad_files_name_file_line_and_reason(tmp_path, lines, line_no, reason):
     path = _write(tmp_path, lines)
     with pytest.raises(DataError) as err:
@@ -176,10 +176,24 @@ def test_cli_refuses_bad_data_before_training(tmp_path, tiny_model):
     path = _write(tmp_path, [{"input": "a", "output": "b"}] * 3 + ["{oops"])
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "tuning.sft_trainer", "--model_name_or_path", str(tiny_model),
-         "--training_data_path", str(path), "--output_dir", str(out), "--max_steps", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tuning.sft_trainer",
+            "--model_name_or_path",
+            str(tiny_model),
+            "--training_data_path",
+            str(path),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"{path}:4: malformed JSON" in proc.stderr and "Traceback" not in proc.stderr
     events = [json.loads(x) for x in (out / "metrics" / "rank0.jsonl").read_text().splitlines()]

@@ -17,8 +17,10 @@ from tuning.sft.data import (
 
 # --- Formats fms 3.2.2 reads (through datasets), and the errors for what matches no shape ----
 
-IO_ROWS = [{"input": "### Input: cat dog\n\n## Label:", "output": " red"},
-           {"input": "### Input: owl", "output": "gold"}]  # fmt: skip
+IO_ROWS = [
+    {"input": "### Input: cat dog\n\n## Label:", "output": " red"},
+    {"input": "### Input: owl", "output": "gold"},
+]
 
 
 def _pieces(examples) -> list[tuple]:
@@ -100,13 +102,19 @@ def test_pretokenized_records_pass_through_truncated(tmp_path, tokenizer):
     "rows, kwargs, message",
     [
         ([{"input_ids": [1, 2]}], {}, r"d.jsonl:1: 'input_ids' without 'labels'.*Add 'labels'"),
-        ([{"input_ids": [1], "labels": [1]}], {"dataset_text_field": "text"},
-         r"take no dataset_text_field \(fms refuses them too\)"),
+        (
+            [{"input_ids": [1], "labels": [1]}],
+            {"dataset_text_field": "text"},
+            r"take no dataset_text_field \(fms refuses them too\)",
+        ),
         ([{"input_ids": [1, 2], "labels": [1]}], {}, r"d.jsonl:1: 2 input_ids but 1 labels"),
-        ([{"input_ids": [1], "labels": [1]}, {"input_ids": ["a"], "labels": [1]}], {},
-         r"d.jsonl:2: 'input_ids' must be a list of token ids"),
+        (
+            [{"input_ids": [1], "labels": [1]}, {"input_ids": ["a"], "labels": [1]}],
+            {},
+            r"d.jsonl:2: 'input_ids' must be a list of token ids",
+        ),
     ],
-)  # fmt: skip
+)
 def test_pretokenized_refusals(tmp_path, rows, kwargs, message):
     with pytest.raises(DataError, match=message):
         load_examples(_write(tmp_path, rows), **kwargs)
@@ -142,8 +150,11 @@ def test_record_of_no_shape_names_its_keys_format_and_the_shapes(tmp_path):
 def test_file_in_no_format_we_read(tmp_path):
     csv = tmp_path / "d.csv"
     csv.write_text("input,output\na,b\n")
-    with pytest.raises(DataError, match=r"d.csv: not a data file we read \(suffix '.csv', "
-                       r"content starting b'input,output'\); accepted: .json/.jsonl"):  # fmt: skip
+    with pytest.raises(
+        DataError,
+        match=r"d.csv: not a data file we read \(suffix '.csv', "
+        r"content starting b'input,output'\); accepted: .json/.jsonl",
+    ):
         load_examples(csv)
     misnamed = write_table(tmp_path / "x.parquet", IO_ROWS).rename(tmp_path / "x.jsonl")
     with pytest.raises(DataError, match=r"x.jsonl: not a data file.*a Parquet file \(name it"):

@@ -34,15 +34,27 @@ class Ranks:
 
     def __init__(self, tmp_path: Path, n: int, env: dict):
         self.out, self.n = tmp_path / "out", n
-        env = {**os.environ, "HARNESS_WRAPPED_ENTRY": "desync_entry", "PYTHONPATH": str(TESTS),
-               "HARNESS_OUTPUT_DIR": str(self.out), "OMP_NUM_THREADS": "1",
-               "DESYNC_ENTRY_TIMEOUT": "120", **env}  # fmt: skip
-        argv = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(n),
-                "--master-port", str(free_port()),
-                str(ROOT / "tuning/rank/rank_record.py")]  # fmt: skip
+        env = {
+            **os.environ,
+            "HARNESS_WRAPPED_ENTRY": "desync_entry",
+            "PYTHONPATH": str(TESTS),
+            "HARNESS_OUTPUT_DIR": str(self.out),
+            "OMP_NUM_THREADS": "1",
+            "DESYNC_ENTRY_TIMEOUT": "120",
+            **env,
+        }
+        argv = [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--nproc-per-node",
+            str(n),
+            "--master-port",
+            str(free_port()),
+            str(ROOT / "tuning/rank/rank_record.py"),
+        ]
         self.log = tmp_path / "torchrun.log"
-        self.agent = subprocess.Popen(argv, env=env, stdout=self.log.open("w"),
-                                      stderr=subprocess.STDOUT)  # fmt: skip
+        self.agent = subprocess.Popen(
+            argv, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT
+        )
 
     def metrics(self) -> dict:
         return runs.read_metrics(self.out) if (self.out / "metrics").exists() else {}
@@ -59,8 +71,9 @@ class Ranks:
         """Dump every rank until `stuck(taken)` holds (each dump shows that moment), then the
         verdict over the dump, the metrics and torch's analysis of the flight recorders."""
         since, places = time.time(), [stacks.Node("host", list(range(self.n)))]
-        taken = self.wait_for(lambda: (t := stacks.dump(self.out, places, "test")) and stuck(t)
-                              and t, "ranks stuck")  # fmt: skip
+        taken = self.wait_for(
+            lambda: (t := stacks.dump(self.out, places, "test")) and stuck(t) and t, "ranks stuck"
+        )
         fr = verdict_torch.run_fr_check(places, self.out, since)
         facts = verdict_facts.gather(self.n, self.metrics(), taken, fr_check=fr)
         return verdict.judge(facts), taken
@@ -107,24 +120,44 @@ REDUCE, GATHER = f"{ENTRY}:{_line('# STEP_ALL_REDUCE')}", f"{ENTRY}:{_line('# ST
 @pytest.mark.parametrize(
     "kind, how, rank, klass, evidence",
     [
-        ("skip-collective", None, 3, "left a collective",
-         "rank 3 skipped all_reduce of [4] #9, where ranks 0, 1 and 2 wait, and went on to "
-         f"all_gather of [1] (at {GATHER}), the collective that follows it (its sequence numbers "
-         "are shifted by one from there on)"),
-        ("mismatch", "op", 0, "desync",
-         f"rank 0 called broadcast of [1] (at {REDUCE}) as collective #9, where ranks 1, 2 and 3 "
-         "called all_reduce of [4] and wait in it"),
+        (
+            "skip-collective",
+            None,
+            3,
+            "left a collective",
+            "rank 3 skipped all_reduce of [4] #9, where ranks 0, 1 and 2 wait, and went on to "
+            f"all_gather of [1] (at {GATHER}), the collective that follows it "
+            "(its sequence numbers are shifted by one from there on)",
+        ),
+        (
+            "mismatch",
+            "op",
+            0,
+            "desync",
+            f"rank 0 called broadcast of [1] (at {REDUCE}) as collective #9, "
+            "where ranks 1, 2 and 3 called all_reduce of [4] and wait in it",
+        ),
         # gloo lets the peers finish an all_reduce of 4 floats against one of 5 (rank 3 waits)
-        ("mismatch", "shape", 3, "desync",
-         f"rank 3 called all_reduce of [5] (at {REDUCE}) as collective #9, where ranks 0, 1 and "
-         "2 called all_reduce of [4], finished it and wait in all_gather of [1] #10"),
+        (
+            "mismatch",
+            "shape",
+            3,
+            "desync",
+            f"rank 3 called all_reduce of [5] (at {REDUCE}) as collective #9, where ranks 0, 1 and "
+            "2 called all_reduce of [4], finished it and wait in all_gather of [1] #10",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_desync_is_named_by_its_rank_and_its_two_collectives(
     ranks, kind, how, rank, klass, evidence
 ):
-    r = ranks(4, HARNESS_DESYNC=kind, HARNESS_DESYNC_RANK=str(rank), HARNESS_DESYNC_AT=str(AT),
-              **({"HARNESS_DESYNC_HOW": how} if how else {}))  # fmt: skip
+    r = ranks(
+        4,
+        HARNESS_DESYNC=kind,
+        HARNESS_DESYNC_RANK=str(rank),
+        HARNESS_DESYNC_AT=str(AT),
+        **({"HARNESS_DESYNC_HOW": how} if how else {}),
+    )
     line = r.wait_for(_struck(r, rank), "fault line")
     assert (line["kind"], line["op"], line["collective"]) == (kind, "all_reduce", AT)
     assert line["site"].startswith(f"{ENTRY}:{_line('# STEP_ALL_REDUCE')} ")
@@ -136,17 +169,25 @@ def test_a_desync_is_named_by_its_rank_and_its_two_collectives(
     assert v["fr_trace"]["flagged"]["seq"] == AT
     # what the culprit's recorder holds at that sequence number, beside a peer's
     peer = 1 if rank != 1 else 0
-    at = {x: next(c for c in taken["ranks"][x]["collectives"] if c["seq"] == AT)
-          for x in (rank, peer)}  # fmt: skip
+    at = {
+        x: next(c for c in taken["ranks"][x]["collectives"] if c["seq"] == AT) for x in (rank, peer)
+    }
     assert at[peer]["op"] == "all_reduce" and at[peer]["in"] == [[4]]
     assert (at[rank]["op"], at[rank]["in"]) == {
-        "skip-collective": ("all_gather", [[1]]), "op": ("broadcast", [[1]]),
-        "shape": ("all_reduce", [[5]])}[how or kind]  # fmt: skip
+        "skip-collective": ("all_gather", [[1]]),
+        "op": ("broadcast", [[1]]),
+        "shape": ("all_reduce", [[5]]),
+    }[how or kind]
 
 
 def test_slow_main_is_the_rank_the_others_wait_for(ranks):
-    r = ranks(4, HARNESS_DESYNC="slow-main", HARNESS_DESYNC_RANK="0", HARNESS_DESYNC_AT=str(AT),
-              HARNESS_DESYNC_S="300")  # fmt: skip
+    r = ranks(
+        4,
+        HARNESS_DESYNC="slow-main",
+        HARNESS_DESYNC_RANK="0",
+        HARNESS_DESYNC_AT=str(AT),
+        HARNESS_DESYNC_S="300",
+    )
     r.wait_for(_struck(r, 0), "fault line")
     v, taken = r.judged(lambda t: _all_in(t, (1, 2, 3)))
     assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
@@ -159,8 +200,9 @@ def test_slow_main_is_the_rank_the_others_wait_for(ranks):
 
 
 def test_with_two_ranks_a_desync_names_both_and_says_so(ranks):
-    r = ranks(2, HARNESS_DESYNC="skip-collective", HARNESS_DESYNC_RANK="1",
-              HARNESS_DESYNC_AT=str(AT))  # fmt: skip
+    r = ranks(
+        2, HARNESS_DESYNC="skip-collective", HARNESS_DESYNC_RANK="1", HARNESS_DESYNC_AT=str(AT)
+    )
     r.wait_for(_struck(r, 1), "fault line")
     v, _ = r.judged(lambda t: _all_in(t, (0, 1)))
     assert (v["class"], v["culprits"]) == ("desync", [0, 1]), v
@@ -171,8 +213,13 @@ def test_with_two_ranks_a_desync_names_both_and_says_so(ranks):
 def test_torch_detail_check_names_the_odd_rank(ranks):
     """TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's own check stops every rank at the mismatch; its
     messages, in the ranks' end lines, name the odd one."""
-    r = ranks(4, HARNESS_DESYNC="mismatch", HARNESS_DESYNC_RANK="3", HARNESS_DESYNC_AT=str(AT),
-              TORCH_DISTRIBUTED_DEBUG="DETAIL")  # fmt: skip
+    r = ranks(
+        4,
+        HARNESS_DESYNC="mismatch",
+        HARNESS_DESYNC_RANK="3",
+        HARNESS_DESYNC_AT=str(AT),
+        TORCH_DISTRIBUTED_DEBUG="DETAIL",
+    )
 
     ends = r.wait_for(_ends(r, 4), "end lines")
     assert all("Detected mismatch between collectives on ranks" in e["error"] for e in ends)
@@ -187,9 +234,15 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
 def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_comes(ranks):
     """fms's step calls no all_reduce of its own (the pool's run 25 never struck); its loss
     gather is an all_gather_into_tensor: the shape strike takes that, and DETAIL names rank 3."""
-    r = ranks(4, HARNESS_DESYNC="mismatch", HARNESS_DESYNC_HOW="shape", HARNESS_DESYNC_RANK="3",
-              HARNESS_DESYNC_AT=str(AT), TORCH_DISTRIBUTED_DEBUG="DETAIL",
-              DESYNC_ENTRY_GATHER_ONLY="1")  # fmt: skip
+    r = ranks(
+        4,
+        HARNESS_DESYNC="mismatch",
+        HARNESS_DESYNC_HOW="shape",
+        HARNESS_DESYNC_RANK="3",
+        HARNESS_DESYNC_AT=str(AT),
+        TORCH_DISTRIBUTED_DEBUG="DETAIL",
+        DESYNC_ENTRY_GATHER_ONLY="1",
+    )
     line = r.wait_for(_struck(r, 3), "fault line")
     assert (line["op"], line["collective"]) == ("all_gather_into_tensor", AT), line
     assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
@@ -209,8 +262,10 @@ def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mo
     assert marker.read_text() == "False"
     out = recorder({**env, "HARNESS_DESYNC": "skip"}, "cpu")
     assert out.returncode == 2
-    assert "harness desync: HARNESS_DESYNC='skip': use one of slow-main, skip-collective, " \
-           "mismatch" in out.stderr  # fmt: skip
+    assert (
+        "harness desync: HARNESS_DESYNC='skip': use one of slow-main, skip-collective, "
+        "mismatch" in out.stderr
+    )
     out = recorder({**env, "HARNESS_DESYNC": "slow-main"}, "cpu")
     assert out.returncode == 2 and "slow-main needs HARNESS_DESYNC_S > 0" in out.stderr
     assert marker.read_text() == "False"  # the trainer never ran
@@ -219,8 +274,9 @@ def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mo
 def test_fr_check_reports_why_when_it_cannot_read(tmp_path):
     (tmp_path / "fr").mkdir()
     fr_check = str(ROOT / "tuning/rank/fr_check.py")
-    out = subprocess.run([sys.executable, fr_check, str(tmp_path / "fr")],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, fr_check, str(tmp_path / "fr")], capture_output=True, text=True
+    )
     assert out.returncode == 0
     said = json.loads(out.stdout)
     assert said["ok"] is False and "no files loaded" in said["error"]

@@ -36,8 +36,10 @@ def test_signatures():
         sig("Read error [10.0.0.3]:55973: Connection reset by peer") == "Connection reset by peer"
     )
     assert sig("Timed out waiting 15000ms for recv operation to complete") == "collective timeout"
-    assert sig("DistStoreError: Timed out after 21 seconds waiting for clients. 1/2 clients "
-               "joined.") == "rendezvous timeout"  # fmt: skip
+    assert (
+        sig("DistStoreError: Timed out after 21 seconds waiting for clients. 1/2 clients joined.")
+        == "rendezvous timeout"
+    )
     assert sig("DistStoreError: wait timeout after 15000ms, keys: /default_pg/0//cpu//0/1") == (
         "process-group timeout"
     )
@@ -54,8 +56,13 @@ def test_torchrun_failure_table_is_read():
 
 
 def test_rdzv_timeout_reaches_torchrun():
-    env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "0",
-           "HARNESS_DEVICE": "cpu", "HARNESS_RDZV_TIMEOUT": "17"}  # fmt: skip
+    env = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NODE_RANK": "0",
+        "HARNESS_DEVICE": "cpu",
+        "HARNESS_RDZV_TIMEOUT": "17",
+    }
     argv, _ = launch.command(env, [])
     assert argv[argv.index("--rdzv_conf") + 1] == "timeout=17"
     argv, _ = launch.command({k: v for k, v in env.items() if k != "HARNESS_RDZV_TIMEOUT"}, [])
@@ -80,9 +87,20 @@ def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
 def test_layout_unset_is_the_default_single(tmp_path):
     """`make fault FAULT=partition` with no LAYOUT runs in LAYOUT=single, where partition does
     not apply: its record says so, with nothing started (no engine needed)."""
-    out = subprocess.run(["make", "--no-print-directory", "fault", "FAULT=partition",
-                          "RUN_ID=no-layout", f"RUNS={tmp_path}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "fault",
+            "FAULT=partition",
+            "RUN_ID=no-layout",
+            f"RUNS={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads((tmp_path / "no-layout" / "fault.json").read_text())
     assert (rec["layout"], rec["status"]) == ("single", "not applicable"), rec
@@ -93,8 +111,18 @@ def test_layout_unset_is_the_default_single(tmp_path):
 
 # --- on the engine ------------------------------------------------------------------------
 def run_fault(kind: str, layout: str, runs: Path, *extra: str) -> dict:
-    out = harness("fault", "--fault", kind, "--layout", layout, "--timeout", str(TIMEOUT),
-                  *extra, runs=runs, timeout=400)  # fmt: skip
+    out = harness(
+        "fault",
+        "--fault",
+        kind,
+        "--layout",
+        layout,
+        "--timeout",
+        str(TIMEOUT),
+        *extra,
+        runs=runs,
+        timeout=400,
+    )
     record_file = runs / "latest" / "fault.json"
     # The harness's own output first: a run that died early has no record to read.
     assert record_file.is_file(), f"exit {out.returncode}, no fault.json:\n{out.stdout}{out.stderr}"
@@ -128,8 +156,9 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
     ckpts = [c for c in rec["checkpoints"] if c["complete"]]
     assert ckpts, rec["checkpoints"]
     last = max(c["step"] for c in ckpts)
-    out = harness("up", "--layout", layout, "--resume", "--steps", str(last + 6), runs=runs,
-                  timeout=400)  # fmt: skip
+    out = harness(
+        "up", "--layout", layout, "--resume", "--steps", str(last + 6), runs=runs, timeout=400
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((runs / "latest" / "summary.json").read_text())
     assert summary["status"] == "succeeded" and leftovers(summary["run_id"]) == []
@@ -141,22 +170,37 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
 # save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
 # the desyncs: each in one layout (the rank side is the same in both; tests/test_desync.py runs
 # them under torchrun, the pool's test one more with 4 ranks)
-DESYNC = {"slow-main": "per-rank", "skip-collective": "single", "mismatch": "per-rank",
-          "mismatch-shape": "single"}  # fmt: skip
-CASES = [(k, lay) for k in KINDS if k not in (save_kill.KIND, disk_full.KIND, late_master.KIND)
-         for lay in LAYOUTS if DESYNC.get(k, lay) == lay]  # fmt: skip
+DESYNC = {
+    "slow-main": "per-rank",
+    "skip-collective": "single",
+    "mismatch": "per-rank",
+    "mismatch-shape": "single",
+}
+CASES = [
+    (k, lay)
+    for k in KINDS
+    if k not in (save_kill.KIND, disk_full.KIND, late_master.KIND)
+    for lay in LAYOUTS
+    if DESYNC.get(k, lay) == lay
+]
 # fault.md's line on what the same fault costs on a cluster with default timeouts, per case
 _BROKEN = "no timeout was involved: peers failed on the broken connection, as on a cluster"
-_COLLECTIVE = (f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "
-               "30 min) the same fault holds the job that long")  # fmt: skip
-_SIGNAL = ("the ranks agree to stop at the next step and checkpoint; Kubernetes gives a pod 30 s "
-           "(terminationGracePeriodSeconds) before SIGKILL, so the step time plus the save must "
-           "fit in it")  # fmt: skip
+_COLLECTIVE = (
+    f"peers gave up after TIMEOUT={TIMEOUT} s; with the defaults (NCCL 10 min, gloo "
+    "30 min) the same fault holds the job that long"
+)
+_SIGNAL = (
+    "the ranks agree to stop at the next step and checkpoint; Kubernetes gives a pod 30 s "
+    "(terminationGracePeriodSeconds) before SIGKILL, so the step time plus the save must "
+    "fit in it"
+)
 CLUSTER_COST = {
     **{(k, lay): _BROKEN for k in ("kill", "crash", "oom") for lay in LAYOUTS},
     **{(k, lay): _SIGNAL for k in ("term", "preempt") for lay in LAYOUTS},
-    **{("slow", lay): "no timeout is involved: every rank runs at the pace of the slowest"
-       for lay in LAYOUTS},
+    **{
+        ("slow", lay): "no timeout is involved: every rank runs at the pace of the slowest"
+        for lay in LAYOUTS
+    },
     **{("pause", lay): _COLLECTIVE for lay in LAYOUTS},
     ("partition", "per-rank"): (_COLLECTIVE, _BROKEN),  # the cut may be seen either way
     ("no-show", "per-rank"): f"peers gave up after RDZV_TIMEOUT={TIMEOUT} s; with torchrun's "
@@ -166,7 +210,7 @@ CLUSTER_COST = {
     ("no-show", "single"): f"peers gave up building the process group after TIMEOUT={TIMEOUT} s "
     "(that wait uses the collective timeout); with the defaults (NCCL 10 min, gloo 30 min) the "
     "same fault holds the job that long",
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("kind,layout", CASES, ids=[f"{k}-{lay}" for k, lay in CASES])
@@ -228,8 +272,11 @@ def test_fault(kind, layout, harness_image, tmp_path):
         # own pause run, the same command: one run now proves both)
         s0, s1 = rec["stacks"]["summaries"]
         assert s0.startswith("rank 0: waiting in "), rec["stacks"]["summaries"]
-        assert s1 == ("rank 1: paused (its container is frozen: it cannot dump)" if per_rank
-                      else "rank 1: stopped (SIGSTOP: it cannot dump)")  # fmt: skip
+        assert s1 == (
+            "rank 1: paused (its container is frozen: it cannot dump)"
+            if per_rank
+            else "rank 1: stopped (SIGSTOP: it cannot dump)"
+        )
         assert " at /opt/harness/tuning/" in s0  # the user's innermost frame: in our trainer
         assert f"- {s0}" in rec["_md"] and "### rank 0" in rec["_md"]
         assert "most recent call first" in rec["stacks"]["ranks"]["0"]["text"]
@@ -270,10 +317,23 @@ def test_fault(kind, layout, harness_image, tmp_path):
 def test_ctrl_c_leaves_nothing(layout, harness_image, tmp_path):
     """SIGINT to the harness mid-run (what Ctrl-C on `make up` sends): summary says so."""
     proc = subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "up", "--layout", layout, "--steps", "5000",
-         "--runs", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--layout",
+            layout,
+            "--steps",
+            "5000",
+            "--runs",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-    )  # fmt: skip
+    )
     metrics = tmp_path / "latest" / "output" / "metrics" / "rank0.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -298,8 +358,17 @@ def recovered(kind: str, layout: str, tmp_path: Path, steps: int) -> dict:
     """`make fault` with MAX_RESTARTS=1: the group restarted once and finished all its steps."""
     built = harness("image", "--image", IMAGE, runs=tmp_path, timeout=1200)
     assert built.returncode == 0, built.stdout + built.stderr
-    rec = run_fault(kind, layout, tmp_path / "fault", "--steps", str(steps),
-                    "--max-restarts", "1", "--image", IMAGE)  # fmt: skip
+    rec = run_fault(
+        kind,
+        layout,
+        tmp_path / "fault",
+        "--steps",
+        str(steps),
+        "--max-restarts",
+        "1",
+        "--image",
+        IMAGE,
+    )
     assert rec["outcome"] == "recovered" and rec["goal_met"] is True, rec["_out"]
     assert rec["run_status"] == "succeeded" and rec["steps_reached"] == steps
     assert len(rec["restarts"]) == 1, rec["restarts"]
@@ -315,8 +384,17 @@ def plain_losses(tmp_path_factory):
     def losses(layout: str, steps: int) -> dict[int, float]:
         if (layout, steps) not in done:
             runs = tmp_path_factory.mktemp(f"plain-{layout}")
-            out = harness("up", "--layout", layout, "--steps", str(steps), "--image", IMAGE,
-                          runs=runs, timeout=400)  # fmt: skip
+            out = harness(
+                "up",
+                "--layout",
+                layout,
+                "--steps",
+                str(steps),
+                "--image",
+                IMAGE,
+                runs=runs,
+                timeout=400,
+            )
             assert out.returncode == 0, out.stdout + out.stderr
             summary = json.loads((runs / "latest" / "summary.json").read_text())
             done[layout, steps] = dict(summary["losses"])
@@ -365,7 +443,10 @@ def test_save_kill_loses_only_the_steps_since_the_newest_complete_checkpoint(
     assert moved.startswith("torn-tmp-checkpoint-20-"), moved
     assert (save["resumed_from_step"], save["steps_lost"]) == (10, 10)
     assert [(c["name"], c["complete"]) for c in rec["checkpoints"]] == [
-        ("checkpoint-10", True), ("checkpoint-20", True), ("checkpoint-30", True)]  # fmt: skip
+        ("checkpoint-10", True),
+        ("checkpoint-20", True),
+        ("checkpoint-30", True),
+    ]
     md = rec["_md"]
     assert "while `tmp-checkpoint-20` was being written; files there at the kill: " in md
     assert f"- moved aside before the restart: {moved}; resumed from step 10, 10 step(s) lost" in md

@@ -42,8 +42,9 @@ def _raised_from(inner: BaseException, outer: BaseException) -> BaseException:
 def test_enospc_is_named_with_its_path(tmp_path):
     e = OSError(errno.ENOSPC, "No space left on device", "/output/checkpoint-20/x.bin")
     why = fs_errors.explain(_raised_from(e, SystemExit(203)), str(tmp_path))
-    assert why.startswith("ENOSPC (errno 28, No space left on device) writing "
-                          "/output/checkpoint-20/x.bin: ")  # fmt: skip
+    assert why.startswith(
+        "ENOSPC (errno 28, No space left on device) writing /output/checkpoint-20/x.bin: "
+    )
 
 
 def test_torch_write_failure_blames_the_disk_only_when_it_is_full(tmp_path):
@@ -57,18 +58,27 @@ def test_read_only_root_says_where_to_write(monkeypatch):
     monkeypatch.setenv("HARNESS_OUTPUT_DIR", "/output")
     e = OSError(errno.EROFS, "Read-only file system", "results.txt")
     why = fs_errors.explain(e, "/output")
-    assert why.startswith("EROFS (errno 30): the container's root file system is read-only, as "
-                          "a PyTorchJob pod's is (readOnlyRootFilesystem), and the trainer wrote "
-                          "results.txt (working directory ")  # fmt: skip
-    assert why.endswith("A trainer can write only under the output dir /output (checkpoints, "
-                        "results), or /tmp and /dev/shm (scratch, lost at the end; HOME is "
-                        "/tmp): write there, not in the working directory")  # fmt: skip
+    assert why.startswith(
+        "EROFS (errno 30): the container's root file system is read-only, as "
+        "a PyTorchJob pod's is (readOnlyRootFilesystem), and the trainer wrote "
+        "results.txt (working directory "
+    )
+    assert why.endswith(
+        "A trainer can write only under the output dir /output (checkpoints, "
+        "results), or /tmp and /dev/shm (scratch, lost at the end; HOME is "
+        "/tmp): write there, not in the working directory"
+    )
 
 
 @pytest.mark.parametrize("entry", [None, "tuning.sft_trainer"])
 def test_output_volume_keeps_what_the_harness_follows_on_the_host(entry, tmp_path):
-    layout = Layout(kind="per-rank", run_id="r", run_dir=str(tmp_path), entry=entry,
-                    output_volume="harness-r-output")  # fmt: skip
+    layout = Layout(
+        kind="per-rank",
+        run_id="r",
+        run_dir=str(tmp_path),
+        entry=entry,
+        output_volume="harness-r-output",
+    )
     out = compose.render(layout)
     assert out["volumes"] == {"output": {"external": True, "name": "harness-r-output"}}
     mounts = {v["target"]: v for v in out["services"]["rank1"]["volumes"]}
@@ -90,8 +100,19 @@ def test_disk_full(trainer, layout, harness_image, tmp_path):
         built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
         assert built.returncode == 0, built.stdout + built.stderr
     runs = tmp_path / "fault"
-    out = harness("fault", "--fault", "disk-full", "--layout", layout, "--trainer", trainer,
-                  "--timeout", str(TIMEOUT), runs=runs, timeout=400)  # fmt: skip
+    out = harness(
+        "fault",
+        "--fault",
+        "disk-full",
+        "--layout",
+        layout,
+        "--trainer",
+        trainer,
+        "--timeout",
+        str(TIMEOUT),
+        runs=runs,
+        timeout=400,
+    )
     run_dir = (runs / "latest").resolve()
     rec = json.loads((run_dir / "fault.json").read_text())
     assert "Traceback" not in out.stderr, out.stderr
@@ -124,18 +145,32 @@ WRITES_CWD_IMAGE = "harness-test-writes-cwd:latest"  # the harness's image + tes
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harness_image,
-                                                                           tmp_path):  # fmt: skip
+def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(
+    harness_image, tmp_path
+):
     ctx = tmp_path / "image"
     ctx.mkdir()
     shutil.copy(ROOT / "tests" / "entry_writes_cwd.py", ctx)
-    (ctx / "Dockerfile").write_text(f"FROM {harness_image}\nCOPY entry_writes_cwd.py "
-                                    "/opt/harness/entry_writes_cwd.py\n")  # fmt: skip
-    built = subprocess.run(["docker", "build", "-q", "-t", WRITES_CWD_IMAGE, str(ctx)],
-                           capture_output=True, text=True)  # fmt: skip
+    (ctx / "Dockerfile").write_text(
+        f"FROM {harness_image}\nCOPY entry_writes_cwd.py /opt/harness/entry_writes_cwd.py\n"
+    )
+    built = subprocess.run(
+        ["docker", "build", "-q", "-t", WRITES_CWD_IMAGE, str(ctx)], capture_output=True, text=True
+    )
     assert built.returncode == 0, built.stderr
-    out = harness("up", "--image", WRITES_CWD_IMAGE, "--entry", "entry_writes_cwd", "--layout",
-                  "single", "--gpus", "0", runs=tmp_path / "runs", timeout=300)  # fmt: skip
+    out = harness(
+        "up",
+        "--image",
+        WRITES_CWD_IMAGE,
+        "--entry",
+        "entry_writes_cwd",
+        "--layout",
+        "single",
+        "--gpus",
+        "0",
+        runs=tmp_path / "runs",
+        timeout=300,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     run_dir = (tmp_path / "runs" / "latest").resolve()
     assert leftovers(run_dir.name) == []
@@ -156,7 +191,7 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harn
             "(checkpoints, results), or /tmp and /dev/shm (scratch, lost at the end; HOME is "
             "/tmp): write there, not in the working directory (OSError: [Errno 30] Read-only "
             "file system: 'results.txt')"
-        ), end["error"]  # fmt: skip
+        ), end["error"]
     assert "harness_rank: EROFS (errno 30): the container's root file system is read-only" in log
 
 
@@ -164,8 +199,7 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(harn
 @pytest.mark.fault
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["single", "per-rank"])
-def test_fms_save_kill_resumes_from_the_newest_complete_checkpoint(layout, harness_image,
-                                                                   tmp_path):  # fmt: skip
+def test_fms_save_kill_resumes_from_the_newest_complete_checkpoint(layout, harness_image, tmp_path):
     """save-kill for TRAINER=fms: the rank recorder holds every HF Trainer save after the
     weights (HARNESS_SAVE_SLEEP), the kill lands inside checkpoint-20, the restart
     (MAX_RESTARTS=1: torchrun's in single, the harness's in per-rank) moves it aside and fms
@@ -173,8 +207,18 @@ def test_fms_save_kill_resumes_from_the_newest_complete_checkpoint(layout, harne
     built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
     assert built.returncode == 0, built.stdout + built.stderr
     common = ("--trainer", "fms", "--layout", layout, "--steps", "30")
-    out = harness("fault", "--fault", "save-kill", *common, "--max-restarts", "1", "--timeout",
-                  str(TIMEOUT), runs=tmp_path / "fault", timeout=500)  # fmt: skip
+    out = harness(
+        "fault",
+        "--fault",
+        "save-kill",
+        *common,
+        "--max-restarts",
+        "1",
+        "--timeout",
+        str(TIMEOUT),
+        runs=tmp_path / "fault",
+        timeout=500,
+    )
     run_dir = (tmp_path / "fault" / "latest").resolve()
     rec = json.loads((run_dir / "fault.json").read_text())
     assert rec["outcome"] == "recovered" and rec["goal_met"] is True, out.stdout + out.stderr

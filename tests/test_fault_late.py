@@ -29,9 +29,11 @@ host rank0:29500 - timed out (try=0, timeout=8000ms): The client socket has time
 torch.distributed.DistNetworkError: The client socket has timed out after 8000ms while trying \
 to connect to (rank0, 29500).
 """
-RETRIED = ("[W1204 01:58:08.901256008 TCPStore.cpp:340] [c10d] TCP client failed to "
-           "connect/validate to host rank0:29500 - retrying (try=0, timeout=3000ms, "
-           "delay=3178ms): The client socket has timed out after 3000ms")  # fmt: skip
+RETRIED = (
+    "[W1204 01:58:08.901256008 TCPStore.cpp:340] [c10d] TCP client failed to "
+    "connect/validate to host rank0:29500 - retrying (try=0, timeout=3000ms, "
+    "delay=3178ms): The client socket has timed out after 3000ms"
+)
 
 
 def test_the_rendezvous_timeout_is_named():
@@ -45,16 +47,24 @@ def test_what_the_waiting_nodes_saw_is_counted():
     late.seen = [(101.0, "name not resolved (Temporary failure in name resolution)")]
     facts = late_master.facts(late, 100.0, {"rank0": "", "rank1": WAITED + RETRIED}, {}, 135.16)
     assert facts == {
-        "late_s": 40, "master_started_t": None, "first_step_t": None, "job_end_t": 35.16,
-        "peers_saw": {"rank1": {
-            "name not resolved": 1, "connection refused": 0, "connect retries": 1,
-            "connect timeouts": 1,
-            "first_resolve_error": "cannot be retrieved (gai error: -3 - Temporary failure in "
-                                   "name resolution)",
-        }},
-        "waiting_node_saw": [{"t": 1.0, "saw": "name not resolved (Temporary failure in name "
-                                               "resolution)"}],
-    }  # fmt: skip
+        "late_s": 40,
+        "master_started_t": None,
+        "first_step_t": None,
+        "job_end_t": 35.16,
+        "peers_saw": {
+            "rank1": {
+                "name not resolved": 1,
+                "connection refused": 0,
+                "connect retries": 1,
+                "connect timeouts": 1,
+                "first_resolve_error": "cannot be retrieved (gai error: -3 - Temporary failure in "
+                "name resolution)",
+            }
+        },
+        "waiting_node_saw": [
+            {"t": 1.0, "saw": "name not resolved (Temporary failure in name resolution)"}
+        ],
+    }
     rec = {"late": facts, "rdzv_timeout_s": 8}
     assert late_master.lines(rec) == [
         "- late master: 40 s late (RDZV_TIMEOUT=8 s); rank0 never started: the other nodes had "
@@ -93,9 +103,25 @@ def test_late_master(case, harness_image, tmp_path):
     if trainer == "fms":
         built = harness("image", "--trainer", "fms", runs=tmp_path, timeout=1200)
         assert built.returncode == 0, built.stdout + built.stderr
-    out = harness("fault", "--fault", "late-master", "--layout", "per-rank", "--late",
-                  str(late_s), "--rdzv-timeout", str(rdzv), "--timeout", "15", "--steps", "20",
-                  "--trainer", trainer, runs=tmp_path, timeout=400)  # fmt: skip
+    out = harness(
+        "fault",
+        "--fault",
+        "late-master",
+        "--layout",
+        "per-rank",
+        "--late",
+        str(late_s),
+        "--rdzv-timeout",
+        str(rdzv),
+        "--timeout",
+        "15",
+        "--steps",
+        "20",
+        "--trainer",
+        trainer,
+        runs=tmp_path,
+        timeout=400,
+    )
     run_dir = (tmp_path / "latest").resolve()
     rec = json.loads((run_dir / "fault.json").read_text())
     assert "Traceback" not in out.stderr, out.stderr

@@ -52,8 +52,13 @@ def test_every_kind_has_an_injector_a_record_rule_and_a_docs_section(name):
 
 
 def test_make_fault_lists_the_table(tmp_path):
-    out = subprocess.run(["make", "--no-print-directory", "fault", "FAULT=?", f"RUNS={tmp_path}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        ["make", "--no-print-directory", "fault", "FAULT=?", f"RUNS={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     listed = re.search(r"FAULT=\? is unknown; use one of (.*), or all$", out.stderr, re.M)
     assert listed, out.stderr
@@ -67,8 +72,11 @@ def test_the_modules_that_run_a_fault_name_no_kind():
     hyphenated = [n for n in NAMES if "-" in n]
     for module in READERS:
         text = (COMMANDS / module).read_text()
-        strings = {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant)
-                   and isinstance(n.value, str)}  # fmt: skip
+        strings = {
+            n.value
+            for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
         assert not strings & set(NAMES), f"{module} names {strings & set(NAMES)}"
         assert not [n for n in hyphenated if n in text], f"{module} names a kind"
 

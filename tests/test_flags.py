@@ -40,8 +40,9 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
     """Every layout run is a variant (dataclasses.replace); the user's flags stay as given."""
     a = cli.parser().parse_args(["bench", "--gpus", "0", "--runs", str(tmp_path)])
     f = RunFlags.of(a)
-    spec = bench._spec(a, f, tmp_path / "b", "b-r1-per-rank-shared-probe", "per-rank-shared",
-                       probe=True, threads=3)  # fmt: skip
+    spec = bench._spec(
+        a, f, tmp_path / "b", "b-r1-per-rank-shared-probe", "per-rank-shared", probe=True, threads=3
+    )
     lay = spec.layout
     assert (lay.kind, lay.network, spec.runs_root) == ("per-rank", "shared", tmp_path / "b")
     env = dict(lay.extra_env)

@@ -72,8 +72,12 @@ def test_fms_job_is_fms_json_with_the_layout_filled_in():
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = {"trainer": "harness", "entry": None, "image": "tuning-harness:latest",
-            "job": str(trainers.DEFAULT_JOB)}  # fmt: skip
+    base = {
+        "trainer": "harness",
+        "entry": None,
+        "image": "tuning-harness:latest",
+        "job": str(trainers.DEFAULT_JOB),
+    }
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -105,19 +109,53 @@ def test_fms_training_logs_become_rank0_steps(tmp_path):
     """The exact lines fms's FileLoggingCallback writes (json.dumps(sort_keys=True))."""
     (tmp_path / "metrics").mkdir()
     lines = [
-        {"data": {"epoch": 0.02, "step": 1, "timestamp": "2026-12-03T09:38:00.000000",
-                  "value": 5.0}, "name": "training_loss"},
-        {"data": {"epoch": 0.03, "step": 2, "timestamp": "2026-12-03T09:38:00.500000",
-                  "value": 4.0}, "name": "training_loss"},
-        {"data": {"epoch": 0.03, "step": 2, "timestamp": "2026-12-03T09:38:00.600000",
-                  "value": 4.5}, "name": "validation_loss"},
-        {"data": {"epoch": 0.05, "step": 4, "timestamp": "2026-12-03T09:38:01.500000",
-                  "value": 3.0}, "name": "training_loss"},
-    ]  # fmt: skip
+        {
+            "data": {
+                "epoch": 0.02,
+                "step": 1,
+                "timestamp": "2026-12-03T09:38:00.000000",
+                "value": 5.0,
+            },
+            "name": "training_loss",
+        },
+        {
+            "data": {
+                "epoch": 0.03,
+                "step": 2,
+                "timestamp": "2026-12-03T09:38:00.500000",
+                "value": 4.0,
+            },
+            "name": "training_loss",
+        },
+        {
+            "data": {
+                "epoch": 0.03,
+                "step": 2,
+                "timestamp": "2026-12-03T09:38:00.600000",
+                "value": 4.5,
+            },
+            "name": "validation_loss",
+        },
+        {
+            "data": {
+                "epoch": 0.05,
+                "step": 4,
+                "timestamp": "2026-12-03T09:38:01.500000",
+                "value": 3.0,
+            },
+            "name": "training_loss",
+        },
+    ]
     text = "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
     (tmp_path / runs.FMS_LOGS).write_text(text + '{"data": {"step": 5')  # a line being written
-    rec = {"event": "phase", "name": "imports", "rank": 0, "world_size": 2, "time": 0,
-           "utc_offset_s": 3600}  # fmt: skip
+    rec = {
+        "event": "phase",
+        "name": "imports",
+        "rank": 0,
+        "world_size": 2,
+        "time": 0,
+        "utc_offset_s": 3600,
+    }
     (tmp_path / "metrics/rank0.jsonl").write_text(json.dumps(rec) + "\n")
     steps = runs.steps(runs.read_metrics(tmp_path)[0])
     assert [(s["step"], s["loss"]) for s in steps] == [(1, 5.0), (2, 4.0), (4, 3.0)]
@@ -130,11 +168,14 @@ def test_fms_training_logs_become_rank0_steps(tmp_path):
 
 
 def test_hf_log_lines():
-    log = ("{'loss': 4.4, 'grad_norm': 1.7, 'learning_rate': 0.003, 'num_tokens': 1712.0, "
-           "'epoch': 0.19}\nnoise\n{'train_runtime': 2.5, 'train_tokens_per_second': 10.0, "
-           "'epoch': 0.19}\n")  # fmt: skip
-    assert foreign.hf_step_logs(log) == [{"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003,
-                                       "num_tokens": 1712.0, "epoch": 0.19}]  # fmt: skip
+    log = (
+        "{'loss': 4.4, 'grad_norm': 1.7, 'learning_rate': 0.003, 'num_tokens': 1712.0, "
+        "'epoch': 0.19}\nnoise\n{'train_runtime': 2.5, 'train_tokens_per_second': 10.0, "
+        "'epoch': 0.19}\n"
+    )
+    assert foreign.hf_step_logs(log) == [
+        {"loss": 4.4, "grad_norm": 1.7, "learning_rate": 0.003, "num_tokens": 1712.0, "epoch": 0.19}
+    ]
     assert foreign.hf_train_metrics(log)["train_runtime"] == 2.5
 
 
@@ -143,10 +184,21 @@ def test_hf_log_lines():
 
 def make(target: str, runs_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
     out = subprocess.run(
-        ["make", "--no-print-directory", target, "TRAINER=fms", "GPUS=0", "NPROC=2",
-         f"RUNS={runs_dir}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            target,
+            "TRAINER=fms",
+            "GPUS=0",
+            "NPROC=2",
+            f"RUNS={runs_dir}",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return out, (runs_dir / "latest").resolve()
 
 
@@ -155,7 +207,7 @@ def fms_runs(fms_image, tmp_path_factory) -> dict[str, tuple]:
     return {
         layout: make(
             "up", tmp_path_factory.mktemp(f"fms-{layout}"), f"LAYOUT={layout}", f"STEPS={STEPS}"
-        )  # fmt: skip
+        )
         for layout in ("single", "per-rank")
     }
 
@@ -200,8 +252,9 @@ def test_make_up_trains_fms_itself(fms_runs, layout):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_fault_on_fms_is_recorded(fms_image, tmp_path):
-    out, run = make("fault", tmp_path, "FAULT=kill", "LAYOUT=per-rank", "RANK=1", "AT_STEP=3",
-                    "STEPS=200")  # fmt: skip
+    out, run = make(
+        "fault", tmp_path, "FAULT=kill", "LAYOUT=per-rank", "RANK=1", "AT_STEP=3", "STEPS=200"
+    )
     assert (run / "fault.json").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
     record = json.loads((run / "fault.json").read_text())
     assert record["status"] == "done", out.stdout + out.stderr
@@ -219,10 +272,24 @@ def test_fault_on_fms_is_recorded(fms_image, tmp_path):
 def test_own_image_and_entry_without_the_preset(fms_image, tmp_path):
     """IMAGE=... ENTRY=... (the general path; fms's image stands in for a user's image)."""
     out = subprocess.run(
-        ["make", "--no-print-directory", "up", f"IMAGE={fms_image}", "ENTRY=tuning.sft_trainer",
-         f"JOB={FMS_JOB}", "LAYOUT=per-rank", "GPUS=0", "NPROC=2", "STEPS=4", f"RUNS={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "up",
+            f"IMAGE={fms_image}",
+            "ENTRY=tuning.sft_trainer",
+            f"JOB={FMS_JOB}",
+            "LAYOUT=per-rank",
+            "GPUS=0",
+            "NPROC=2",
+            "STEPS=4",
+            f"RUNS={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "latest/summary.json").read_text())
     assert summary["trainer"]["image"] == fms_image and summary["steps"] == 4
@@ -232,10 +299,21 @@ def test_own_image_and_entry_without_the_preset(fms_image, tmp_path):
 @pytest.mark.docker
 def test_a_missing_own_image_is_refused_before_anything_starts(tmp_path):
     out = subprocess.run(
-        ["make", "--no-print-directory", "up", "IMAGE=no-such-image:1", "ENTRY=my.trainer",
-         f"JOB={FMS_JOB}", "GPUS=0", f"RUNS={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "up",
+            "IMAGE=no-such-image:1",
+            "ENTRY=my.trainer",
+            f"JOB={FMS_JOB}",
+            "GPUS=0",
+            f"RUNS={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "IMAGE=no-such-image:1 is not on this engine and nothing is pulled" in out.stderr
     assert not list(tmp_path.iterdir())  # no run was created: nothing started

@@ -25,22 +25,55 @@ pytestmark = pytest.mark.docker
 STEPS = 3
 # data_seed: fms 3.2.2 seeds each rank with seed + rank (accelerate's set_seed(device_specific=
 # True) in its train()), so without it fms's ranks shuffle apart; ours share one shuffle.
-JOB = {"data_seed": 42, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
-       "learning_rate": 0.003, "lr_scheduler_type": "constant", "max_seq_length": 64,
-       "torch_dtype": "float32", "use_flash_attn": False, "logging_steps": 1,
-       "logging_strategy": "steps", "save_strategy": "no", "trackers": ["file_logger"]}  # fmt: skip
+JOB = {
+    "data_seed": 42,
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 0.003,
+    "lr_scheduler_type": "constant",
+    "max_seq_length": 64,
+    "torch_dtype": "float32",
+    "use_flash_attn": False,
+    "logging_steps": 1,
+    "logging_strategy": "steps",
+    "save_strategy": "no",
+    "trackers": ["file_logger"],
+}
 TWEETS = [  # the shape of fms's tests/artifacts/testdata/json/twitter_complaints_small.json
-    {"Tweet text": "@HMRCcustomers No this is my first job", "ID": 0, "Label": 2,
-     "text_label": "no complaint"},
-    {"Tweet text": "If I can't get my 3rd pair of @beatsbydre powerbeats to work today I'm "
-     "doneski man. Your next @Bose @BoseService", "ID": 2, "Label": 1, "text_label": "complaint"},
-    {"Tweet text": "@EE On Rosneath Arial having good upload and download speeds but terrible "
-     "latency 200ms. Why is this.", "ID": 3, "Label": 1, "text_label": "complaint"},
-    {"Tweet text": "Couples wallpaper, so cute. :) #BrothersAtHome", "ID": 4, "Label": 2,
-     "text_label": "no complaint"},
-    {"Tweet text": "@nationalgridus I have no water and the bill is current and paid. Can you "
-     "do something about this? ### Label: see", "ID": 7, "Label": 1, "text_label": "complaint"},
-]  # fmt: skip
+    {
+        "Tweet text": "@HMRCcustomers No this is my first job",
+        "ID": 0,
+        "Label": 2,
+        "text_label": "no complaint",
+    },
+    {
+        "Tweet text": "If I can't get my 3rd pair of @beatsbydre powerbeats to work today I'm "
+        "doneski man. Your next @Bose @BoseService",
+        "ID": 2,
+        "Label": 1,
+        "text_label": "complaint",
+    },
+    {
+        "Tweet text": "@EE On Rosneath Arial having good upload and download speeds but terrible "
+        "latency 200ms. Why is this.",
+        "ID": 3,
+        "Label": 1,
+        "text_label": "complaint",
+    },
+    {
+        "Tweet text": "Couples wallpaper, so cute. :) #BrothersAtHome",
+        "ID": 4,
+        "Label": 2,
+        "text_label": "no complaint",
+    },
+    {
+        "Tweet text": "@nationalgridus I have no water and the bill is current and paid. Can you "
+        "do something about this? ### Label: see",
+        "ID": 7,
+        "Label": 1,
+        "text_label": "complaint",
+    },
+]
 # typed as on a command line: a literal backslash-n, which both unescape
 JINJA_TEMPLATE = "### Text: {{element['Tweet text']}} \\n\\n### Label: {{text_label}}"
 LEGACY_TEMPLATE = "### Text: {{Tweet text}} \\n\\n### Label: {{text_label}}"  # ours only
@@ -69,13 +102,17 @@ def json_twitter(tmp_path, tokenizer):
     data = tmp_path / "twitter_complaints_small.json"
     data.write_text(json.dumps([{**r, "ID": r["ID"] + 10 * i} for i in range(3) for r in TWEETS]))
     job = {"response_template": "\\n### Label:", "max_seq_length": 160}
-    return data, {**job, "data_formatter_template": JINJA_TEMPLATE}, {
-        **job, "data_formatter_template": LEGACY_TEMPLATE}  # fmt: skip
+    return (
+        data,
+        {**job, "data_formatter_template": JINJA_TEMPLATE},
+        {**job, "data_formatter_template": LEGACY_TEMPLATE},
+    )
 
 
 def parquet_directory(tmp_path, tokenizer):
-    rows = [{"text": f"{r['input']} {r['output']}", "id": i}
-            for i, r in enumerate(demo_rows(tmp_path))]  # fmt: skip
+    rows = [
+        {"text": f"{r['input']} {r['output']}", "id": i} for i, r in enumerate(demo_rows(tmp_path))
+    ]
     folder = tmp_path / "data"
     folder.mkdir()
     write_table(folder / "part-b.parquet", rows[8:])
@@ -94,8 +131,9 @@ def pretokenized(tmp_path, tokenizer):
         ids = tokenizer(r["input"] + " " + r["output"])["input_ids"]
         n = len(tokenizer(r["input"])["input_ids"])
         rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * n + ids[n:]})
-    rows.insert(1, {"input_ids": list(range(5, 90)), "labels": [IGNORE_INDEX] * 3
-                    + list(range(8, 90))})  # truncated to max_seq_length  # fmt: skip
+    rows.insert(
+        1, {"input_ids": list(range(5, 90)), "labels": [IGNORE_INDEX] * 3 + list(range(8, 90))}
+    )  # truncated to max_seq_length
     data = tmp_path / "tokens.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return data, {}, {}
@@ -110,10 +148,31 @@ def start(trainer: str, case: str, data: Path, model: Path, job: dict, tmp_path:
     job_file.write_text(json.dumps({**JOB, **job}))
     runs = tmp_path / f"runs-{trainer}"
     run_id = f"parity-{case.replace('_', '-')}-{trainer}"[:32]
-    out = harness("up", "--trainer", trainer, "--layout", "single", "--gpus", "0", "--nproc",
-                  "2", "--steps", str(STEPS), "--seed", "42", "--model", str(model), "--data",
-                  str(data), "--job", str(job_file), "--run-id", run_id, runs=runs,
-                  env={"HARNESS_DUMP_BATCHES": "1"})  # fmt: skip
+    out = harness(
+        "up",
+        "--trainer",
+        trainer,
+        "--layout",
+        "single",
+        "--gpus",
+        "0",
+        "--nproc",
+        "2",
+        "--steps",
+        str(STEPS),
+        "--seed",
+        "42",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--job",
+        str(job_file),
+        "--run-id",
+        run_id,
+        runs=runs,
+        env={"HARNESS_DUMP_BATCHES": "1"},
+    )
     return out, runs / run_id
 
 

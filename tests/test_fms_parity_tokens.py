@@ -28,8 +28,12 @@ from tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
 from tuning.sft.data import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
-CHAT_JOB = {"chat_template": CHAT_TEMPLATE, "instruction_template": "<|user|>",
-            "response_template": "<|assistant|>", "max_seq_length": 128}  # fmt: skip
+CHAT_JOB = {
+    "chat_template": CHAT_TEMPLATE,
+    "instruction_template": "<|user|>",
+    "response_template": "<|assistant|>",
+    "max_seq_length": 128,
+}
 SYSTEM = "You are a cautious assistant. You carefully follow instructions."
 
 
@@ -53,8 +57,10 @@ def _turns(row: dict, n: int) -> list[dict]:
     words, colors = row["input"].split(": ")[1].split("\n")[0], row["output"].strip()
     turns = [{"content": SYSTEM, "role": "system"}]
     for i in range(n):
-        turns += [{"content": f"Rhyme {words}" + " again" * i, "role": "user"},
-                  {"content": f"Sure: {colors}", "role": "assistant"}]  # fmt: skip
+        turns += [
+            {"content": f"Rhyme {words}" + " again" * i, "role": "user"},
+            {"content": f"Sure: {colors}", "role": "assistant"},
+        ]
     return turns
 
 
@@ -65,32 +71,45 @@ def no_pad_text(tmp_path):
 
 
 def added_tokens_x64(tmp_path):
-    rows = [{"text": f"{CHAT_TOKENS[1]} {r['input']}{r['output']}{CHAT_TOKENS[3]}"}
-            for r in demo_rows(tmp_path)]  # fmt: skip
-    job = {"dataset_text_field": "text", "response_template": "\n\n## Label:",
-           "embedding_size_multiple_of": 64}  # fmt: skip
+    rows = [
+        {"text": f"{CHAT_TOKENS[1]} {r['input']}{r['output']}{CHAT_TOKENS[3]}"}
+        for r in demo_rows(tmp_path)
+    ]
+    job = {
+        "dataset_text_field": "text",
+        "response_template": "\n\n## Label:",
+        "embedding_size_multiple_of": 64,
+    }
     return _jsonl(tmp_path / "added.jsonl", rows), job, job
 
 
 def chat_single_turn(tmp_path):
     meta = {"group": "lab_extension", "dataset": "base/full-extension"}
-    rows = [{"messages": _turns(r, 1), **meta, "metadata": '{"num_turns": 1}'}
-            for r in demo_rows(tmp_path)]  # fmt: skip
+    rows = [
+        {"messages": _turns(r, 1), **meta, "metadata": '{"num_turns": 1}'}
+        for r in demo_rows(tmp_path)
+    ]
     job = {**CHAT_JOB, "dataset_conversation_field": "messages"}
     return _jsonl(tmp_path / "single_turn_chat.jsonl", rows), job, job
 
 
 def chat_multi_turn(tmp_path):
     meta = {"group": "lab_extension", "dataset": "base/full-extension"}
-    rows = [{"conversations": _turns(r, 2), **meta, "metadata": '{"num_turns": 2}'}
-            for r in demo_rows(tmp_path)]  # fmt: skip
+    rows = [
+        {"conversations": _turns(r, 2), **meta, "metadata": '{"num_turns": 2}'}
+        for r in demo_rows(tmp_path)
+    ]
     rows[3]["tools"] = [{"name": "payment", "arguments": {"type": "card"}}]
     job = {**CHAT_JOB, "dataset_conversation_field": "conversations", "max_seq_length": 192}
     return _jsonl(tmp_path / "multi_turn_chat.jsonl", rows), job, job
 
 
-CASES = [(no_pad_text, "no_pad"), (added_tokens_x64, "added"), (chat_single_turn, "added"),
-         (chat_multi_turn, "added")]  # fmt: skip
+CASES = [
+    (no_pad_text, "no_pad"),
+    (added_tokens_x64, "added"),
+    (chat_single_turn, "added"),
+    (chat_multi_turn, "added"),
+]
 # fms leaves the rows of tokens a tokenizer already had past the model's rows (the added case)
 # to transformers' mean_resizing: the mean plus noise of 1e-9 x the covariance, drawn afresh
 # each run. fms's own step-1 loss on the same batch then moves by ~2e-5 (5.920576, 5.920561,
@@ -128,8 +147,9 @@ def test_fms_and_ours_feed_the_model_the_same_batches(
     last = set()
     for rank in (0, 1):  # every text ends with the EOS, and the EOS is learned (not -100)
         for batch in batches(ours_out, rank):
-            for ids, labels, mask in zip(batch["input_ids"], batch["labels"],
-                                         batch["attention_mask"], strict=True):  # fmt: skip
+            for ids, labels, mask in zip(
+                batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
+            ):
                 n = max(i for i, m in enumerate(mask) if m)  # padded on either side
                 assert labels[n] == ids[n] != IGNORE_INDEX, f"{case}: EOS not learned"
                 last.add(ids[n])

@@ -51,7 +51,7 @@ def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Pa
         ({}, {"model_type": "gpt2"}, None),
         (None, None, None),
     ],
-)  # fmt: skip
+)
 def test_the_class_fms_loads_is_read_from_the_files(tmp_path, tokenizer_config, config, family):
     assert fms_class(_files(tmp_path / "tok", tokenizer_config, config)) == family
 
@@ -65,12 +65,22 @@ def test_portable_tokenizer_loads_the_same_ids(models):
 
 
 def test_special_tokens_are_read_as_fms_loads_them(tmp_path):
-    path = _files(tmp_path / "tok", {"eos_token": "</s>", "pad_token": "<pad>",
-                                     "bos_token": {"content": "<s>", "special": True}},
-                  None)  # fmt: skip
+    path = _files(
+        tmp_path / "tok",
+        {
+            "eos_token": "</s>",
+            "pad_token": "<pad>",
+            "bos_token": {"content": "<s>", "special": True},
+        },
+        None,
+    )
     (path / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<|pad|>"}))
-    assert as_fms_loads(path) == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": None,
-                                  "pad_token": "<|pad|>"}  # fmt: skip
+    assert as_fms_loads(path) == {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": None,
+        "pad_token": "<|pad|>",
+    }
 
 
 def test_neox_and_llama_classes_load_as_fms_loads_them(models, tmp_path):
@@ -108,8 +118,10 @@ def test_a_sentencepiece_llama_tokenizer_is_not_rebuilt(tmp_path):
 
 def test_batches_are_padded_on_the_tokenizers_side(models, tmp_path):
     """fms's collators pad through the tokenizer: 4.55's Llama class pads on the left."""
-    rows = [{"input_ids": [5, 6, 7], "labels": [X := IGNORE_INDEX, 6, 7]},
-            {"input_ids": [8], "labels": [8]}]  # fmt: skip
+    rows = [
+        {"input_ids": [5, 6, 7], "labels": [X := IGNORE_INDEX, 6, 7]},
+        {"input_ids": [8], "labels": [8]},
+    ]
     left = Collator(0, "left")(rows)
     assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
     assert left["labels"].tolist() == [[X, 6, 7], [X, X, 8]]

@@ -38,32 +38,58 @@ def cases(root: Path, tiny: Path) -> list[dict]:
     return [
         {"name": "pad_present", "model": base},
         {"name": "no_pad", "model": nopad},
-        {"name": "no_pad_gpt2_tied_x128", "model": no_pad(root / "gpt2", "gpt2"),
-         "embedding_size_multiple_of": 128},
+        {
+            "name": "no_pad_gpt2_tied_x128",
+            "model": no_pad(root / "gpt2", "gpt2"),
+            "embedding_size_multiple_of": 128,
+        },
         {"name": "pad_is_eos", "model": variant(base, root / "pad_eos", pad_token="</s>")},
-        {"name": "llama_class", "model": variant(nopad, root / "llama",
-                                                 tokenizer_class="LlamaTokenizer")},
-        {"name": "llama_by_model_type", "model": variant(nopad, root / "by_type",
-                                                         tokenizer_class=None)},
+        {
+            "name": "llama_class",
+            "model": variant(nopad, root / "llama", tokenizer_class="LlamaTokenizer"),
+        },
+        {
+            "name": "llama_by_model_type",
+            "model": variant(nopad, root / "by_type", tokenizer_class=None),
+        },
         {"name": "sentencepiece_llama", "model": sentencepiece_llama(root / "sp")},
-        {"name": "neox_class", "model": variant(base, root / "neox", pad_token="<unk>",
-                                                tokenizer_class="GPTNeoXTokenizer")},
-        {"name": "neox_class_no_pad", "model": variant(nopad, root / "neox_nopad",
-                                                       tokenizer_class="GPTNeoXTokenizer")},
-        {"name": "eos_and_pad_are_PAD", "model": variant(base, root / "eos_pad",
-                                                         pad_token="<PAD>", eos_token="<PAD>")},
-        {"name": "added_tokens_x64", "model": added_tokens(root / "added"),
-         "embedding_size_multiple_of": 64},
-        {"name": "job_tokens_and_chat_template", "model": base,
-         "add_special_tokens": ["<|a|>", "<|b|>"], "chat_template": "{{ messages }}"},
+        {
+            "name": "neox_class",
+            "model": variant(
+                base, root / "neox", pad_token="<unk>", tokenizer_class="GPTNeoXTokenizer"
+            ),
+        },
+        {
+            "name": "neox_class_no_pad",
+            "model": variant(nopad, root / "neox_nopad", tokenizer_class="GPTNeoXTokenizer"),
+        },
+        {
+            "name": "eos_and_pad_are_PAD",
+            "model": variant(base, root / "eos_pad", pad_token="<PAD>", eos_token="<PAD>"),
+        },
+        {
+            "name": "added_tokens_x64",
+            "model": added_tokens(root / "added"),
+            "embedding_size_multiple_of": 64,
+        },
+        {
+            "name": "job_tokens_and_chat_template",
+            "model": base,
+            "add_special_tokens": ["<|a|>", "<|b|>"],
+            "chat_template": "{{ messages }}",
+        },
         {"name": "separate_tokenizer", "model": base, "tokenizer_name_or_path": base},
         {"name": "separate_tokenizer_no_pad", "model": base, "tokenizer_name_or_path": nopad},
-    ]  # fmt: skip
+    ]
 
 
 # typed special tokens, the EOS as text, leading spaces, tabs, unicode: where loads differ
-TEXTS = ["ant cat\n\n## Label: teal</s>", "<|user|>\nyak emu<|assistant|>\nnavy<|end_of_text|>",
-         "  two spaces\tand a tab\n\nÜnïcödé 😀", "<PAD><pad><unk><s><|endoftext|>"]  # fmt: skip
+TEXTS = [
+    "ant cat\n\n## Label: teal</s>",
+    "<|user|>\nyak emu<|assistant|>\nnavy<|end_of_text|>",
+    "  two spaces\tand a tab\n\nÜnïcödé 😀",
+    "<PAD><pad><unk><s><|endoftext|>",
+]
 
 
 def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
@@ -73,8 +99,10 @@ def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
     for path in [tmp_path, *tmp_path.rglob("*")]:  # the image's user (uid 1000) reads these
         path.chmod(0o755 if path.is_dir() else 0o644)
     out.chmod(0o777)  # and writes here
-    plain = [{k: str(v) if isinstance(v, Path) else v for k, v in c.items()} | {"texts": TEXTS}
-             for c in case_list]  # fmt: skip
+    plain = [
+        {k: str(v) if isinstance(v, Path) else v for k, v in c.items()} | {"texts": TEXTS}
+        for c in case_list
+    ]
     (tmp_path / "cases.json").write_text(json.dumps(plain))
     mounts = {str(tmp_path): str(tmp_path), str(PROBE): "/probe/fms_setup_probe.py"}
     cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python"]
@@ -89,8 +117,12 @@ def fms_probe(image: str, case_list: list[dict], tmp_path: Path) -> dict:
 def ours(case: dict) -> tuple[dict, object, object]:
     from transformers import AutoModelForCausalLM
 
-    keys = ("tokenizer_name_or_path", "embedding_size_multiple_of", "chat_template",
-            "add_special_tokens")  # fmt: skip
+    keys = (
+        "tokenizer_name_or_path",
+        "embedding_size_multiple_of",
+        "chat_template",
+        "add_special_tokens",
+    )
     cfg = job_config(case["model"], **{k: case[k] for k in keys if k in case})
     tokenizer = load(cfg.tokenizer_path)
     model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path)
@@ -105,8 +137,10 @@ def test_tokenizer_set_up_matches_fms(fms_image, tiny_model, tmp_path):
         if fms["pad_error"]:  # fms cannot pad: refused here before training
             with pytest.raises(ConfigError, match="no pad token"):
                 ours(case)
-            print(f"{name}: fms {fms['class']} fails at its first batch ({fms['pad_error'][:60]}"
-                  "...); refused here")  # fmt: skip
+            print(
+                f"{name}: fms {fms['class']} fails at its first batch ({fms['pad_error'][:60]}"
+                "...); refused here"
+            )
             continue
         record, tokenizer, model = ours(case)
         got = {n: getattr(tokenizer, n) for n in NAMES}
@@ -122,8 +156,9 @@ def test_tokenizer_set_up_matches_fms(fms_image, tiny_model, tmp_path):
         assert size == fms["result"]["new_embedding_size"], name
         fms_new = fms["result"]["num_new_tokens"]
         weights = torch.load(tmp_path / "probe-out" / f"{name}.pt")
-        mine = [m.weight.detach() for m in (model.get_input_embeddings(),
-                                            model.get_output_embeddings())]  # fmt: skip
+        mine = [
+            m.weight.detach() for m in (model.get_input_embeddings(), model.get_output_embeddings())
+        ]
         for which, (a, b) in enumerate(zip(mine, weights, strict=True)):
             where = f"{name}, {'output' if which else 'input'} embeddings"
             assert a.shape == b.shape, f"{where}: ours {tuple(a.shape)} fms {tuple(b.shape)}"
@@ -131,5 +166,7 @@ def test_tokenizer_set_up_matches_fms(fms_image, tiny_model, tmp_path):
             assert torch.equal(a[:kept], b[:kept]), f"{where}: rows 0..{kept - 1} differ"
             assert torch.allclose(a[kept:], b[kept:], atol=1e-5, rtol=0), f"{where}: new rows"
         assert (mine[0].data_ptr() == mine[1].data_ptr()) == fms["tied"], name
-        print(f"{name}: fms {fms['class']}, {fms['length']} tokens, rows {rows} -> {size},"
-              f" set {record['set']}: identical")  # fmt: skip
+        print(
+            f"{name}: fms {fms['class']}, {fms['length']} tokens, rows {rows} -> {size},"
+            f" set {record['set']}: identical"
+        )

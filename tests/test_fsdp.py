@@ -23,16 +23,43 @@ TOLERANCE = 1e-5
 
 
 def launch(tiny_model, demo_data, out: Path, config: Path, *extra_args, **env):
-    args = ["--config", str(ROOT / "configs/jobs/demo.yaml"), "--model_name_or_path",
-            str(tiny_model), "--training_data_path", str(demo_data), "--output_dir", str(out),
-            "--max_steps", str(STEPS), "--save_strategy", "no", *extra_args]  # fmt: skip
+    args = [
+        "--config",
+        str(ROOT / "configs/jobs/demo.yaml"),
+        "--model_name_or_path",
+        str(tiny_model),
+        "--training_data_path",
+        str(demo_data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(STEPS),
+        "--save_strategy",
+        "no",
+        *extra_args,
+    ]
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ["PATH"],
-           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "HARNESS_DEVICE": "cpu", "PET_NPROC_PER_NODE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "ACCELERATE_CONFIG": str(config), **env}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "tuning.launch", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": venv_bin + os.pathsep + os.environ["PATH"],
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "HARNESS_DEVICE": "cpu",
+        "PET_NPROC_PER_NODE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "ACCELERATE_CONFIG": str(config),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tuning.launch", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def sharding(out: Path, rank: int) -> dict:
@@ -74,14 +101,37 @@ def test_fsdp_loss_curve_equals_ddp(fsdp_and_ddp):
 def test_fsdp_config_forced_onto_ddp_fails_clearly(tiny_model, demo_data, tmp_path):
     # What the launcher used to do on CPU: --multi_gpu beside an FSDP config silently gave
     # DDP. Reproduced by hand: accelerate launch --multi_gpu with the FSDP fixture.
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(ROOT), "HARNESS_DISTRIBUTED_TYPE": "FSDP"}  # fmt: skip
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        "HARNESS_DISTRIBUTED_TYPE": "FSDP",
+    }
     accelerate = str(Path(sys.executable).with_name("accelerate"))
-    cmd = [accelerate, "launch", "--config_file", str(CONFIGS / "fsdp-cpu.yaml"), "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(free_port()), "-m",
-           "tuning.sft_trainer", "--config", str(ROOT / "configs/jobs/demo.yaml"),
-           "--model_name_or_path", str(tiny_model), "--training_data_path", str(demo_data),
-           "--output_dir", str(tmp_path / "out"), "--max_steps", "2"]  # fmt: skip
+    cmd = [
+        accelerate,
+        "launch",
+        "--config_file",
+        str(CONFIGS / "fsdp-cpu.yaml"),
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "tuning.sft_trainer",
+        "--config",
+        str(ROOT / "configs/jobs/demo.yaml"),
+        "--model_name_or_path",
+        str(tiny_model),
+        "--training_data_path",
+        str(demo_data),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_steps",
+        "2",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
     assert "asks for FSDP but accelerate set up MULTI_CPU" in proc.stderr

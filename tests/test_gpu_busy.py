@@ -61,8 +61,19 @@ def test_memory_in_use_over_the_threshold_is_busy(smi, tmp_path):
 
 
 def test_a_gpu_named_in_gpus_is_taken_busy_or_not(smi, tmp_path):
-    out = harness(tmp_path, "up", "--dry-run", "--run-id", "t", "--gpus", "device=6,2", "--layout",
-                  "per-rank", FAKE_SMI_APPS=APP, FAKE_SMI_MEM_USED="6:30000")  # fmt: skip
+    out = harness(
+        tmp_path,
+        "up",
+        "--dry-run",
+        "--run-id",
+        "t",
+        "--gpus",
+        "device=6,2",
+        "--layout",
+        "per-rank",
+        FAKE_SMI_APPS=APP,
+        FAKE_SMI_MEM_USED="6:30000",
+    )
     assert out.returncode == 0, out.stderr
     doc = next(yaml.safe_load_all(out.stdout))
     assert [device_ids(s) for s in doc["services"].values()] == [["6"], ["2"]]  # as named
@@ -110,8 +121,7 @@ def test_naming_a_gpu_another_run_holds_is_still_refused(other_run_holds_4_5, tm
 # --- LAYOUT=host: the ranks see the GPUs taken, by UUID -----------------------------------
 
 
-def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_path,
-                                                     monkeypatch):  # fmt: skip
+def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_path, monkeypatch):
     from tuning.harness import cli
     from tuning.harness.backends.nodes import HostNodes
     from tuning.harness.run import lifecycle
@@ -120,8 +130,9 @@ def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_p
 
     # The user's CUDA_VISIBLE_DEVICES (nvidia-smi's indices); 4 and 5 are another run's.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4,5,6,7")
-    a = cli.parser().parse_args(["up", "--layout", "host", "--gpus", "2", "--run-id", "h",
-                                 "--runs", str(tmp_path / "runs")])  # fmt: skip
+    a = cli.parser().parse_args(
+        ["up", "--layout", "host", "--gpus", "2", "--run-id", "h", "--runs", str(tmp_path / "runs")]
+    )
     spec = options.spec_from(RunFlags.of(a))
     assert spec.layout.gpu_ids == ("3", "6")
     want = f"{uuid(3)},{uuid(6)}"

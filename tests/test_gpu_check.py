@@ -16,8 +16,14 @@ NO_GPU = shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists(
 
 
 def run(*args, timeout=300):
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "OUT": ""})  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OUT": ""},
+    )
 
 
 def test_dry_run_passes_and_prints_every_command(tmp_path):
@@ -34,9 +40,15 @@ def test_dry_run_passes_and_prints_every_command(tmp_path):
     assert "-m tuning.demo_data" in data and "--words 1024" in data and "--n 240" in data
     assert "HARNESS_ENTRY=tuning.probe" in probe and "NCCL_DEBUG=INFO" in probe
     assert "-m tuning.launch" in probe and "-m tuning.launch" in train
-    for want in ("HARNESS_DEVICE=gpu", "PET_NPROC_PER_NODE=1", "configs/accelerate/fsdp.yaml",
-                 "--torch_dtype bfloat16", "--max_seq_length 2048", "--max_steps 30",
-                 "--save_strategy no"):  # fmt: skip
+    for want in (
+        "HARNESS_DEVICE=gpu",
+        "PET_NPROC_PER_NODE=1",
+        "configs/accelerate/fsdp.yaml",
+        "--torch_dtype bfloat16",
+        "--max_seq_length 2048",
+        "--max_steps 30",
+        "--save_strategy no",
+    ):
         assert want in train, want
     # the peak comes from the GPU's name unless --peak-tflops is given
     assert "benchmarks/mfu.py" in report and "--gpu " in report and "--peak-tflops" not in report
@@ -64,9 +76,14 @@ def test_peak_and_steps_reach_the_commands(tmp_path):
     proc = run("--dry-run", "--work", str(tmp_path), "--steps", "12", "--peak-tflops", "500")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "--max_steps 12" in proc.stdout and "--peak-tflops 500" in proc.stdout
-    env_peak = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--work", str(tmp_path)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "OUT": "", "PEAK_TFLOPS": "312"})  # fmt: skip
+    env_peak = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--work", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OUT": "", "PEAK_TFLOPS": "312"},
+    )
     assert env_peak.returncode == 0 and "--peak-tflops 312" in env_peak.stdout
 
 
@@ -88,10 +105,16 @@ def test_make_gpu_check_dry_run_is_the_scripts_dry_run():
     make = shutil.which("make")
     if make is None:
         pytest.skip("no make")
-    proc = subprocess.run([make, "-n", "gpu-check", "DRY_RUN=1", "STEPS=12"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [make, "-n", "gpu-check", "DRY_RUN=1", "STEPS=12"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "benchmarks/gpu_check.sh --dry-run --steps 12" in proc.stdout
-    off = subprocess.run([make, "-n", "gpu-check", "DRY_RUN=0"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    off = subprocess.run(
+        [make, "-n", "gpu-check", "DRY_RUN=0"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert "gpu_check.sh" in off.stdout and "--dry-run" not in off.stdout

@@ -20,8 +20,10 @@ from tuning.rank import gpu_guard
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"
 # What torch on this machine reports: a CPU build sees no CUDA and no device.
-FOUND = ("CUDA available: False; CUDA devices: 0 for 1 rank(s) on this node (LOCAL_WORLD_SIZE)",
-         "its CUDA: None (a CPU build of torch)")  # fmt: skip
+FOUND = (
+    "CUDA available: False; CUDA devices: 0 for 1 rank(s) on this node (LOCAL_WORLD_SIZE)",
+    "its CUDA: None (a CPU build of torch)",
+)
 
 
 def stand_in_dev(root: Path, *names: str) -> Path:
@@ -57,8 +59,13 @@ def test_the_nvidia_runtimes_variable_marks_a_gpu_node(tmp_path):
 
 def test_a_pytorchjob_worker_with_gpus_4_to_7_gets_four_gpu_ranks(tmp_path):
     dev = stand_in_dev(tmp_path / "dev", "nvidia4", "nvidia5", "nvidia6", "nvidia7")
-    env = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "auto",
-           "PET_MASTER_ADDR": "job-master-0", "PET_MASTER_PORT": "23456"}  # fmt: skip
+    env = {
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_MASTER_ADDR": "job-master-0",
+        "PET_MASTER_PORT": "23456",
+    }
     argv, extra = launch.command(env, [], dev_root=dev)
     flags = dict(zip(argv, argv[1:], strict=False))
     assert flags["--num_processes"] == "8" and flags["--machine_rank"] == "1"
@@ -93,8 +100,10 @@ def test_driver_version_from_the_drivers_proc_file(tmp_path):
         "19:39:15 UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
     opened = tmp_path / "open"
-    opened.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  "
-                      "Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Jul 15 2025\n")  # fmt: skip
+    opened.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  "
+        "Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Jul 15 2025\n"
+    )
     assert gpu_guard.driver_version(str(closed)) == "535.183.01"
     assert gpu_guard.driver_version(str(opened)) == "580.65.06"
     assert gpu_guard.driver_version(str(tmp_path / "missing")) is None
@@ -104,9 +113,11 @@ def test_driver_version_from_the_drivers_proc_file(tmp_path):
 
 def test_the_fix_follows_what_was_found():
     old = gpu_guard.fix("13.0", "535.183.01", 0, 1)
-    assert old.startswith("driver 535.183.01 is too old: torch's CUDA 13.0 needs an NVIDIA "
-                          "driver >= 580 (CUDA 13 images: >= 580; the CUDA 12.8 image: "
-                          ">= 525.60.13)")  # fmt: skip
+    assert old.startswith(
+        "driver 535.183.01 is too old: torch's CUDA 13.0 needs an NVIDIA "
+        "driver >= 580 (CUDA 13 images: >= 580; the CUDA 12.8 image: "
+        ">= 525.60.13)"
+    )
     assert "driver" not in gpu_guard.fix("12.8", "550.54.15", 2, 4).split(":")[0]
     assert gpu_guard.fix("12.8", "550.54.15", 2, 4).startswith(
         "4 ranks on this node but 2 GPU(s) visible: run at most one rank per GPU (GPUS=2"
@@ -131,12 +142,30 @@ def assert_names_what_it_found(text: str) -> None:
 
 
 def trainer(model: Path, data: Path, out: Path, device: str) -> subprocess.CompletedProcess:
-    args = ["--model_name_or_path", str(model), "--training_data_path", str(data),
-            "--output_dir", str(out), "--max_steps", "2", "--max_seq_length", "32",
-            "--per_device_train_batch_size", "2", "--save_strategy", "no"]  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "tuning.sft_trainer", *args], cwd=ROOT,
-                          env=launch_env(HARNESS_DEVICE=device), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    args = [
+        "--model_name_or_path",
+        str(model),
+        "--training_data_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "2",
+        "--save_strategy",
+        "no",
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "tuning.sft_trainer", *args],
+        cwd=ROOT,
+        env=launch_env(HARNESS_DEVICE=device),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_trainer_told_gpu_without_cuda_fails_before_step_one(tiny_model, demo_data, tmp_path):
@@ -158,9 +187,16 @@ def test_trainer_on_cpu_still_trains(tiny_model, demo_data, tmp_path):
 
 
 def test_probe_told_gpu_without_cuda_fails_and_writes_nothing(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DEVICE": "gpu", "RANK": "0",
-           "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HARNESS_DEVICE": "gpu",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     cmd = [sys.executable, "-m", "tuning.probe", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1

@@ -18,8 +18,9 @@ def smi(tmp_path, monkeypatch):
 
 
 def test_cuda_visible_devices_picks_the_gpus(smi, tmp_path):
-    doc, text = dry_up(tmp_path, "--gpus", "4", "--layout", "per-rank",
-                       CUDA_VISIBLE_DEVICES="4,5,6,7")  # fmt: skip
+    doc, text = dry_up(
+        tmp_path, "--gpus", "4", "--layout", "per-rank", CUDA_VISIBLE_DEVICES="4,5,6,7"
+    )
     assert [device_ids(s) for s in doc["services"].values()] == [["4"], ["5"], ["6"], ["7"]]
     assert f"# gpus: 4 {uuid(4)} ({H100}), 5 {uuid(5)}" in text and "driver 580.95.05" in text
 
@@ -29,9 +30,14 @@ def test_nvidia_visible_devices_by_uuid(smi, tmp_path):
     assert device_ids(doc["services"]["trainer"]) == ["3", "6"]
 
 
-@pytest.mark.parametrize("name, value", [("NVIDIA_VISIBLE_DEVICES", "none"),
-                                         ("NVIDIA_VISIBLE_DEVICES", "void"),
-                                         ("CUDA_VISIBLE_DEVICES", "")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("NVIDIA_VISIBLE_DEVICES", "none"),
+        ("NVIDIA_VISIBLE_DEVICES", "void"),
+        ("CUDA_VISIBLE_DEVICES", ""),
+    ],
+)
 def test_no_visible_gpu_means_cpu_ranks_by_default_and_refuses_gpus(smi, tmp_path, name, value):
     doc, _ = dry_up(tmp_path, **{name: value})
     assert doc["services"]["trainer"]["environment"]["HARNESS_DEVICE"] == "cpu"
@@ -86,30 +92,39 @@ def test_mig_gpu_is_refused(smi, tmp_path):
     assert out.returncode == 2
     assert f"GPU 1 ({H100}) has MIG enabled; MIG instances are not supported yet" in out.stderr
     assert "CUDA_VISIBLE_DEVICES=0,2,3" in out.stderr and "-mig 0" in out.stderr
-    doc, _ = dry_up(tmp_path, "--gpus", "2", FAKE_SMI_GPUS="4", FAKE_SMI_MIG="1",
-                    CUDA_VISIBLE_DEVICES="2,3")  # fmt: skip
+    doc, _ = dry_up(
+        tmp_path, "--gpus", "2", FAKE_SMI_GPUS="4", FAKE_SMI_MIG="1", CUDA_VISIBLE_DEVICES="2,3"
+    )
     assert device_ids(doc["services"]["trainer"]) == ["2", "3"]
 
 
 def test_old_driver_refused_for_cuda13_and_the_cuda12_image_takes_it(smi, tmp_path):
     out = harness(tmp_path, "up", "--dry-run", "--gpus", "2", FAKE_SMI_DRIVER="535.104.05")
     assert out.returncode == 2
-    for want in ("the NVIDIA driver here is 535.104.05", "image tuning-harness:gpu runs CUDA "
-                 "13.0, which needs driver 580.65.06 or newer (R580)", "tuning-harness:gpu-cu128",
-                 "`make image DEVICE=gpu CUDA=12.8`", "`make up CUDA=12.8 ...`"):  # fmt: skip
+    for want in (
+        "the NVIDIA driver here is 535.104.05",
+        "image tuning-harness:gpu runs CUDA 13.0, which needs driver 580.65.06 or newer (R580)",
+        "tuning-harness:gpu-cu128",
+        "`make image DEVICE=gpu CUDA=12.8`",
+        "`make up CUDA=12.8 ...`",
+    ):
         assert want in out.stderr
     doc, _ = dry_up(tmp_path, "--gpus", "2", "--cuda", "12.8", FAKE_SMI_DRIVER="535.104.05")
     assert doc["services"]["trainer"]["image"] == "tuning-harness:gpu-cu128"
-    doc, _ = dry_up(tmp_path, "--gpus", "2", "--image", "tuning-harness:gpu-cu128",
-                    FAKE_SMI_DRIVER="535.104.05")  # fmt: skip
+    doc, _ = dry_up(
+        tmp_path, "--gpus", "2", "--image", "tuning-harness:gpu-cu128", FAKE_SMI_DRIVER="535.104.05"
+    )
     assert doc["services"]["trainer"]["image"] == "tuning-harness:gpu-cu128"
 
 
 def test_driver_470_refused_for_both_images(smi, tmp_path):
-    for cuda, image, floor in (("13.0", "tuning-harness:gpu", "580.65.06"),
-                               ("12.8", "tuning-harness:gpu-cu128", "525.60.13")):  # fmt: skip
-        out = harness(tmp_path, "up", "--dry-run", "--gpus", "1", "--cuda", cuda,
-                      FAKE_SMI_DRIVER="470.256.02")  # fmt: skip
+    for cuda, image, floor in (
+        ("13.0", "tuning-harness:gpu", "580.65.06"),
+        ("12.8", "tuning-harness:gpu-cu128", "525.60.13"),
+    ):
+        out = harness(
+            tmp_path, "up", "--dry-run", "--gpus", "1", "--cuda", cuda, FAKE_SMI_DRIVER="470.256.02"
+        )
         assert out.returncode == 2
         assert f"driver here is 470.256.02; image {image} runs CUDA {cuda}" in out.stderr
         assert f"Fix: upgrade the NVIDIA driver to {floor} or newer" in out.stderr
@@ -117,11 +132,27 @@ def test_driver_470_refused_for_both_images(smi, tmp_path):
 
 
 def test_blackwell_needs_r570_on_the_cuda12_image_and_volta_is_refused(smi, tmp_path):
-    out = harness(tmp_path, "up", "--dry-run", "--gpus", "1", "--cuda", "12.8",
-                  FAKE_SMI_DRIVER="550.54.15", FAKE_SMI_CC="10.0")  # fmt: skip
+    out = harness(
+        tmp_path,
+        "up",
+        "--dry-run",
+        "--gpus",
+        "1",
+        "--cuda",
+        "12.8",
+        FAKE_SMI_DRIVER="550.54.15",
+        FAKE_SMI_CC="10.0",
+    )
     assert out.returncode == 2 and "needs driver 570 or newer (R570)" in out.stderr
-    out = harness(tmp_path, "up", "--dry-run", "--gpus", "1", FAKE_SMI_CC="7.0",
-                  FAKE_SMI_NAME="Tesla V100-SXM2-32GB")  # fmt: skip
+    out = harness(
+        tmp_path,
+        "up",
+        "--dry-run",
+        "--gpus",
+        "1",
+        FAKE_SMI_CC="7.0",
+        FAKE_SMI_NAME="Tesla V100-SXM2-32GB",
+    )
     assert out.returncode == 2
     assert "GPU 0 (Tesla V100-SXM2-32GB, compute 7.0): image tuning-harness:gpu" in out.stderr
 
@@ -133,24 +164,36 @@ def test_gpus_check_driver_command(smi, tmp_path):
     assert "gpus: driver 580.95.05 runs tuning-harness:gpu (CUDA 13.0)" in ok.stdout
     old = harness(tmp_path, "gpus", "--check-driver", FAKE_SMI_DRIVER="535.104.05")
     assert old.returncode == 2 and "needs driver 580.65.06 or newer" in old.stderr
-    cu12 = harness(tmp_path, "gpus", "--check-driver", "--cuda", "12.8",
-                   FAKE_SMI_DRIVER="535.104.05")  # fmt: skip
+    cu12 = harness(
+        tmp_path, "gpus", "--check-driver", "--cuda", "12.8", FAKE_SMI_DRIVER="535.104.05"
+    )
     assert cu12.returncode == 0 and "runs tuning-harness:gpu-cu128 (CUDA 12.8)" in cu12.stdout
 
 
 def test_image_dry_run_refuses_an_old_driver_and_prints_the_cuda12_build(smi, tmp_path):
     old = harness(tmp_path, "image", "--device", "gpu", "--dry-run", FAKE_SMI_DRIVER="535.104.05")
     assert old.returncode == 2 and "CUDA 13.0, which needs driver 580.65.06" in old.stderr
-    out = harness(tmp_path, "image", "--device", "gpu", "--cuda", "12.8", "--dry-run",
-                  FAKE_SMI_DRIVER="535.104.05")  # fmt: skip
+    out = harness(
+        tmp_path,
+        "image",
+        "--device",
+        "gpu",
+        "--cuda",
+        "12.8",
+        "--dry-run",
+        FAKE_SMI_DRIVER="535.104.05",
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("# tuning-harness:gpu-cu128 (recipe gpu-cu128, CUDA 12.8)")
     build = next(x for x in lines if x.startswith("docker build") and "--network none" not in x)
-    for arg in ("-t tuning-harness:gpu-cu128", "--build-arg DEVICE=gpu",
-                "--build-arg GPU_LOCK=requirements-gpu-cu128.lock",
-                "--build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128",
-                "--build-arg BASE_IMAGE=python:3.11-slim-bookworm"):  # fmt: skip
+    for arg in (
+        "-t tuning-harness:gpu-cu128",
+        "--build-arg DEVICE=gpu",
+        "--build-arg GPU_LOCK=requirements-gpu-cu128.lock",
+        "--build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128",
+        "--build-arg BASE_IMAGE=python:3.11-slim-bookworm",
+    ):
         assert arg in build
     wheels = next(x for x in lines if " pip download " in x)
     assert "--extra-index-url https://download.pytorch.org/whl/cu128" in wheels

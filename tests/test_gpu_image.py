@@ -20,8 +20,13 @@ TAG = "tuning-harness:gpu"
 
 @pytest.fixture(scope="module")
 def gpu_image() -> str:
-    out = subprocess.run([sys.executable, "-m", "tuning.harness", "image", "--device", "gpu"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=3000)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tuning.harness", "image", "--device", "gpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"harness: image {TAG} (gpu" in out.stdout
     return TAG
@@ -38,8 +43,20 @@ def test_the_gpu_image_holds_the_locked_cuda_torch(gpu_image):
 
 @pytest.mark.parametrize("layout", ["single", "per-rank"])
 def test_the_gpu_image_trains_cpu_ranks(gpu_image, layout, tmp_path):
-    out = harness("up", "--image", gpu_image, "--layout", layout, "--gpus", "0", "--nproc", "2",
-                  "--steps", "6", runs=tmp_path)  # fmt: skip
+    out = harness(
+        "up",
+        "--image",
+        gpu_image,
+        "--layout",
+        layout,
+        "--gpus",
+        "0",
+        "--nproc",
+        "2",
+        "--steps",
+        "6",
+        runs=tmp_path,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(((tmp_path / "latest").resolve() / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["steps"] == 6

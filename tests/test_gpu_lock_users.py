@@ -59,8 +59,9 @@ def readable_tuning():
     PYTHONPATH=<checkout> would give them "No module named 'tuning'"."""
     folder = Path(tempfile.mkdtemp(prefix="harness-gpu2-src-", dir="/tmp"))
     try:
-        shutil.copytree(ROOT / "tuning", folder / "tuning",
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        shutil.copytree(
+            ROOT / "tuning", folder / "tuning", ignore=shutil.ignore_patterns("__pycache__")
+        )
         for p in (folder, *folder.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
         yield folder
@@ -84,8 +85,16 @@ def second_user(readable_tuning):
         pytest.fail(f"user {USER} exists with uid {existing.pw_uid}, not {UID}")
     made = existing is None  # another session's test may have made it: theirs to remove
     if made:
-        out = _tool("useradd", "--no-create-home", "--no-user-group", "--uid", str(UID),
-                    "--shell", "/usr/sbin/nologin", USER)  # fmt: skip
+        out = _tool(
+            "useradd",
+            "--no-create-home",
+            "--no-user-group",
+            "--uid",
+            str(UID),
+            "--shell",
+            "/usr/sbin/nologin",
+            USER,
+        )
         assert out.returncode == 0, f"useradd {USER}: {out.stderr}"
     yield USER
     if made:
@@ -94,13 +103,23 @@ def second_user(readable_tuning):
 
 def run(who: str, *args: str, tmpdir: str | None = None) -> subprocess.Popen:
     """The lock script (or a -c of its own) as `who` ("root" or the second user)."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1",
-           **({"TMPDIR": tmpdir} if tmpdir else {})}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(SOURCE),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **({"TMPDIR": tmpdir} if tmpdir else {}),
+    }
     runuser = shutil.which("runuser") or "runuser"
     python = [sys.executable] if who == "root" else [runuser, "-u", who, "--", str(USER_PYTHON)]
-    return subprocess.Popen([*python, *args], env=env, cwd="/", text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [*python, *args],
+        env=env,
+        cwd="/",
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def lock(who: str, folder: Path, run_id: str, gpu: str, hold=False) -> subprocess.Popen:
@@ -168,8 +187,10 @@ def test_a_lock_another_user_made_is_taken_once_released(second_user, maker, sys
         assert (folder / "gpu3.lock").stat().st_mode & 0o777 == 0o666
         while_held = lock(maker, folder, "mine", "3")
         refusal = said(while_held)
-        assert refusal.startswith(f"refused: GPU 3 is in use by run theirs (harness pid "
-                                  f"{_python_pid(holder)}, uid {uid}); wait for it")  # fmt: skip
+        assert refusal.startswith(
+            f"refused: GPU 3 is in use by run theirs (harness pid "
+            f"{_python_pid(holder)}, uid {uid}); wait for it"
+        )
         holder.communicate("", timeout=30)  # released
         with protected_regular(sysctl):
             after = lock(maker, folder, "mine", "3")

@@ -27,8 +27,9 @@ def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:
 
 
 def test_single_gpu_render_keeps_p2p():
-    (svc,) = compose.render(Layout(kind="single", gpus=2, gpu_ids=("3", "6"), run_id="t",
-                                   image="tuning-harness:gpu"))["services"].values()  # fmt: skip
+    (svc,) = compose.render(
+        Layout(kind="single", gpus=2, gpu_ids=("3", "6"), run_id="t", image="tuning-harness:gpu")
+    )["services"].values()
     gpu_service_checks(svc)
     assert device_ids(svc) == ["3", "6"] and svc["shm_size"] == "2gb"
     assert not any(k.startswith("NCCL_") for k in svc["environment"])
@@ -94,6 +95,9 @@ def test_examples_run_the_gpu_image():
 
 
 def test_unknown_cuda_is_refused():
-    with pytest.raises(HarnessError, match=r"CUDA=11.8: no GPU image is built for it; use one "
-                                           r"of 12.8, 13.0"):  # fmt: skip
+    with pytest.raises(
+        HarnessError,
+        match=r"CUDA=11.8: no GPU image is built for it; use one "
+        r"of 12.8, 13.0",
+    ):
         image_recipes.resolve("tuning-harness:latest", "gpu", "11.8")

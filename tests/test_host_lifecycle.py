@@ -20,10 +20,26 @@ ENV = {**os.environ, "HARNESS_STEP_SLEEP": "0.3", "OMP_NUM_THREADS": "1"}
 
 def start(runs: Path, run_id: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "up", "--layout", "host", "--steps", "400",
-         "--run-id", run_id, "--runs", str(runs)],
-        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--layout",
+            "host",
+            "--steps",
+            "400",
+            "--run-id",
+            run_id,
+            "--runs",
+            str(runs),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def ranks_of(run_dir: Path) -> list[int]:
@@ -78,8 +94,9 @@ def test_host_ranks_die_with_their_harness_and_the_next_run_records_it(tmp_path)
         for pid in ranks_of(tmp_path / "dead"):
             os.kill(pid, signal.SIGKILL)
     assert not (tmp_path / "dead/summary.json").exists()
-    out = harness("up", "--layout", "host", "--steps", "2", "--run-id", "next", runs=tmp_path,
-                  timeout=300)  # fmt: skip
+    out = harness(
+        "up", "--layout", "host", "--steps", "2", "--run-id", "next", runs=tmp_path, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "run dead's harness is gone" in out.stdout, out.stdout
     dead = json.loads((tmp_path / "dead/summary.json").read_text())

@@ -48,9 +48,14 @@ def test_online_builds_read_pytorchs_index_and_the_cpu_wheelhouse_does_not():
 def test_the_digest_covers_the_locks_and_the_code():
     files = images._files(image_recipes.RECIPES["gpu"])
     names = {str(p.relative_to(ROOT)) for p in files}
-    assert {"docker/Dockerfile", "docker/requirements.lock", "docker/requirements-gpu.lock",
-            "docker/check_image.py", "tuning/sft_trainer.py",
-            "configs/accelerate/fsdp.yaml"} <= names  # fmt: skip
+    assert {
+        "docker/Dockerfile",
+        "docker/requirements.lock",
+        "docker/requirements-gpu.lock",
+        "docker/check_image.py",
+        "tuning/sft_trainer.py",
+        "configs/accelerate/fsdp.yaml",
+    } <= names
     assert images.digest(image_recipes.RECIPES["cpu"]) != images.digest(
         image_recipes.RECIPES["gpu"]
     )

@@ -167,8 +167,12 @@ def test_an_absolute_entry_that_is_nowhere_is_refused_in_a_dry_run(tmp_path):
     refused(out, tmp_path / "r", "ENTRY=/abs/missing.py: no such script on this machine, and")
 
 
-CHAT = {"instruction_template": "<|user|>", "response_template": "<|assistant|>",
-        "dataset_conversation_field": "messages", "max_steps": 2}  # fmt: skip
+CHAT = {
+    "instruction_template": "<|user|>",
+    "response_template": "<|assistant|>",
+    "dataset_conversation_field": "messages",
+    "max_steps": 2,
+}
 
 
 def test_chat_records_with_a_tokenizer_without_a_chat_template_are_refused_before_start(

@@ -65,8 +65,16 @@ def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
 
 # The Pod Security Standard "restricted" (kubernetes.io/docs/concepts/security/pod-security-
 # standards), rule by rule, on the YAML kubectl would send.
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                      "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def check_restricted(pod: dict) -> None:
@@ -108,8 +116,9 @@ def test_pods_pass_the_restricted_pod_security_standard(gpus, nodes):
 
 
 def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
-    manifest, config_map, job = make_kube(tmp_path, "--gpus", "4", "--nodes", "2",
-                                          "--name", "ft", "--steps", "7")  # fmt: skip
+    manifest, config_map, job = make_kube(
+        tmp_path, "--gpus", "4", "--nodes", "2", "--name", "ft", "--steps", "7"
+    )
     assert type(job).__name__ == "KubeflowOrgV1PyTorchJob"
     assert (job.api_version, job.kind, job.metadata.name) == ("kubeflow.org/v1", "PyTorchJob", "ft")
     specs = job.spec.pytorch_replica_specs
@@ -127,8 +136,11 @@ def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
     # Pods on Kube start with the operator's environment, plus what the image cannot find
     # out by itself: its config, a writable HOME, and that its ranks are GPU ranks.
     env = {e.name: e.value for e in only_container(specs["Master"]).env}
-    assert env == {"ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp",
-                   "HARNESS_DEVICE": "gpu"} and manifest.name == "pytorchjob.yaml"  # fmt: skip
+    assert (
+        env
+        == {"ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp", "HARNESS_DEVICE": "gpu"}
+        and manifest.name == "pytorchjob.yaml"
+    )
     assert not (manifest.parent / "compose.yaml").exists()  # rendering runs nothing
 
 
@@ -142,8 +154,17 @@ def test_one_node_is_one_master_with_every_rank(gpus):
 
 
 def test_cpu_job_has_no_gpu_limit_and_the_cpu_recipe(tmp_path):
-    _, config_map, job = make_kube(tmp_path, "--gpus", "0", "--nodes", "3", "--nproc", "2",
-                                   "--image", "registry.example/tuning:1")  # fmt: skip
+    _, config_map, job = make_kube(
+        tmp_path,
+        "--gpus",
+        "0",
+        "--nodes",
+        "3",
+        "--nproc",
+        "2",
+        "--image",
+        "registry.example/tuning:1",
+    )
     specs = job.spec.pytorch_replica_specs
     assert (specs["Master"].replicas, specs["Worker"].replicas) == (1, 2)
     assert job.spec.nproc_per_node == "2"
@@ -154,9 +175,12 @@ def test_cpu_job_has_no_gpu_limit_and_the_cpu_recipe(tmp_path):
 
 @pytest.mark.parametrize(
     ("nodes", "nproc", "pods"),
-    [(2, 1, ["tj-master-0", "tj-worker-0"]), (1, 2, ["tj-master-0"]),
-     (3, 2, ["tj-master-0", "tj-worker-0", "tj-worker-1"])],
-)  # fmt: skip
+    [
+        (2, 1, ["tj-master-0", "tj-worker-0"]),
+        (1, 2, ["tj-master-0"]),
+        (3, 2, ["tj-master-0", "tj-worker-0", "tj-worker-1"]),
+    ],
+)
 def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods):
     _, job = kube.load(rendered(0, nodes, nproc))
     got = kube.operator_pods(job)
@@ -165,13 +189,20 @@ def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods
         assert (pod.node_rank, pod.nproc) == (rank, nproc)
         assert set(pod.env) == CONTRACT | {"ACCELERATE_CONFIG", "HOME", "HARNESS_DEVICE"}
         assert pod.env == {
-            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HOME": "/tmp", "PYTHONUNBUFFERED": "1",
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml",
+            "HOME": "/tmp",
+            "PYTHONUNBUFFERED": "1",
             "HARNESS_DEVICE": "cpu",
-            "MASTER_ADDR": "tj-master-0", "PET_MASTER_ADDR": "tj-master-0",
-            "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
-            "WORLD_SIZE": str(nodes * nproc), "PET_NNODES": str(nodes),
-            "PET_NPROC_PER_NODE": str(nproc), "RANK": str(rank), "PET_NODE_RANK": str(rank),
-        }  # fmt: skip
+            "MASTER_ADDR": "tj-master-0",
+            "PET_MASTER_ADDR": "tj-master-0",
+            "MASTER_PORT": "23456",
+            "PET_MASTER_PORT": "23456",
+            "WORLD_SIZE": str(nodes * nproc),
+            "PET_NNODES": str(nodes),
+            "PET_NPROC_PER_NODE": str(nproc),
+            "RANK": str(rank),
+            "PET_NODE_RANK": str(rank),
+        }
 
 
 def test_operator_environment_is_read_from_the_object():
@@ -200,15 +231,20 @@ def test_manifest_is_plain_yaml_for_kubectl():
     assert job["spec"]["runPolicy"] == {"backoffLimit": 0, "cleanPodPolicy": "Running"}
     pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
-    assert pod["volumes"][1] == {"emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"},
-                                 "name": "dshm"}  # fmt: skip
+    assert pod["volumes"][1] == {
+        "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"},
+        "name": "dshm",
+    }
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--name", "Bad_Name"], "NAME='Bad_Name'"), (["--nodes", "0"], "NODES=0"),
-     (["--gpus", "x"], "GPUS='x'")],
-)  # fmt: skip
+    [
+        (["--name", "Bad_Name"], "NAME='Bad_Name'"),
+        (["--nodes", "0"], "NODES=0"),
+        (["--gpus", "x"], "GPUS='x'"),
+    ],
+)
 def test_bad_flags_are_refused_with_a_reason(tmp_path, args, message):
     out = harness("kube", "--gpus", "1", *args, runs=tmp_path, timeout=120)
     assert out.returncode == 2 and message in out.stderr, out.stderr
@@ -217,13 +253,16 @@ def test_bad_flags_are_refused_with_a_reason(tmp_path, args, message):
 
 def test_rendering_does_not_import_torch(tmp_path):
     # The SDKs come in only when `kube` runs; neither they nor it bring torch.
-    code = ("import sys; from tuning.harness import cli; cli.parser();"
-            " assert 'kubeflow' not in sys.modules, 'the CLI imported the SDK up front';"
-            " assert cli.main(['kube', '--gpus', '2', '--runs', sys.argv[1]]) == 0;"
-            " assert 'kubeflow.training' in sys.modules;"
-            " assert 'torch' not in sys.modules, 'kube imported torch'")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True)  # fmt: skip
+    code = (
+        "import sys; from tuning.harness import cli; cli.parser();"
+        " assert 'kubeflow' not in sys.modules, 'the CLI imported the SDK up front';"
+        " assert cli.main(['kube', '--gpus', '2', '--runs', sys.argv[1]]) == 0;"
+        " assert 'kubeflow.training' in sys.modules;"
+        " assert 'torch' not in sys.modules, 'kube imported torch'"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -235,9 +274,24 @@ def test_rendering_does_not_import_torch(tmp_path):
 @pytest.mark.parametrize(("nodes", "nproc"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
 def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path, nodes, nproc):
     run_id = f"kube-{nodes}x{nproc}-" + runs.new_run_id()
-    out = harness("kube", "--rehearse", "--gpus", "0", "--nodes", str(nodes), "--nproc",
-                  str(nproc), "--name", "tj", "--steps", "3", "--run-id", run_id,
-                  runs=tmp_path, timeout=600)  # fmt: skip
+    out = harness(
+        "kube",
+        "--rehearse",
+        "--gpus",
+        "0",
+        "--nodes",
+        str(nodes),
+        "--nproc",
+        str(nproc),
+        "--name",
+        "tj",
+        "--steps",
+        "3",
+        "--run-id",
+        run_id,
+        runs=tmp_path,
+        timeout=600,
+    )
     run_dir = tmp_path / run_id
     try:
         assert out.returncode == 0, out.stdout + out.stderr

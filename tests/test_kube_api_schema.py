@@ -25,13 +25,20 @@ kv = pytest.importorskip("kubernetes_validate")
 VERSIONS = ("1.29.0", kv.latest_version() + ".0")  # the Training Operator 1.9's oldest; newest
 CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-SHAPES = [("pytorchjob", 4, 2, 1), ("pytorchjob", 0, 1, 2), ("trainjob", 0, 2, 1),
-          ("trainjob", 8, 1, 1), ("job", 4, 1, 1), ("job", 0, 1, 3)]  # fmt: skip
+SHAPES = [
+    ("pytorchjob", 4, 2, 1),
+    ("pytorchjob", 0, 1, 2),
+    ("trainjob", 0, 2, 1),
+    ("trainjob", 8, 1, 1),
+    ("job", 4, 1, 1),
+    ("job", 0, 1, 3),
+]
 
 
 def objects(kind, gpus, nodes, nproc, extra=None, restarts=1) -> list[dict]:
-    layout = kube.job_layout(gpus, nproc, nodes, kind=kind, name="aj", run_id="r1",
-                             run_dir="/tmp/r1", **(extra or {}))  # fmt: skip
+    layout = kube.job_layout(
+        gpus, nproc, nodes, kind=kind, name="aj", run_id="r1", run_dir="/tmp/r1", **(extra or {})
+    )
     job = {"max_steps": 3, "output_dir": "/output"}
     objs = kube.render(layout, job, CPU, restarts)
     return [kube_pod.plain(o) for o in objs]
@@ -44,12 +51,16 @@ def pod_templates(doc: dict) -> list[dict]:
     elif doc["kind"] == "PyTorchJob":
         templates = [r["template"] for r in doc["spec"]["pytorchReplicaSpecs"].values()]
     elif doc["kind"] == "TrainingRuntime":
-        templates = [r["template"]["spec"]["template"]
-                     for r in doc["spec"]["template"]["spec"]["replicatedJobs"]]  # fmt: skip
+        templates = [
+            r["template"]["spec"]["template"]
+            for r in doc["spec"]["template"]["spec"]["replicatedJobs"]
+        ]
     else:
         templates = []
-    return [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-             "template": t} for t in templates]  # fmt: skip
+    return [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t}
+        for t in templates
+    ]
 
 
 def api_rule_failures(pod: dict) -> list[str]:
@@ -84,8 +95,7 @@ def invalid(doc: dict, version: str) -> str | None:
 
 @pytest.mark.parametrize("extra", EXTRAS)
 @pytest.mark.parametrize(("kind", "gpus", "nodes", "nproc"), SHAPES)
-def test_core_objects_and_pods_validate_against_the_kubernetes_api(kind, gpus, nodes, nproc,
-                                                                   extra):  # fmt: skip
+def test_core_objects_and_pods_validate_against_the_kubernetes_api(kind, gpus, nodes, nproc, extra):
     docs = objects(kind, gpus, nodes, nproc, EXTRAS[extra])
     core = [d for d in docs if d["kind"] in ("ConfigMap", "Job")]
     maps = {"plain": 1, "claims+entry": 2, "src+args": 3}[extra]  # job; launcher; SRC
@@ -132,8 +142,9 @@ def test_the_checks_can_fail():
 
 def test_the_docs_claim_example_is_a_valid_claim():
     section = (ROOT / "docs/kubernetes.md").read_text()
-    block = re.search(r"```yaml\n(apiVersion: v1\nkind: PersistentVolumeClaim\n.*?)```", section,
-                      re.S)  # fmt: skip
+    block = re.search(
+        r"```yaml\n(apiVersion: v1\nkind: PersistentVolumeClaim\n.*?)```", section, re.S
+    )
     assert block, "docs/kubernetes.md shows a PersistentVolumeClaim"
     claim = yaml.safe_load(block.group(1))
     for version in VERSIONS:
@@ -143,13 +154,21 @@ def test_the_docs_claim_example_is_a_valid_claim():
 
 def test_trainjob_objects_render_through_the_same_pod():
     # the TrainJob's runtime holds the same pod as the PyTorchJob (kube_pod), claims and all
-    layout = kube.job_layout(0, 1, 2, kind="trainjob", name="aj", run_id="r1", run_dir="/tmp/r1",
-                             **FULL)  # fmt: skip
+    layout = kube.job_layout(
+        0, 1, 2, kind="trainjob", name="aj", run_id="r1", run_dir="/tmp/r1", **FULL
+    )
     runtime = kube_pod.plain(kube_trainjob.render(layout, {}, CPU)[-2])
     (t,) = pod_templates(runtime)
     mounts = {m["mountPath"]: m for m in t["template"]["spec"]["containers"][0]["volumeMounts"]}
-    assert mounts["/model"] == {"mountPath": "/model", "name": "model", "readOnly": True,
-                                "subPath": "granite"}  # fmt: skip
+    assert mounts["/model"] == {
+        "mountPath": "/model",
+        "name": "model",
+        "readOnly": True,
+        "subPath": "granite",
+    }
     assert mounts["/data/train.jsonl"]["subPath"] == "sets/train.jsonl"
-    assert mounts["/opt/harness-launch"] == {"mountPath": "/opt/harness-launch",
-                                             "name": "launch", "readOnly": True}  # fmt: skip
+    assert mounts["/opt/harness-launch"] == {
+        "mountPath": "/opt/harness-launch",
+        "name": "launch",
+        "readOnly": True,
+    }

@@ -29,8 +29,9 @@ def make_kube(tmp_path: Path, kind: str, *args: str) -> tuple[str, list[dict], d
     command line as a process)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = cli.main(["kube", "--kind", kind, "--gpus", "0", "--nproc", "2", *args,
-                         "--runs", str(tmp_path)])  # fmt: skip
+        code = cli.main(
+            ["kube", "--kind", kind, "--gpus", "0", "--nproc", "2", *args, "--runs", str(tmp_path)]
+        )
     assert code == 0, out.getvalue()
     out = SimpleNamespace(stdout=out.getvalue())
     manifest = Path(out.stdout.strip().splitlines()[-1])
@@ -51,38 +52,51 @@ def pods(docs: list[dict]) -> list[dict]:
         elif d["kind"] == "PyTorchJob":
             out += [r["template"]["spec"] for r in d["spec"]["pytorchReplicaSpecs"].values()]
         elif d["kind"] == "TrainingRuntime":
-            out += [r["template"]["spec"]["template"]["spec"]
-                    for r in d["spec"]["template"]["spec"]["replicatedJobs"]]  # fmt: skip
+            out += [
+                r["template"]["spec"]["template"]["spec"]
+                for r in d["spec"]["template"]["spec"]["replicatedJobs"]
+            ]
     return out
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_and_data_claims_are_mounted_read_only_where_the_job_reads_them(tmp_path, kind):
-    said, docs, job = make_kube(tmp_path, kind, "--model", "pvc:models/granite-3b",
-                                "--data", "pvc:models/sets/train.jsonl")  # fmt: skip
+    said, docs, job = make_kube(
+        tmp_path, kind, "--model", "pvc:models/granite-3b", "--data", "pvc:models/sets/train.jsonl"
+    )
     assert (job["model_name_or_path"], job["training_data_path"]) == ("/model", "/data/train.jsonl")
     assert "model granite-3b on claim models (MODEL)" in said
     for pod in pods(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         # one claim named twice is one volume, read-only: nothing of the pod writes there
-        assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "models",
-                                                             "readOnly": True}  # fmt: skip
+        assert volumes["model"]["persistentVolumeClaim"] == {
+            "claimName": "models",
+            "readOnly": True,
+        }
         assert "data" not in volumes and volumes["output"]["emptyDir"] == {}
         for ctr in pod["containers"]:
             mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-            assert mounts["/model"] == {"mountPath": "/model", "name": "model",
-                                        "readOnly": True, "subPath": "granite-3b"}  # fmt: skip
-            assert mounts["/data/train.jsonl"] == {"mountPath": "/data/train.jsonl",
-                                                   "name": "model", "readOnly": True,
-                                                   "subPath": "sets/train.jsonl"}  # fmt: skip
+            assert mounts["/model"] == {
+                "mountPath": "/model",
+                "name": "model",
+                "readOnly": True,
+                "subPath": "granite-3b",
+            }
+            assert mounts["/data/train.jsonl"] == {
+                "mountPath": "/data/train.jsonl",
+                "name": "model",
+                "readOnly": True,
+                "subPath": "sets/train.jsonl",
+            }
         assert pod["securityContext"]["fsGroup"] == 1000
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_output_claim_keeps_checkpoints_and_restarts_resume_from_it(tmp_path, kind):
     nodes = ["--nodes", "2", "--nproc", "1"] if kind != "job" else []
-    said, docs, job = make_kube(tmp_path, kind, "--output-claim", "ckpt", "--max-restarts", "1",
-                                *nodes)  # fmt: skip
+    said, docs, job = make_kube(
+        tmp_path, kind, "--output-claim", "ckpt", "--max-restarts", "1", *nodes
+    )
     assert job["resume_from_checkpoint"] is True and job["output_dir"] == "/output"
     many = "2 pods write to it: it must be ReadWriteMany"
     one = "one pod writes to it (ReadWriteOnce will do)"
@@ -92,8 +106,10 @@ def test_an_output_claim_keeps_checkpoints_and_restarts_resume_from_it(tmp_path,
     )
     for pod in pods(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert volumes["output"] == {"name": "output",
-                                     "persistentVolumeClaim": {"claimName": "ckpt"}}  # fmt: skip
+        assert volumes["output"] == {
+            "name": "output",
+            "persistentVolumeClaim": {"claimName": "ckpt"},
+        }
         assert pod["securityContext"]["fsGroup"] == 1000
         for ctr in pod["containers"]:
             assert {"mountPath": "/output", "name": "output"} in ctr["volumeMounts"]
@@ -103,8 +119,10 @@ def test_an_output_claim_keeps_checkpoints_and_restarts_resume_from_it(tmp_path,
 def test_restarts_over_an_empty_dir_never_resume_and_say_so(tmp_path, kind):
     said, docs, job = make_kube(tmp_path, kind, "--max-restarts", "2")
     assert "resume_from_checkpoint" not in job
-    assert ("output: an emptyDir at /output, gone with its pod: each of the MAX_RESTARTS=2 "
-            "restart(s) starts from step 0") in said  # fmt: skip
+    assert (
+        "output: an emptyDir at /output, gone with its pod: each of the MAX_RESTARTS=2 "
+        "restart(s) starts from step 0"
+    ) in said
     for pod in pods(docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["output"] == {"name": "output", "emptyDir": {}}
@@ -113,10 +131,12 @@ def test_restarts_over_an_empty_dir_never_resume_and_say_so(tmp_path, kind):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--output-claim", "Bad_Claim"], "OUTPUT_CLAIM: 'Bad_Claim' is not a claim's name"),
-     (["--model", "pvc:models/../etc"], "MODEL: '../etc' must be a path inside claim models"),
-     (["--data", "pvc:data"], "DATA=pvc:data: a claim is pvc:<claim>/<path in it>")],
-)  # fmt: skip
+    [
+        (["--output-claim", "Bad_Claim"], "OUTPUT_CLAIM: 'Bad_Claim' is not a claim's name"),
+        (["--model", "pvc:models/../etc"], "MODEL: '../etc' must be a path inside claim models"),
+        (["--data", "pvc:data"], "DATA=pvc:data: a claim is pvc:<claim>/<path in it>"),
+    ],
+)
 def test_bad_claims_are_refused_before_anything_is_written(tmp_path, args, message):
     out = harness("kube", "--gpus", "0", *args, runs=tmp_path / "runs", timeout=120)
     assert out.returncode == 2 and message in out.stderr, out.stderr
@@ -143,10 +163,14 @@ def test_a_foreign_trainer_reaches_the_pods_with_its_launcher_in_a_config_map(tm
     for pod in pods(docs):
         assert {"name": "launch", "configMap": {"name": "sft-launch"}} in pod["volumes"]
         for ctr in pod["containers"]:
-            assert {"mountPath": "/opt/harness-launch", "name": "launch",
-                    "readOnly": True} in ctr["volumeMounts"]  # fmt: skip
-            command, env = (ctr.get("command"), ctr["env"]) if not trainer else (
-                trainer["command"], trainer["env"])  # fmt: skip
+            assert {"mountPath": "/opt/harness-launch", "name": "launch", "readOnly": True} in ctr[
+                "volumeMounts"
+            ]
+            command, env = (
+                (ctr.get("command"), ctr["env"])
+                if not trainer
+                else (trainer["command"], trainer["env"])
+            )
             assert command == ["python3", "/opt/harness-launch/harness_launch.py"]
             env = {e["name"]: e["value"] for e in env}
             assert env["HARNESS_ENTRY"] == "harness_rank"
@@ -159,12 +183,23 @@ def test_a_foreign_trainer_reaches_the_pods_with_its_launcher_in_a_config_map(tm
 
 def test_a_rehearsal_refuses_a_claim_it_has_no_stand_in_for(tmp_path):
     runs = tmp_path / "runs"
-    out = harness("kube", "--gpus", "0", "--model", "pvc:models/granite", "--rehearse",
-                  runs=runs, timeout=120, env=NO_ENGINE)  # fmt: skip
+    out = harness(
+        "kube",
+        "--gpus",
+        "0",
+        "--model",
+        "pvc:models/granite",
+        "--rehearse",
+        runs=runs,
+        timeout=120,
+        env=NO_ENGINE,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     folder = runs.resolve() / ".claims/models"
-    assert (f"the rehearsal stands claim models in by the folder {folder}, and "
-            f"{folder}/granite is not there") in out.stderr  # fmt: skip
+    assert (
+        f"the rehearsal stands claim models in by the folder {folder}, and "
+        f"{folder}/granite is not there"
+    ) in out.stderr
     assert not runs.exists()
 
 
@@ -175,10 +210,21 @@ def test_a_rehearsal_refuses_a_claims_file_the_ranks_cannot_read(tmp_path):
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_text("x")
     (model / "model.safetensors").chmod(0o600)  # as transformers saves it, for root here
-    out = harness("kube", "--gpus", "0", "--model", "pvc:models/granite", "--rehearse",
-                  runs=runs, timeout=120, env=NO_ENGINE)  # fmt: skip
+    out = harness(
+        "kube",
+        "--gpus",
+        "0",
+        "--model",
+        "pvc:models/granite",
+        "--rehearse",
+        runs=runs,
+        timeout=120,
+        env=NO_ENGINE,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
-    assert (f"{model.resolve()}/model.safetensors in the claim's stand-in is not readable by "
-            "the ranks' user (1000:1000)") in out.stderr  # fmt: skip
+    assert (
+        f"{model.resolve()}/model.safetensors in the claim's stand-in is not readable by "
+        "the ranks' user (1000:1000)"
+    ) in out.stderr
     assert f"`chmod -R a+rX {model.resolve()}`" in out.stderr
     assert sorted(p.name for p in runs.iterdir()) == [".claims"]  # nothing written

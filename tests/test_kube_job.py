@@ -23,24 +23,39 @@ FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
 
 
 def rendered(gpus: int, nproc: int = 2, max_restarts: int = 0, **kw) -> list:
-    layout = kube.job_layout(gpus, nproc, 1, kind="job", name="oj", run_id="r1",
-                             run_dir="/tmp/r1", **kw)  # fmt: skip
-    objects = kube.render(layout, {"max_steps": 3, "output_dir": "/output"},
-                          FSDP if gpus else CPU, max_restarts)  # fmt: skip
+    layout = kube.job_layout(
+        gpus, nproc, 1, kind="job", name="oj", run_id="r1", run_dir="/tmp/r1", **kw
+    )
+    objects = kube.render(
+        layout, {"max_steps": 3, "output_dir": "/output"}, FSDP if gpus else CPU, max_restarts
+    )
     return kube_manifest.load(kube.dump(*objects))  # through the YAML, as kubectl reads it
 
 
 def test_option2_is_one_pod_with_a_container_per_gpu(tmp_path):
-    out = harness("kube", "--kind", "job", "--gpus", "4", "--name", "oj", "--max-restarts", "2",
-                  runs=tmp_path, timeout=120)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        "job",
+        "--gpus",
+        "4",
+        "--name",
+        "oj",
+        "--max-restarts",
+        "2",
+        runs=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1 pod of 4 containers, 1 GPU each" in out.stdout
     assert "a restart recreates the pod: every rank together (backoffLimit 2)" in out.stdout
     manifest = Path(out.stdout.strip().splitlines()[-1])
     assert manifest.name == "job.yaml"
     docs = list(yaml.safe_load_all(manifest.read_text()))
-    assert [(d["apiVersion"], d["kind"]) for d in docs] == [("v1", "ConfigMap"),
-                                                            ("batch/v1", "Job")]  # fmt: skip
+    assert [(d["apiVersion"], d["kind"]) for d in docs] == [
+        ("v1", "ConfigMap"),
+        ("batch/v1", "Job"),
+    ]
     job = docs[1]
     assert (job["spec"]["backoffLimit"], job["spec"]["completions"]) == (2, 1)
     pod = job["spec"]["template"]["spec"]
@@ -50,13 +65,22 @@ def test_option2_is_one_pod_with_a_container_per_gpu(tmp_path):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
     for rank, ctr in enumerate(pod["containers"]):
-        assert ctr["resources"] == {"limits": {"nvidia.com/gpu": "1"},
-                                    "requests": {"cpu": "1", "memory": "16Gi"}}  # fmt: skip
+        assert ctr["resources"] == {
+            "limits": {"nvidia.com/gpu": "1"},
+            "requests": {"cpu": "1", "memory": "16Gi"},
+        }
         env = {e["name"]: e["value"] for e in ctr["env"]}
-        assert env == {"ACCELERATE_CONFIG": "/job/accelerate.yaml", "HARNESS_DEVICE": "gpu",
-                       "HOME": "/tmp", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "29500",
-                       "PET_NNODES": "4", "PET_NPROC_PER_NODE": "1",
-                       "HARNESS_NODE_RANK": str(rank), "NCCL_P2P_DISABLE": "1"}  # fmt: skip
+        assert env == {
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml",
+            "HARNESS_DEVICE": "gpu",
+            "HOME": "/tmp",
+            "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": "29500",
+            "PET_NNODES": "4",
+            "PET_NPROC_PER_NODE": "1",
+            "HARNESS_NODE_RANK": str(rank),
+            "NCCL_P2P_DISABLE": "1",
+        }
         mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
         # one /dev/shm and one /output for the pod; /tmp each container's own
         assert (mounts["/dev/shm"], mounts["/output"]) == ("dshm", "output")
@@ -68,7 +92,10 @@ def test_option2_nodes_are_read_from_the_object():
     job = rendered(0, nproc=3)[-1]
     nodes = kube_job.containers(job)
     assert [(n.name, n.node_rank, n.nproc, n.gpu_ids) for n in nodes] == [
-        ("rank0", 0, 1, ()), ("rank1", 1, 1, ()), ("rank2", 2, 1, ())]  # fmt: skip
+        ("rank0", 0, 1, ()),
+        ("rank1", 1, 1, ()),
+        ("rank2", 2, 1, ()),
+    ]
     assert nodes[2].env["HARNESS_NODE_RANK"] == "2" and nodes[2].env["PET_NNODES"] == "3"
     gpu = kube_job.containers(rendered(2)[-1])
     assert [n.gpu_ids for n in gpu] == [("0",), ("1",)]  # host GPUs, one each, for a rehearsal
@@ -77,8 +104,10 @@ def test_option2_nodes_are_read_from_the_object():
         kube_job.containers(job)
     made = kube.pods_of(tuple(rendered(0)))
     assert made.kind == "Job" and set(made.pod_of.values()) == {"oj-pod"}
-    assert kube_restarts.rules("Job", made.rules_from) == {"restartPolicy": "Never",
-                                                           "backoffLimit": 0}  # fmt: skip
+    assert kube_restarts.rules("Job", made.rules_from) == {
+        "restartPolicy": "Never",
+        "backoffLimit": 0,
+    }
 
 
 def test_the_launcher_takes_a_containers_own_rank_before_what_an_operator_appends():
@@ -104,9 +133,11 @@ def test_the_launcher_takes_a_containers_own_rank_before_what_an_operator_append
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--nodes", "2"], "KIND=job is one pod (a container per rank); NODES=2 pods are"),
-     (["--restart-policy", "OnFailure"], "a Job's pod restarts whole, every container")],
-)  # fmt: skip
+    [
+        (["--nodes", "2"], "KIND=job is one pod (a container per rank); NODES=2 pods are"),
+        (["--restart-policy", "OnFailure"], "a Job's pod restarts whole, every container"),
+    ],
+)
 def test_option2_refuses_what_it_cannot_be(tmp_path, args, message):
     out = harness("kube", "--kind", "job", "--gpus", "0", *args, runs=tmp_path, timeout=120)
     assert out.returncode == 2 and message in out.stderr, out.stderr
@@ -118,16 +149,43 @@ def test_option2_refuses_what_it_cannot_be(tmp_path, args, message):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(harness_image,
-                                                                             tmp_path):  # fmt: skip
+def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(
+    harness_image, tmp_path
+):
     """KIND=job, 2 CPU containers, MAX_RESTARTS=1, no claim: rank 1's container SIGKILLed at
     step 11 (checkpoint-10 saved); the pod fails once rank 0 has ended too, the Job makes a
     new pod, every rank starts again, from step 0: the emptyDir and its checkpoint are gone."""
     run_id = "oj-" + runs.new_run_id()
-    out = harness("kube", "--kind", "job", "--rehearse", "--gpus", "0", "--nproc", "2",
-                  "--name", "oj", "--steps", "14", "--timeout", "20", "--rdzv-timeout", "20",
-                  "--kill", "1", "--at-step", "11", "--max-restarts", "1", "--image",
-                  harness_image, "--run-id", run_id, runs=tmp_path, timeout=500)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        "job",
+        "--rehearse",
+        "--gpus",
+        "0",
+        "--nproc",
+        "2",
+        "--name",
+        "oj",
+        "--steps",
+        "14",
+        "--timeout",
+        "20",
+        "--rdzv-timeout",
+        "20",
+        "--kill",
+        "1",
+        "--at-step",
+        "11",
+        "--max-restarts",
+        "1",
+        "--image",
+        harness_image,
+        "--run-id",
+        run_id,
+        runs=tmp_path,
+        timeout=500,
+    )
     run_dir = tmp_path / run_id
     try:
         assert out.returncode == 0, out.stdout + out.stderr
@@ -142,7 +200,9 @@ def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(har
         ]
         assert rec["actions"][0]["exit_code"] in (1, 137)  # the first non-zero container's
         assert [(r["starts"], r["resumed_at"], r["last_step"]) for r in rec["ranks"]] == [
-            (2, [1], 14), (2, [1], 14)]  # fmt: skip
+            (2, [1], 14),
+            (2, [1], 14),
+        ]
         assert rec["output"] == "emptyDir" and rec["resumed_from"] == 0
         assert rec["steps_lost"] == rec["killed"]["step"] >= 11
         assert rec["checkpoints_lost"]["oj-pod/emptydir.deleted-1"][0] == 10
@@ -156,8 +216,11 @@ def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(har
             svc = services[node.name]
 
             def own(env):  # less the rehearsal's own knobs (its rendezvous timeout, its pacing)
-                return {k: v for k, v in env.items() if not k.startswith("HARNESS_R")
-                        and k != "HARNESS_STEP_SLEEP"}  # fmt: skip
+                return {
+                    k: v
+                    for k, v in env.items()
+                    if not k.startswith("HARNESS_R") and k != "HARNESS_STEP_SLEEP"
+                }
 
             assert own(svc["environment"]) == own(node.env)
         assert services["rank1"]["network_mode"] == "service:rank0"

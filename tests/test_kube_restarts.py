@@ -25,22 +25,50 @@ IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
 @pytest.mark.parametrize(
     ("kind", "rules", "pod", "code", "made", "action"),
     [
-        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                        "backoffLimit": 1}, "j-worker-0", 137, 0, "recreate the pod alone"),
-        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                        "backoffLimit": 1}, "j-master-0", 1, 0, "fail the job"),
-        ("PyTorchJob", {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                        "backoffLimit": 1}, "j-worker-0", 137, 1, "fail the job"),
-        ("PyTorchJob", {"restartPolicy": {"Master": "OnFailure", "Worker": "OnFailure"},
-                        "backoffLimit": 2}, "j-master-0", 1, 1,
-         "restart the container in place"),
-        ("PyTorchJob", {"restartPolicy": {"Master": "Never", "Worker": "Never"},
-                        "backoffLimit": 0}, "j-worker-0", 137, 0, "fail the job"),
-        ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-1", 137, 0,
-         "recreate every pod"),
+        (
+            "PyTorchJob",
+            {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"}, "backoffLimit": 1},
+            "j-worker-0",
+            137,
+            0,
+            "recreate the pod alone",
+        ),
+        (
+            "PyTorchJob",
+            {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"}, "backoffLimit": 1},
+            "j-master-0",
+            1,
+            0,
+            "fail the job",
+        ),
+        (
+            "PyTorchJob",
+            {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"}, "backoffLimit": 1},
+            "j-worker-0",
+            137,
+            1,
+            "fail the job",
+        ),
+        (
+            "PyTorchJob",
+            {"restartPolicy": {"Master": "OnFailure", "Worker": "OnFailure"}, "backoffLimit": 2},
+            "j-master-0",
+            1,
+            1,
+            "restart the container in place",
+        ),
+        (
+            "PyTorchJob",
+            {"restartPolicy": {"Master": "Never", "Worker": "Never"}, "backoffLimit": 0},
+            "j-worker-0",
+            137,
+            0,
+            "fail the job",
+        ),
+        ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-1", 137, 0, "recreate every pod"),
         ("TrainJob", {"failurePolicy.maxRestarts": 1}, "j-node-0-0", 1, 1, "fail the job"),
     ],
-)  # fmt: skip
+)
 def test_the_operator_decides_from_the_objects_rules(kind, rules, pod, code, made, action):
     pods = [Node("a", 0, 1, ()), Node("b", 1, 1, ())]
     op = kube_faults.Operator(kind, rules, pods, 1, 12, "r1", 60)
@@ -59,13 +87,21 @@ class FakeNodes:
 @pytest.mark.parametrize(
     ("kind", "pods", "ticks", "acted_at"),
     [  # KIND=job: one pod of two containers; it fails once both have ended
-        ("Job", {"rank0": "oj-pod", "rank1": "oj-pod"},
-         [{"rank0": None, "rank1": 137}, {"rank0": 1, "rank1": 137}], 1),
+        (
+            "Job",
+            {"rank0": "oj-pod", "rank1": "oj-pod"},
+            [{"rank0": None, "rank1": 137}, {"rank0": 1, "rank1": 137}],
+            1,
+        ),
         # a TrainJob: a pod per node; the killed one's exit is its pod's failure at once
-        ("TrainJob", {"tj-node-0-0": "tj-node-0-0", "tj-node-0-1": "tj-node-0-1"},
-         [{"tj-node-0-0": None, "tj-node-0-1": 137}], 0),
+        (
+            "TrainJob",
+            {"tj-node-0-0": "tj-node-0-0", "tj-node-0-1": "tj-node-0-1"},
+            [{"tj-node-0-0": None, "tj-node-0-1": 137}],
+            0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_operator_acts_on_a_pod_once_all_its_containers_ended(kind, pods, ticks, acted_at):
     nodes = [Node(name, i, 1, ()) for i, name in enumerate(pods)]
     rules = {"restartPolicy": "Never", "backoffLimit": 1, "failurePolicy.maxRestarts": 1}
@@ -84,8 +120,7 @@ def test_the_operator_acts_on_a_pod_once_all_its_containers_ended(kind, pods, ti
 def test_rehearsal_knobs_are_added_to_the_pods_environment_only():
     pods = [Node("j-master-0", 0, 1, (), {"PET_NNODES": "2"})]
     (pod,) = kube_faults.rehearsal_env(pods, 20, 15)
-    assert pod.env == {"PET_NNODES": "2", "HARNESS_RDZV_TIMEOUT": "15",
-                       "HARNESS_STEP_SLEEP": "0.2"}  # fmt: skip
+    assert pod.env == {"PET_NNODES": "2", "HARNESS_RDZV_TIMEOUT": "15", "HARNESS_STEP_SLEEP": "0.2"}
     assert pods[0].env == {"PET_NNODES": "2"}
 
 
@@ -95,18 +130,45 @@ def test_a_kill_needs_the_rehearsal(tmp_path):
 
 
 def test_the_record_reads_as_markdown():
-    rec = {"kind": "TrainJob", "job": "kr", "rules": {"failurePolicy.maxRestarts": 1},
-           "killed": {"rank": 1, "pod": "kr-node-0-1", "at_step": 12, "step": 12,
-                      "how": "docker kill (SIGKILL) x", "t": 30.5},
-           "outcome": "succeeded", "ended_by": "every pod ended", "kill_to_end_s": 40.0,
-           "restarts": {"made": 1, "limit": 1}, "checkpoints": [10, 14], "resumed_from": 10,
-           "output": "claim out", "checkpoints_kept": {"out": [10, 14]}, "checkpoints_lost": {},
-           "steps_lost": 2, "final_loss": 1.5,
-           "actions": [{"t": 31.0, "pod": "kr-node-0-1", "exit_code": 137,
-                        "action": "recreate every pod"}],
-           "ranks": [{"rank": 1, "pod": "kr-node-0-1", "starts": 2, "last_step": 14,
-                      "resumed_at": [11], "end_status": "completed", "signature": None}],
-           "timeline": [{"t": 30.5, "event": "killed"}]}  # fmt: skip
+    rec = {
+        "kind": "TrainJob",
+        "job": "kr",
+        "rules": {"failurePolicy.maxRestarts": 1},
+        "killed": {
+            "rank": 1,
+            "pod": "kr-node-0-1",
+            "at_step": 12,
+            "step": 12,
+            "how": "docker kill (SIGKILL) x",
+            "t": 30.5,
+        },
+        "outcome": "succeeded",
+        "ended_by": "every pod ended",
+        "kill_to_end_s": 40.0,
+        "restarts": {"made": 1, "limit": 1},
+        "checkpoints": [10, 14],
+        "resumed_from": 10,
+        "output": "claim out",
+        "checkpoints_kept": {"out": [10, 14]},
+        "checkpoints_lost": {},
+        "steps_lost": 2,
+        "final_loss": 1.5,
+        "actions": [
+            {"t": 31.0, "pod": "kr-node-0-1", "exit_code": 137, "action": "recreate every pod"}
+        ],
+        "ranks": [
+            {
+                "rank": 1,
+                "pod": "kr-node-0-1",
+                "starts": 2,
+                "last_step": 14,
+                "resumed_at": [11],
+                "end_status": "completed",
+                "signature": None,
+            }
+        ],
+        "timeline": [{"t": 30.5, "event": "killed"}],
+    }
     text = kube_faults.markdown(rec)
     assert "- **outcome: succeeded** (every pod ended); kill to end 40.0 s; restarts 1 of 1" in text
     assert "| 31.0 | kr-node-0-1 | 137 | recreate every pod |" in text
@@ -119,11 +181,39 @@ def test_the_record_reads_as_markdown():
 
 def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
     run_id = f"kr-{kind[:2]}-" + runs.new_run_id()
-    out = harness("kube", "--kind", kind, "--rehearse", "--gpus", "0", "--nodes", "2",
-                  "--nproc", "1", "--name", "kr", "--steps", "14", "--timeout", "20",
-                  "--rdzv-timeout", "20", "--kill", "1", "--at-step", "11",
-                  "--max-restarts", "1", "--image", IMAGE, "--run-id", run_id, *flags,
-                  runs=tmp_path, timeout=400)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        kind,
+        "--rehearse",
+        "--gpus",
+        "0",
+        "--nodes",
+        "2",
+        "--nproc",
+        "1",
+        "--name",
+        "kr",
+        "--steps",
+        "14",
+        "--timeout",
+        "20",
+        "--rdzv-timeout",
+        "20",
+        "--kill",
+        "1",
+        "--at-step",
+        "11",
+        "--max-restarts",
+        "1",
+        "--image",
+        IMAGE,
+        "--run-id",
+        run_id,
+        *flags,
+        runs=tmp_path,
+        timeout=400,
+    )
     run_dir = tmp_path / run_id
     assert (run_dir / "restarts.md").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
     assert leftovers(run_id) == []
@@ -137,8 +227,10 @@ def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
 def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
     rec, summary, out = _rehearse(tmp_path, "pytorchjob", "--restart-policy", "ExitCode")
     assert out.endswith("exit 1"), out
-    assert rec["rules"] == {"restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
-                            "backoffLimit": 1}  # fmt: skip
+    assert rec["rules"] == {
+        "restartPolicy": {"Master": "ExitCode", "Worker": "ExitCode"},
+        "backoffLimit": 1,
+    }
     assert rec["killed"]["pod"] == "kr-worker-0" and rec["killed"]["step"] >= 11
     # The killed pod (137) is recreated alone; the survivor's failure (1) is permanent.
     assert rec["actions"][0]["pod"] == "kr-worker-0" and rec["actions"][0]["exit_code"] == 137
@@ -153,8 +245,9 @@ def test_pytorchjob_restarts_the_killed_pod_alone_and_the_job_fails(tmp_path):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_trainjob_with_an_output_claim_resumes_from_its_newest_checkpoint(tmp_path, tiny_model,
-                                                                         demo_data):  # fmt: skip
+def test_trainjob_with_an_output_claim_resumes_from_its_newest_checkpoint(
+    tmp_path, tiny_model, demo_data
+):
     """The gang restart over OUTPUT_CLAIM (one host folder every pod start shares), with the
     model and data on claims too: every pod is made again and resumes from checkpoint-10."""
     claims = tmp_path / ".claims"  # the rehearsal's stand-ins: RUNS/.claims/<claim>
@@ -163,8 +256,16 @@ def test_trainjob_with_an_output_claim_resumes_from_its_newest_checkpoint(tmp_pa
     shutil.copy(demo_data, claims / "sets/train.jsonl")
     for path in (claims / "models/tiny", *(claims / "models/tiny").iterdir()):
         path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))  # a+rX
-    rec, summary, out = _rehearse(tmp_path, "trainjob", "--output-claim", "kr-out", "--model",
-                                  "pvc:models/tiny", "--data", "pvc:sets/train.jsonl")  # fmt: skip
+    rec, summary, out = _rehearse(
+        tmp_path,
+        "trainjob",
+        "--output-claim",
+        "kr-out",
+        "--model",
+        "pvc:models/tiny",
+        "--data",
+        "pvc:sets/train.jsonl",
+    )
     assert out.endswith("exit 0"), out
     assert rec["rules"] == {"failurePolicy.maxRestarts": 1}
     assert rec["killed"]["pod"] == "kr-node-0-1"

@@ -20,9 +20,11 @@ jsonschema = pytest.importorskip("jsonschema")
 celpy = pytest.importorskip("celpy")
 
 CRDS = ROOT.parent / "shared" / "kube"
-FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
-         "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
-         "TrainingRuntime": "trainer.kubeflow.org_trainingruntimes.yaml"}  # fmt: skip
+FILES = {
+    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+    "TrainingRuntime": "trainer.kubeflow.org_trainingruntimes.yaml",
+}
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
 CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 SHAPES = [(4, 2, 1), (0, 1, 2), (0, 2, 1), (8, 1, 1), (0, 3, 2)]  # GPUs/pod, pods, CPU ranks/pod
@@ -116,22 +118,37 @@ def cel_failures(doc: dict) -> list[str]:
 
 
 # MODEL and DATA on claims, OUTPUT_CLAIM, and a foreign trainer (its launcher's ConfigMap)
-CLAIMS = kube.claim_mounts(Source("MODEL", "claim", "granite", "MODEL", claim="models"),
-                           Source("DATA", "claim", "sets/train.jsonl", "DATA", claim="data"),
-                           "out")  # fmt: skip
+CLAIMS = kube.claim_mounts(
+    Source("MODEL", "claim", "granite", "MODEL", claim="models"),
+    Source("DATA", "claim", "sets/train.jsonl", "DATA", claim="data"),
+    "out",
+)
 FULL = {"claims": CLAIMS, "entry": "tuning.sft_trainer", "image": "registry.example/fms:1"}
 # a script of the user's with its command line, its folder in a ConfigMap (SRC), and the
 # rendezvous timeout and grace period rendered
-SRC_ARGS = {"entry": "/src/train_sft.py", "src": str(ROOT / "tests/user_scripts"),
-            "args": ("--output_dir", "/output", "--learning_rate", "1e-4"), "rdzv_timeout": 77,
-            "grace_s": 45}  # fmt: skip
+SRC_ARGS = {
+    "entry": "/src/train_sft.py",
+    "src": str(ROOT / "tests/user_scripts"),
+    "args": ("--output_dir", "/output", "--learning_rate", "1e-4"),
+    "rdzv_timeout": 77,
+    "grace_s": 45,
+}
 EXTRAS = {"plain": None, "claims+entry": FULL, "src+args": SRC_ARGS}
 
 
-def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", layout_kw=None,
-             **kw) -> list:  # fmt: skip
-    layout = kube.job_layout(gpus, nproc, nodes, kind=kind, name=name, run_id="r1",
-                             run_dir="/tmp/r1", **(layout_kw or {}))  # fmt: skip
+def rendered(
+    kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", layout_kw=None, **kw
+) -> list:
+    layout = kube.job_layout(
+        gpus,
+        nproc,
+        nodes,
+        kind=kind,
+        name=name,
+        run_id="r1",
+        run_dir="/tmp/r1",
+        **(layout_kw or {}),
+    )
     job, acc = {"max_steps": 3, "output_dir": "/output"}, FSDP if gpus else CPU
     if kind == "trainjob":
         objects = kube_trainjob.render(layout, job, acc, **kw)
@@ -144,10 +161,14 @@ def rendered(kind: str, gpus: int, nodes: int, nproc: int, name: str = "tj", lay
 @pytest.mark.parametrize(("gpus", "nodes", "nproc"), SHAPES)
 @pytest.mark.parametrize(
     ("kind", "restarts"),
-    [("pytorchjob", {}), ("pytorchjob", {"max_restarts": 3}),
-     ("pytorchjob", {"max_restarts": 2, "restart_policy": "OnFailure"}),
-     ("trainjob", {}), ("trainjob", {"max_restarts": 2})],
-)  # fmt: skip
+    [
+        ("pytorchjob", {}),
+        ("pytorchjob", {"max_restarts": 3}),
+        ("pytorchjob", {"max_restarts": 2, "restart_policy": "OnFailure"}),
+        ("trainjob", {}),
+        ("trainjob", {"max_restarts": 2}),
+    ],
+)
 @pytest.mark.parametrize("extra", EXTRAS)
 def test_rendered_objects_validate_against_the_crds(kind, restarts, gpus, nodes, nproc, extra):
     docs = rendered(kind, gpus, nodes, nproc, layout_kw=EXTRAS[extra], **restarts)
@@ -175,8 +196,13 @@ def test_every_create_rule_compiles_and_the_update_only_ones_are_the_transitions
 
 def test_the_checks_can_fail():
     runtime, train_job = rendered("trainjob", 0, 2, 1)
-    bad = {**train_job, "spec": {**train_job["spec"], "trainer": {
-        **train_job["spec"]["trainer"], "numNodes": "two", "numNode": 2}}}  # fmt: skip
+    bad = {
+        **train_job,
+        "spec": {
+            **train_job["spec"],
+            "trainer": {**train_job["spec"]["trainer"], "numNodes": "two", "numNode": 2},
+        },
+    }
     assert sorted(errors(bad)) == [
         "spec.trainer.numNodes: 'two' is not of type 'integer'",
         "spec.trainer: Additional properties are not allowed ('numNode' was unexpected)",

@@ -29,8 +29,23 @@ def rendered(gpus: int, nodes: int, nproc: int = 1, name: str = "tj", max_restar
 
 
 def test_trainjob_is_our_runtime_and_the_trainer_fields(tmp_path):
-    out = harness("kube", "--kind", "trainjob", "--gpus", "4", "--nodes", "2", "--name", "ft",
-                  "--steps", "7", "--max-restarts", "2", runs=tmp_path, timeout=120)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        "trainjob",
+        "--gpus",
+        "4",
+        "--nodes",
+        "2",
+        "--name",
+        "ft",
+        "--steps",
+        "7",
+        "--max-restarts",
+        "2",
+        runs=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = Path(out.stdout.strip().splitlines()[-1])
     assert manifest.name == "trainjob.yaml" and manifest.parent.parent == tmp_path
@@ -39,15 +54,22 @@ def test_trainjob_is_our_runtime_and_the_trainer_fields(tmp_path):
     config_map, runtime, job = kube_trainjob.load(manifest.read_text())
     assert yaml.safe_load(config_map.data["job.yaml"])["max_steps"] == 7
     assert job.spec.runtime_ref.to_dict() == {
-        "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "ft"}  # fmt: skip
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": "ft",
+    }
     t = job.spec.trainer
     assert (t.num_nodes, t.num_proc_per_node, t.image) == (2, 4, "tuning-harness:gpu")
     assert (t.command, t.args) == (["python", "-m", "tuning.launch"], ["--config", "/job/job.yaml"])
     assert t.resources_per_node.to_dict() == {
-        "limits": {"nvidia.com/gpu": "4"}, "requests": {"cpu": "4", "memory": "64Gi"}}  # fmt: skip
-    assert [(e.name, e.value) for e in t.env] == [("ACCELERATE_CONFIG", "/job/accelerate.yaml"),
-                                                  ("HARNESS_DEVICE", "gpu"),
-                                                  ("HOME", "/tmp")]  # fmt: skip
+        "limits": {"nvidia.com/gpu": "4"},
+        "requests": {"cpu": "4", "memory": "64Gi"},
+    }
+    assert [(e.name, e.value) for e in t.env] == [
+        ("ACCELERATE_CONFIG", "/job/accelerate.yaml"),
+        ("HARNESS_DEVICE", "gpu"),
+        ("HOME", "/tmp"),
+    ]
     spec = runtime.spec
     assert (spec.ml_policy.num_nodes, spec.ml_policy.torch.to_dict()) == (2, {})
     assert spec.template.spec.failure_policy.max_restarts == 2  # MAX_RESTARTS
@@ -75,11 +97,15 @@ def test_trainer_pods_carry_exactly_what_trainer_v2_injects(nodes, nproc):
     for rank, pod in enumerate(pods):
         assert (pod.node_rank, pod.nproc, pod.aliases) == (rank, nproc, (f"tj-node-0-{rank}.tj",))
         assert pod.env == {
-            "ACCELERATE_CONFIG": "/job/accelerate.yaml", "HARNESS_DEVICE": "cpu", "HOME": "/tmp",
-            "PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(nproc),
-            "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "tj-node-0-0.tj",
+            "ACCELERATE_CONFIG": "/job/accelerate.yaml",
+            "HARNESS_DEVICE": "cpu",
+            "HOME": "/tmp",
+            "PET_NNODES": str(nodes),
+            "PET_NPROC_PER_NODE": str(nproc),
+            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": "tj-node-0-0.tj",
             "PET_MASTER_PORT": "29500",
-        }  # fmt: skip
+        }
 
 
 def test_trainer_pods_are_read_from_the_objects():
@@ -101,8 +127,17 @@ def test_trainer_pods_are_read_from_the_objects():
 
 
 def test_restart_policy_flag_is_refused_for_a_trainjob(tmp_path):
-    out = harness("kube", "--kind", "trainjob", "--gpus", "0", "--restart-policy", "OnFailure",
-                  runs=tmp_path, timeout=120)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        "trainjob",
+        "--gpus",
+        "0",
+        "--restart-policy",
+        "OnFailure",
+        runs=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 2 and "failurePolicy.maxRestarts" in out.stderr, out.stderr
 
 
@@ -111,27 +146,33 @@ def test_restart_policy_flag_is_refused_for_a_trainjob(tmp_path):
 
 @pytest.mark.parametrize(
     ("policy", "code", "restarts", "limit", "action"),
-    [("Never", 137, 0, 3, "fail the job"),
-     ("OnFailure", 1, 0, 3, "restart the container in place"),
-     ("ExitCode", 137, 0, 3, "recreate the pod alone"),
-     ("ExitCode", 128, 2, 3, "recreate the pod alone"), ("ExitCode", 127, 0, 3, "fail the job"),
-     ("ExitCode", 1, 0, 3, "fail the job"), ("ExitCode", 143, 3, 3, "fail the job"),
-     ("OnFailure", 1, 3, 3, "fail the job")],
-)  # fmt: skip
+    [
+        ("Never", 137, 0, 3, "fail the job"),
+        ("OnFailure", 1, 0, 3, "restart the container in place"),
+        ("ExitCode", 137, 0, 3, "recreate the pod alone"),
+        ("ExitCode", 128, 2, 3, "recreate the pod alone"),
+        ("ExitCode", 127, 0, 3, "fail the job"),
+        ("ExitCode", 1, 0, 3, "fail the job"),
+        ("ExitCode", 143, 3, 3, "fail the job"),
+        ("OnFailure", 1, 3, 3, "fail the job"),
+    ],
+)
 def test_v1_restart_rules(policy, code, restarts, limit, action):
     assert kube_restarts.v1_action(policy, code, restarts, limit) == action
 
 
-@pytest.mark.parametrize(("code", "restarts", "action"),
-                         [(1, 0, "recreate every pod"), (137, 1, "recreate every pod"),
-                          (137, 2, "fail the job")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "restarts", "action"),
+    [(1, 0, "recreate every pod"), (137, 1, "recreate every pod"), (137, 2, "fail the job")],
+)
 def test_v2_restart_rules(code, restarts, action):
     assert kube_restarts.v2_action(code, restarts, max_restarts=2) == action
 
 
-@pytest.mark.parametrize(("code", "restarts", "action"),
-                         [(1, 0, "recreate every pod"), (137, 1, "recreate every pod"),
-                          (137, 2, "fail the job")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "restarts", "action"),
+    [(1, 0, "recreate every pod"), (137, 1, "recreate every pod"), (137, 2, "fail the job")],
+)
 def test_batch_job_restart_rules(code, restarts, action):
     assert kube_restarts.job_action(code, restarts, backoff_limit=2) == action
 
@@ -157,12 +198,30 @@ def test_max_restarts_maps_to_each_objects_own_field(given, restarts, policy):
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.parametrize(("nodes", "nproc"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
-def test_trainjob_rehearsal_trains_with_trainer_v2_environment(harness_image, tmp_path, nodes,
-                                                                nproc):  # fmt: skip
+def test_trainjob_rehearsal_trains_with_trainer_v2_environment(
+    harness_image, tmp_path, nodes, nproc
+):
     run_id = f"tjob-{nodes}x{nproc}-" + runs.new_run_id()
-    out = harness("kube", "--kind", "trainjob", "--rehearse", "--gpus", "0", "--nodes",
-                  str(nodes), "--nproc", str(nproc), "--name", "tj", "--steps", "3",
-                  "--run-id", run_id, runs=tmp_path, timeout=600)  # fmt: skip
+    out = harness(
+        "kube",
+        "--kind",
+        "trainjob",
+        "--rehearse",
+        "--gpus",
+        "0",
+        "--nodes",
+        str(nodes),
+        "--nproc",
+        str(nproc),
+        "--name",
+        "tj",
+        "--steps",
+        "3",
+        "--run-id",
+        run_id,
+        runs=tmp_path,
+        timeout=600,
+    )
     run_dir = tmp_path / run_id
     try:
         assert out.returncode == 0, out.stdout + out.stderr

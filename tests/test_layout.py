@@ -91,8 +91,9 @@ def test_checked_in_examples_equal_the_render():
 @pytest.mark.docker
 def test_compose_accepts_every_checked_in_file():
     for path in sorted(examples.DIR.glob("*.yaml")):
-        out = subprocess.run([*engine.compose_cmd(), "-f", str(path), "config", "-q"],
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [*engine.compose_cmd(), "-f", str(path), "config", "-q"], capture_output=True, text=True
+        )
         assert out.returncode == 0, f"{path}: {out.stderr}"
 
 
@@ -111,8 +112,14 @@ def test_launcher_single_node():
 
 def test_launcher_reads_the_pytorchjob_contract():
     # RANK is a NODE rank in a PyTorchJob; the launcher maps it to machine_rank.
-    env = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "2",
-           "RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1"}  # fmt: skip
+    env = {
+        "MASTER_ADDR": "job-master-0",
+        "MASTER_PORT": "23456",
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+    }
     argv, extra = launch.command(env, [])
     i = argv.index
     assert argv[i("--machine_rank") + 1] == "1" and argv[i("--num_processes") + 1] == "2"
@@ -126,8 +133,9 @@ def test_launcher_reads_the_pytorchjob_contract():
     assert extra["HARNESS_DISTRIBUTED_TYPE"] == "FSDP"
 
 
-@pytest.mark.parametrize("kind, flag", [("MULTI_CPU", True), ("NO", True), ("MULTI_GPU", False),
-                                        ("FSDP", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "kind, flag", [("MULTI_CPU", True), ("NO", True), ("MULTI_GPU", False), ("FSDP", False)]
+)
 def test_launcher_keeps_the_configs_mode_on_cpu(tmp_path, kind, flag):
     # accelerate starts ONE process for MULTI_CPU and NO (accelerate commands/launch.py,
     # simple_launcher): only those get
@@ -150,20 +158,36 @@ def test_host_side_never_imports_torch_and_container_side_never_imports_docker()
         " tuning.harness.commands.fault; tuning.harness.cli.parser();"
         " assert 'torch' not in sys.modules, 'host side imported torch'"
     )
-    box = ("import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"
-           " assert 'docker' not in sys.modules, 'container side imported docker'")  # fmt: skip
+    box = (
+        "import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"
+        " assert 'docker' not in sys.modules, 'container side imported docker'"
+    )
     for code in (host, box):
-        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                             text=True)  # fmt: skip
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
 
 
 def test_dry_run_prints_the_file_and_commands_and_starts_nothing(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "tuning.harness", "up", "--dry-run", "--layout", "per-rank",
-         "--gpus", "0", "--nproc", "2", "--runs", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--dry-run",
+            "--layout",
+            "per-rank",
+            "--gpus",
+            "0",
+            "--nproc",
+            "2",
+            "--runs",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     doc = yaml.safe_load(out.stdout.split("\n# ")[0])
     assert set(doc["services"]) == {"rank0", "rank1"}

@@ -18,22 +18,39 @@ SECRET = "hf_not-a-real-token-4242"
 def make_up(runs: Path, run_id: str, layout: str, steps: int = 5000) -> subprocess.Popen:
     """`make up` as a user starts it, in its own process group (what Ctrl-C signals)."""
     return subprocess.Popen(
-        ["make", "--no-print-directory", "up", f"LAYOUT={layout}", "GPUS=0", f"STEPS={steps}",
-         f"RUNS={runs}", f"RUN_ID={run_id}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "HF_TOKEN": SECRET}, start_new_session=True,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "up",
+            f"LAYOUT={layout}",
+            "GPUS=0",
+            f"STEPS={steps}",
+            f"RUNS={runs}",
+            f"RUN_ID={run_id}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_TOKEN": SECRET},
+        start_new_session=True,
+    )
 
 
 def inspect(run_id: str) -> list[dict]:
-    ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=harness.run={run_id}"],
-                         capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    ids = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=harness.run={run_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return json.loads(subprocess.check_output(["docker", "inspect", *ids]))
 
 
 @pytest.mark.parametrize("layout, containers", [("single", 1), ("per-rank", 2)])
-def test_running_containers_are_locked_down_and_ctrl_c_cleans_up(tmp_path, harness_image,
-                                                                  layout, containers):  # fmt: skip
+def test_running_containers_are_locked_down_and_ctrl_c_cleans_up(
+    tmp_path, harness_image, layout, containers
+):
     run_id = f"sec-{layout}"
     proc = make_up(tmp_path, run_id, layout)
     try:
@@ -86,8 +103,12 @@ def test_a_killed_harness_leaves_containers_that_make_down_removes(tmp_path, har
         proc.wait()
     assert leftovers(run_id, tmp_path), "expected the dead harness's containers to remain"
     for _ in range(2):  # safe to run twice; RUNS: this test's runs only, never the checkout's
-        out = subprocess.run(["make", "--no-print-directory", "down", f"RUNS={tmp_path}"],
-                             cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            ["make", "--no-print-directory", "down", f"RUNS={tmp_path}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr
     assert leftovers(run_id, tmp_path) == []
 

@@ -20,10 +20,26 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 def start(runs: Path, run_id: str, *flags: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "up", "--gpus", "0", "--steps", "5000",
-         "--run-id", run_id, "--runs", str(runs), *flags],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--gpus",
+            "0",
+            "--steps",
+            "5000",
+            "--run-id",
+            run_id,
+            "--runs",
+            str(runs),
+            *flags,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def containers(run_id: str, runs: Path) -> list:
@@ -87,8 +103,9 @@ def test_a_killed_harness_leaves_containers_the_next_run_and_down_clean_up(harne
         assert f"==> {tmp_path / 'deada/logs/trainer.log'} <==" in logs.stdout, logs.stdout
         assert "harness-launch: accelerate launch" in logs.stdout, logs.stdout
 
-        out = harness("up", "--gpus", "0", "--steps", "2", "--run-id", "next", runs=tmp_path,
-                      timeout=300)  # fmt: skip
+        out = harness(
+            "up", "--gpus", "0", "--steps", "2", "--run-id", "next", runs=tmp_path, timeout=300
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "run deadb's harness is gone" in out.stdout, out.stdout
         assert leftovers("deadb", tmp_path) == []

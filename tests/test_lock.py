@@ -134,8 +134,12 @@ def _check(tmp_path: Path, device: str, torch_version: str | None = None, cuda: 
             f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n"
         )
         env["PYTHONPATH"] = str(tmp_path)
-    return subprocess.run([sys.executable, str(ROOT / "docker/check_image.py"), "--device", device],
-                          capture_output=True, text=True, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(ROOT / "docker/check_image.py"), "--device", device],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def test_image_check_passes_the_locked_set(tmp_path):

@@ -9,15 +9,25 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-SWITCHES = [("up", "RESUME", "--resume"), ("up", "DRY_RUN", "--dry-run"),
-            ("bench", "DRY_RUN", "--dry-run"), ("kube", "REHEARSE", "--rehearse"),
-            ("image", "REBUILD", "--rebuild"), ("image", "DRY_RUN", "--dry-run")]  # fmt: skip
+SWITCHES = [
+    ("up", "RESUME", "--resume"),
+    ("up", "DRY_RUN", "--dry-run"),
+    ("bench", "DRY_RUN", "--dry-run"),
+    ("kube", "REHEARSE", "--rehearse"),
+    ("image", "REBUILD", "--rebuild"),
+    ("image", "DRY_RUN", "--dry-run"),
+]
 
 
 def harness_line(target: str, assignment: str, env: dict | None = None) -> str:
-    out = subprocess.run(["make", "-n", "--no-print-directory", target, assignment], cwd=ROOT,
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, **(env or {})})  # fmt: skip
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, assignment],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
     lines = out.stdout.replace("\\\n", " ").splitlines()  # a recipe may continue lines
     return next(x for x in lines if "-m tuning.harness" in x)
 

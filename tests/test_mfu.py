@@ -28,9 +28,17 @@ def llama_1b(tmp_path_factory):
 def _config(tmp_path, **kw):
     from transformers import AutoConfig
 
-    cfg = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                               num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
-                               max_position_embeddings=128, **kw)  # fmt: skip
+    cfg = AutoConfig.for_model(
+        "llama",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=128,
+        **kw,
+    )
     cfg.save_pretrained(tmp_path)
     return tmp_path
 
@@ -38,8 +46,13 @@ def _config(tmp_path, **kw):
 def test_1b_llama_flops_per_token_equal_torchtitans_formula_by_hand(llama_1b):
     h, inter, layers, heads, kv, vocab, t = 2048, 5632, 22, 32, 4, 32000, 2048
     head_dim = h // heads
-    per_layer = (h * h + 2 * h * kv * head_dim + h * h  # q, k, v, o
-                 + 3 * h * inter + 2 * h)  # gate, up, down; two RMSNorms  # fmt: skip
+    per_layer = (
+        h * h
+        + 2 * h * kv * head_dim
+        + h * h  # q, k, v, o
+        + 3 * h * inter
+        + 2 * h
+    )  # gate, up, down; two RMSNorms
     embedding = vocab * h
     non_embedding = layers * per_layer + h + vocab * h  # final norm, untied lm_head
     assert non_embedding == 1_034_512_384 and non_embedding + embedding == 1_100_048_384
@@ -58,8 +71,11 @@ def test_untied_output_layer_counts_and_a_tied_one_does_not(tmp_path):
     h, inter, layers, kv_dim, vocab = 64, 96, 3, 2 * 16, 100
     body = layers * (2 * h * h + 2 * h * kv_dim + 3 * h * inter + 2 * h) + h
     untied = mfu.count_params(_config(tmp_path / "untied", tie_word_embeddings=False))
-    assert untied == {"params": body + 2 * vocab * h, "embedding": vocab * h,
-                      "non_embedding": body + vocab * h}  # fmt: skip
+    assert untied == {
+        "params": body + 2 * vocab * h,
+        "embedding": vocab * h,
+        "non_embedding": body + vocab * h,
+    }
     tied = mfu.count_params(_config(tmp_path / "tied", tie_word_embeddings=True))
     assert tied == {"params": body + vocab * h, "embedding": vocab * h, "non_embedding": body}
 
@@ -75,15 +91,27 @@ def _write_run(run, ranks=2, steps=10, batch=4, seq=512, pad=0):
     (run / "metrics").mkdir(parents=True)
     for rank in range(ranks):
         rows = [{"event": "phase", "name": "imports"}] + [
-            {"event": "step", "step": i + 1, "tokens": batch * seq - pad,
-             "step_s": 3.0 if i < 2 else 0.25, "samples": list(range(batch)),
-             "max_memory_allocated_bytes": 2**30 * (i + 1)}
+            {
+                "event": "step",
+                "step": i + 1,
+                "tokens": batch * seq - pad,
+                "step_s": 3.0 if i < 2 else 0.25,
+                "samples": list(range(batch)),
+                "max_memory_allocated_bytes": 2**30 * (i + 1),
+            }
             for i in range(steps)
-        ]  # fmt: skip
+        ]
         text = "".join(json.dumps(r) + "\n" for r in rows)
         (run / "metrics" / f"rank{rank}.jsonl").write_text(text)
-    summary = {"status": "completed", "world_size": ranks, "steps": steps, "tokens_per_s": 12345.0,
-               "tokens_per_s_steps": steps - 2, "first_loss": 10.4, "final_loss": 9.1}  # fmt: skip
+    summary = {
+        "status": "completed",
+        "world_size": ranks,
+        "steps": steps,
+        "tokens_per_s": 12345.0,
+        "tokens_per_s_steps": steps - 2,
+        "first_loss": 10.4,
+        "final_loss": 9.1,
+    }
     (run / "train_summary.json").write_text(json.dumps(summary))
     return run
 
@@ -126,19 +154,43 @@ def test_docs_section_is_appended_once_then_replaced_in_place(tmp_path):
 
 def test_report_markdown_and_json_from_a_run_and_a_probe(tmp_path, llama_1b, capsys):
     run = _write_run(tmp_path / "run", ranks=1, batch=8, seq=2048)
-    probe = {"world_size": 1, "backend": "nccl", "correct": True, "samples": [
-        {"bytes": 2**20, "algbw_GBps": 100.0, "busbw_GBps": 0.0},
-        {"bytes": 2**28, "algbw_GBps": 900.0, "busbw_GBps": 0.0}]}  # fmt: skip
+    probe = {
+        "world_size": 1,
+        "backend": "nccl",
+        "correct": True,
+        "samples": [
+            {"bytes": 2**20, "algbw_GBps": 100.0, "busbw_GBps": 0.0},
+            {"bytes": 2**28, "algbw_GBps": 900.0, "busbw_GBps": 0.0},
+        ],
+    }
     (tmp_path / "probe.json").write_text(json.dumps(probe))
     (tmp_path / "probe.log").write_text("x NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n")
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n")
-    code = mfu.main(["--model", str(llama_1b), "--run", str(run), "--probe",
-                     str(tmp_path / "probe.json"), "--probe-log", str(tmp_path / "probe.log"),
-                     "--command", "benchmarks/gpu_check.sh", "--job", '{"batch": 8, "words": 1024}',
-                     "--gpu", "NVIDIA A100-SXM4-80GB",
-                     "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "s.md"),
-                     "--docs", str(docs)])  # fmt: skip
+    code = mfu.main(
+        [
+            "--model",
+            str(llama_1b),
+            "--run",
+            str(run),
+            "--probe",
+            str(tmp_path / "probe.json"),
+            "--probe-log",
+            str(tmp_path / "probe.log"),
+            "--command",
+            "benchmarks/gpu_check.sh",
+            "--job",
+            '{"batch": 8, "words": 1024}',
+            "--gpu",
+            "NVIDIA A100-SXM4-80GB",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--markdown",
+            str(tmp_path / "s.md"),
+            "--docs",
+            str(docs),
+        ]
+    )
     assert code == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["train"]["flops_per_token"] == 7_314_370_560
@@ -166,14 +218,27 @@ def test_report_markdown_and_json_from_a_run_and_a_probe(tmp_path, llama_1b, cap
 # --- the peak, from the GPU's name ------------------------------------------------------------
 
 NAMES = {  # names as torch.cuda.get_device_name() / nvidia-smi print them -> dense bf16 TFLOP/s
-    "NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835,
-    "NVIDIA H200": 989, "NVIDIA GH200 480GB": 989, "NVIDIA H800": 989,
-    "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-PCIE-40GB": 312, "NVIDIA A100 80GB PCIe": 312,
-    "NVIDIA A800 80GB PCIe": 312, "NVIDIA A10": 125, "NVIDIA L40S": 362, "NVIDIA L40": 181,
-    "NVIDIA L4": 121, "NVIDIA RTX 6000 Ada Generation": 364,
-    "NVIDIA GeForce RTX 4090": 165, "NVIDIA RTX A6000": 155, "NVIDIA B200": 2250,
-    "NVIDIA B100": 1750, "NVIDIA GB200": 2500,
-}  # fmt: skip
+    "NVIDIA H100 80GB HBM3": 989,
+    "NVIDIA H100 PCIe": 756,
+    "NVIDIA H100 NVL": 835,
+    "NVIDIA H200": 989,
+    "NVIDIA GH200 480GB": 989,
+    "NVIDIA H800": 989,
+    "NVIDIA A100-SXM4-80GB": 312,
+    "NVIDIA A100-PCIE-40GB": 312,
+    "NVIDIA A100 80GB PCIe": 312,
+    "NVIDIA A800 80GB PCIe": 312,
+    "NVIDIA A10": 125,
+    "NVIDIA L40S": 362,
+    "NVIDIA L40": 181,
+    "NVIDIA L4": 121,
+    "NVIDIA RTX 6000 Ada Generation": 364,
+    "NVIDIA GeForce RTX 4090": 165,
+    "NVIDIA RTX A6000": 155,
+    "NVIDIA B200": 2250,
+    "NVIDIA B100": 1750,
+    "NVIDIA GB200": 2500,
+}
 
 
 def test_peak_from_the_gpus_name():
@@ -195,8 +260,20 @@ def test_unknown_part_needs_the_flag_and_the_flag_always_wins(tmp_path, llama_1b
     # no GPU here and no name: the flag is asked for as well
     assert mfu.main(args) == 2
     assert "pass --gpu NAME or --peak-tflops N" in capsys.readouterr().err
-    assert mfu.main([*args, "--gpu", "NVIDIA A10G", "--peak-tflops", "70", "--json",
-                     str(tmp_path / "r.json")]) == 0  # fmt: skip
+    assert (
+        mfu.main(
+            [
+                *args,
+                "--gpu",
+                "NVIDIA A10G",
+                "--peak-tflops",
+                "70",
+                "--json",
+                str(tmp_path / "r.json"),
+            ]
+        )
+        == 0
+    )
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["peak_tflops"] == 70 and r["peak_source"] == "given (--peak-tflops)"
     assert mfu.main([*args, "--gpu", "NVIDIA L40S", "--json", str(tmp_path / "r.json")]) == 0
@@ -206,11 +283,17 @@ def test_unknown_part_needs_the_flag_and_the_flag_always_wins(tmp_path, llama_1b
 def test_gpu_peaks_cli():
     import subprocess
 
-    ok = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_peaks.py"), "NVIDIA H100 PCIe"],
-                        capture_output=True, text=True)  # fmt: skip
+    ok = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/gpu_peaks.py"), "NVIDIA H100 PCIe"],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and ok.stdout == "756 H100 PCIe\n"
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_peaks.py"), "NVIDIA A10G"],
-                         capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/gpu_peaks.py"), "NVIDIA A10G"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "--peak-tflops" in bad.stderr
 
 
@@ -218,20 +301,46 @@ def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_pat
     from tuning.harness.commands.bench import report as rp
 
     def rep(name, transport, busbw):
-        probe = {"backend": "nccl", "world_size": 2, "samples": [
-            {"bytes": 2**28, "algbw_GBps": busbw, "busbw_GBps": busbw}]}  # fmt: skip
-        return {"name": name, "repeats": [{"status": "succeeded", "probe_status": "succeeded",
-                                           "step_s": [[0.5, 0.5]], "probe": probe,
-                                           "transport": transport}]}  # fmt: skip
+        probe = {
+            "backend": "nccl",
+            "world_size": 2,
+            "samples": [{"bytes": 2**28, "algbw_GBps": busbw, "busbw_GBps": busbw}],
+        }
+        return {
+            "name": name,
+            "repeats": [
+                {
+                    "status": "succeeded",
+                    "probe_status": "succeeded",
+                    "step_s": [[0.5, 0.5]],
+                    "probe": probe,
+                    "transport": transport,
+                }
+            ],
+        }
 
-    bench = {"layouts": [rep("single", ["nccl/P2P/CUMEM"], 120.0),
-                         rep("per-rank-isolated", ["nccl/NET/Socket"], 2.5),
-                         rep("per-rank-shared", ["nccl/SHM/direct"], 9.0)]}  # fmt: skip
+    bench = {
+        "layouts": [
+            rep("single", ["nccl/P2P/CUMEM"], 120.0),
+            rep("per-rank-isolated", ["nccl/NET/Socket"], 2.5),
+            rep("per-rank-shared", ["nccl/SHM/direct"], 9.0),
+        ]
+    }
     bench["derived"] = rp.derive(bench)
     (tmp_path / "report.json").write_text(json.dumps(bench))
     run = _write_run(tmp_path / "run", ranks=1, batch=8, seq=2048)
-    base = ["--model", str(llama_1b), "--run", str(run), "--peak-tflops", "989", "--command",
-            "benchmarks/gpu_check.sh", "--markdown", str(tmp_path / "s.md")]  # fmt: skip
+    base = [
+        "--model",
+        str(llama_1b),
+        "--run",
+        str(run),
+        "--peak-tflops",
+        "989",
+        "--command",
+        "benchmarks/gpu_check.sh",
+        "--markdown",
+        str(tmp_path / "s.md"),
+    ]
     assert mfu.main([*base, "--layouts", str(tmp_path / "report.json")]) == 0
     section = (tmp_path / "s.md").read_text()
     assert "| single | nccl/P2P/CUMEM | 120.0 | 0.500 s | succeeded |" in section

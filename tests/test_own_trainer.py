@@ -41,8 +41,12 @@ def flags(*argv: str) -> RunFlags:
 
 
 def test_a_script_in_src_runs_from_src_with_its_arguments():
-    own = own_trainer.resolve("train_sft.py", str(SCRIPTS), "--lr 1e-5 --output_dir /output "
-                              "--note 'two words'", "tuning-harness:latest")  # fmt: skip
+    own = own_trainer.resolve(
+        "train_sft.py",
+        str(SCRIPTS),
+        "--lr 1e-5 --output_dir /output --note 'two words'",
+        "tuning-harness:latest",
+    )
     assert own.entry == f"{SRC_DIR}/train_sft.py" and own.src == str(SCRIPTS)
     assert own.args == ("--lr", "1e-5", "--output_dir", "/output", "--note", "two words")
     # an absolute path inside SRC is the same script
@@ -66,19 +70,33 @@ def test_a_module_in_src_or_in_your_image():
     [
         ("nope.py", "SCRIPTS", None, "ENTRY=nope.py is not a file in SRC="),
         ("TESTS/conftest.py", "SCRIPTS", None, "is outside SRC="),
-        ("nope.py", None, None, "ENTRY=nope.py: no such script on this machine (a relative ENTRY "
-         "is a path in SRC); give its path, or SRC=<your code's folder>"),
+        (
+            "nope.py",
+            None,
+            None,
+            "ENTRY=nope.py: no such script on this machine (a relative ENTRY "
+            "is a path in SRC); give its path, or SRC=<your code's folder>",
+        ),
         ("/in/the/image.py", None, None, "no such script on this machine"),  # not in our image
         ("no_such_module", "SCRIPTS", None, "ENTRY=no_such_module: no such module in SRC="),
         ("my-trainer", "SCRIPTS", None, "is neither a module (my_pkg.train) nor a script"),
         ("train_sft.py", "/no/such/dir", None, "SRC=/no/such/dir: no such folder on this machine"),
-        ("train_sft.py", "SCRIPTS", "--output_dir ./out", "ARGS sets --output_dir ./out: in the "
-         "containers only /output (the run's output/) is kept and writable"),
+        (
+            "train_sft.py",
+            "SCRIPTS",
+            "--output_dir ./out",
+            "ARGS sets --output_dir ./out: in the "
+            "containers only /output (the run's output/) is kept and writable",
+        ),
         ("train_sft.py", "SCRIPTS", "--output_dir=/tmp/x --x", "pass --output_dir /output"),
-        ("train_sft.py", "SCRIPTS", "--note 'unclosed", "ARGS=\"--note 'unclosed\": No closing "
-         "quotation; quote it as a shell would"),
+        (
+            "train_sft.py",
+            "SCRIPTS",
+            "--note 'unclosed",
+            'ARGS="--note \'unclosed": No closing quotation; quote it as a shell would',
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_cannot_run_is_refused_with_the_fix(entry, src, args, said):
     entry = entry.replace("TESTS", str(ROOT / "tests"))
     src = str(SCRIPTS) if src == "SCRIPTS" else src
@@ -88,17 +106,33 @@ def test_what_cannot_run_is_refused_with_the_fix(entry, src, args, said):
 
 
 def test_flags_beside_args_and_args_without_entry_are_refused_by_name():
-    with pytest.raises(HarnessError, match=r"^STEPS=5: put --max_steps in ARGS; SEED=3: put "
-                       r"--seed in ARGS\. ARGS is ENTRY's whole command line"):  # fmt: skip
-        flags("--entry", "train_sft.py", "--src", str(SCRIPTS), "--args", "--x 1", "--steps", "5",
-              "--seed", "3")  # fmt: skip
+    with pytest.raises(
+        HarnessError,
+        match=r"^STEPS=5: put --max_steps in ARGS; SEED=3: put "
+        r"--seed in ARGS\. ARGS is ENTRY's whole command line",
+    ):
+        flags(
+            "--entry",
+            "train_sft.py",
+            "--src",
+            str(SCRIPTS),
+            "--args",
+            "--x 1",
+            "--steps",
+            "5",
+            "--seed",
+            "3",
+        )
     with pytest.raises(HarnessError, match=r"^ARGS=--x 1 is for a trainer of your own: set ENTRY"):
         flags("--args", "--x 1")
     with pytest.raises(HarnessError, match=r"^SRC=\S+ is for a trainer of your own"):
         flags("--src", str(SCRIPTS))
     # a module in no image of the user's and no SRC: where would it come from?
-    with pytest.raises(HarnessError, match=r"names a module: set IMAGE=<your image that has it>, "
-                                           r"or SRC=<the folder that holds it>"):  # fmt: skip
+    with pytest.raises(
+        HarnessError,
+        match=r"names a module: set IMAGE=<your image that has it>, "
+        r"or SRC=<the folder that holds it>",
+    ):
         flags("--entry", "my_pkg.train")
     f = flags("--entry", "train_sft.py", "--src", str(SCRIPTS), "--steps", "5")  # no ARGS: a job
     assert f.steps == 5 and f.image == "tuning-harness:latest"
@@ -117,12 +151,21 @@ def test_args_arrive_whole_from_make_even_a_single_option():
 
 
 def test_src_is_bound_read_only_and_is_the_working_dir():
-    layout = Layout(kind="per-rank", nproc=2, entry=f"{SRC_DIR}/train_sft.py", src=str(SCRIPTS),
-                    args=("--output_dir", "/output", "--max_steps", "3"))  # fmt: skip
+    layout = Layout(
+        kind="per-rank",
+        nproc=2,
+        entry=f"{SRC_DIR}/train_sft.py",
+        src=str(SCRIPTS),
+        args=("--output_dir", "/output", "--max_steps", "3"),
+    )
     svc = compose.render(layout)["services"]["rank1"]
     binds = {v["target"]: v for v in svc["volumes"]}
-    assert binds[SRC_DIR] == {"type": "bind", "source": str(SCRIPTS), "target": SRC_DIR,
-                              "read_only": True}  # fmt: skip
+    assert binds[SRC_DIR] == {
+        "type": "bind",
+        "source": str(SCRIPTS),
+        "target": SRC_DIR,
+        "read_only": True,
+    }
     assert svc["working_dir"] == SRC_DIR and svc["image"] == "tuning-harness:latest"
     assert svc["command"] == ["--output_dir", "/output", "--max_steps", "3"]
     env = svc["environment"]
@@ -138,8 +181,20 @@ def test_src_is_bound_read_only_and_is_the_working_dir():
 # Words of a command line that YAML 1.2 (Compose) reads as numbers, booleans or null unless
 # quoted; PyYAML (YAML 1.1) writes 3e-3, 1e5 and 0o17 bare (tests/test_own_trainer_docker.py
 # has Compose read them back).
-YAML_12_WORDS = ("--learning_rate", "3e-3", "--weight_decay", "1e5", "--mode", "0o17", "--x",
-                 ".5e3", "--max_steps", "20", "--flag", "true")  # fmt: skip
+YAML_12_WORDS = (
+    "--learning_rate",
+    "3e-3",
+    "--weight_decay",
+    "1e5",
+    "--mode",
+    "0o17",
+    "--x",
+    ".5e3",
+    "--max_steps",
+    "20",
+    "--flag",
+    "true",
+)
 
 
 def test_args_that_yaml_1_2_reads_as_numbers_are_written_quoted():
@@ -151,9 +206,21 @@ def test_args_that_yaml_1_2_reads_as_numbers_are_written_quoted():
 
 
 def test_up_dry_run_prints_what_each_rank_runs(tmp_path):
-    out = harness("up", "--gpus", "0", "--dry-run", "--layout", "per-rank", "--src",
-                  str(SCRIPTS), "--entry", "train_sft.py", "--args",
-                  "--output_dir /output --learning_rate 1e-5", runs=tmp_path)  # fmt: skip
+    out = harness(
+        "up",
+        "--gpus",
+        "0",
+        "--dry-run",
+        "--layout",
+        "per-rank",
+        "--src",
+        str(SCRIPTS),
+        "--entry",
+        "train_sft.py",
+        "--args",
+        "--output_dir /output --learning_rate 1e-5",
+        runs=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     compose_text, job_text = out.stdout.split("\n---\n")
     assert "# rank1: accelerate launch " in compose_text
@@ -171,30 +238,61 @@ def test_up_dry_run_prints_what_each_rank_runs(tmp_path):
 
 # --- the user's script under the rank recorder (torchrun here) ----------------------------------
 
-TRAIN_ARGS = ["--max_steps", "12", "--save_steps", "5", "--logging_steps", "2",
-              "--per_device_train_batch_size", "4", "--learning_rate", "3e-3",
-              "--report_to", "none"]  # fmt: skip
+TRAIN_ARGS = [
+    "--max_steps",
+    "12",
+    "--save_steps",
+    "5",
+    "--logging_steps",
+    "2",
+    "--per_device_train_batch_size",
+    "4",
+    "--learning_rate",
+    "3e-3",
+    "--report_to",
+    "none",
+]
 
 
 def _torchrun(out: Path, model: Path, data: Path, *extra: str) -> subprocess.CompletedProcess:
     """train_sft.py as a foreign ENTRY runs: `-m harness_rank` would be the launcher's; the
     recorder's own file is the same program (it loads what it needs beside itself)."""
-    env = {**os.environ, "HARNESS_WRAPPED_ENTRY": str(SCRIPT), "HARNESS_OUTPUT_DIR": str(out),
-           "OMP_NUM_THREADS": "1", "HF_HOME": str(out.parent / "hf")}  # fmt: skip
+    env = {
+        **os.environ,
+        "HARNESS_WRAPPED_ENTRY": str(SCRIPT),
+        "HARNESS_OUTPUT_DIR": str(out),
+        "OMP_NUM_THREADS": "1",
+        "HF_HOME": str(out.parent / "hf"),
+    }
     torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-            str(ROOT / "tuning/rank/rank_record.py"), "--model_name_or_path", str(model),
-            "--train_file", str(data), "--output_dir", str(out), *TRAIN_ARGS, *extra]  # fmt: skip
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
-                          cwd=out.parent)  # fmt: skip
+    argv = [
+        str(torchrun),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(ROOT / "tuning/rank/rank_record.py"),
+        "--model_name_or_path",
+        str(model),
+        "--train_file",
+        str(data),
+        "--output_dir",
+        str(out),
+        *TRAIN_ARGS,
+        *extra,
+    ]
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=300, cwd=out.parent
+    )
 
 
 def _lines(out: Path, rank: int) -> list[dict]:
     return [json.loads(x) for x in (out / f"metrics/rank{rank}.jsonl").read_text().splitlines()]
 
 
-def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(tiny_model, demo_data,
-                                                                      tmp_path):  # fmt: skip
+def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(
+    tiny_model, demo_data, tmp_path
+):
     """Both ranks log every step (loss on the logged ones, the group's mean: equal on both) and
     every save; a checkpoint torn afterwards is set aside at the next start, and the script's
     own resume logic then starts from the newest complete one."""
@@ -235,10 +333,22 @@ def test_a_trainer_saving_elsewhere_is_refused_before_its_first_step(
     _, env = mounted
     out = Path(env["HARNESS_OUTPUT_DIR"])
     env = {**env, "HARNESS_WRAPPED_ENTRY": str(SCRIPT), "HF_HOME": str(tmp_path / "hf")}
-    args = ["--model_name_or_path", str(tiny_model), "--train_file", str(demo_data),
-            "--output_dir", str(tmp_path / "elsewhere"), *TRAIN_ARGS]  # fmt: skip
-    ran = subprocess.run([sys.executable, "-m", "harness_rank", *args], capture_output=True,
-                         text=True, env={**env, "HARNESS_DEVICE": "cpu"}, timeout=300)  # fmt: skip
+    args = [
+        "--model_name_or_path",
+        str(tiny_model),
+        "--train_file",
+        str(demo_data),
+        "--output_dir",
+        str(tmp_path / "elsewhere"),
+        *TRAIN_ARGS,
+    ]
+    ran = subprocess.run(
+        [sys.executable, "-m", "harness_rank", *args],
+        capture_output=True,
+        text=True,
+        env={**env, "HARNESS_DEVICE": "cpu"},
+        timeout=300,
+    )
     assert ran.returncode == 1, ran.stdout + ran.stderr
     lines = _lines(out, 0)
     assert not [x for x in lines if x["event"] == "step"]
@@ -261,7 +371,7 @@ def test_the_step_lines_are_off_for_fms(mounted):
         "import transformers\n"
         f"open({str(marker)!r}, 'w').write(str(getattr(transformers.Trainer.__init__, "
         "'harness_steps', False)))\n"
-    )  # fmt: skip
+    )
     for value, patched in (("0", "False"), ("1", "True")):
         ran = recorder({**env, "HARNESS_STEP_LINES": value}, "cpu")
         assert ran.returncode == 0, ran.stderr

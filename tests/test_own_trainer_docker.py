@@ -37,20 +37,38 @@ AT_STEP = 12
 def own_fault(kind: str, layout: str, runs: Path, *extra: str) -> tuple[dict, dict, dict]:
     """(fault.json, summary.json, each rank's metric lines) of `make fault` on the script."""
     out = subprocess.run(
-        ["make", "--no-print-directory", "fault", f"FAULT={kind}", f"LAYOUT={layout}", "GPUS=0",
-         "NPROC=2", f"AT_STEP={AT_STEP}", "SRC=tests/user_scripts", "ENTRY=train_sft.py",
-         f"ARGS={ARGS}", f"RUNS={runs}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "fault",
+            f"FAULT={kind}",
+            f"LAYOUT={layout}",
+            "GPUS=0",
+            "NPROC=2",
+            f"AT_STEP={AT_STEP}",
+            "SRC=tests/user_scripts",
+            "ENTRY=train_sft.py",
+            f"ARGS={ARGS}",
+            f"RUNS={runs}",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     said = out.stdout + out.stderr
     assert out.returncode == 0 and "Traceback" not in said, f"exit {out.returncode}:\n{said}"
     record = json.loads((runs / "latest/fault.json").read_text())
     summary = json.loads((runs / "latest/summary.json").read_text())
     metrics = run_files.read_metrics(runs / "latest/output")
     assert record["leftovers"] == [] and leftovers(record["run_id"]) == [], said
-    assert record["trainer"] == {"image": "tuning-harness:latest", "entry": "/src/train_sft.py",
-                                 "src": str(ROOT / "tests/user_scripts"),
-                                 "args": ARGS.split()}, said  # fmt: skip
+    assert record["trainer"] == {
+        "image": "tuning-harness:latest",
+        "entry": "/src/train_sft.py",
+        "src": str(ROOT / "tests/user_scripts"),
+        "args": ARGS.split(),
+    }, said
     assert "harness: ENTRY /src/train_sft.py from " in out.stdout, said
     md = (runs / "latest/fault.md").read_text()
     assert "- trainer: `/src/train_sft.py` in `tuning-harness:latest` from `" in md
@@ -66,12 +84,20 @@ def _trained(metrics: dict, rank: int) -> list[dict]:
 @pytest.mark.docker
 def test_compose_reads_every_word_of_args_as_the_string_typed(tmp_path):
     """YAML 1.2 takes a bare 3e-3 for a number; the rendered file quotes it (compose.dump)."""
-    layout = Layout(kind="per-rank", entry="/src/train_sft.py", args=YAML_12_WORDS,
-                    src=str(ROOT / "tests/user_scripts"), run_dir=str(tmp_path))  # fmt: skip
+    layout = Layout(
+        kind="per-rank",
+        entry="/src/train_sft.py",
+        args=YAML_12_WORDS,
+        src=str(ROOT / "tests/user_scripts"),
+        run_dir=str(tmp_path),
+    )
     path = tmp_path / "compose.yaml"
     path.write_text(compose.dump(compose.render(layout)))
-    out = subprocess.run([*engine.compose_cmd(), "-f", str(path), "config", "--format", "json"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [*engine.compose_cmd(), "-f", str(path), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     for svc in json.loads(out.stdout)["services"].values():
         assert svc["command"] == list(YAML_12_WORDS) and svc["working_dir"] == "/src"

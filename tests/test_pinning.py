@@ -29,9 +29,12 @@ def test_split_gives_each_rank_its_own_contiguous_cores():
 
 @pytest.mark.parametrize(
     ("kind", "network", "cpusets"),
-    [("single", "isolated", ["0,1"]), ("per-rank", "isolated", ["0", "1"]),
-     ("per-rank", "shared", ["0", "1"])],
-)  # fmt: skip
+    [
+        ("single", "isolated", ["0,1"]),
+        ("per-rank", "isolated", ["0", "1"]),
+        ("per-rank", "shared", ["0", "1"]),
+    ],
+)
 def test_every_container_gets_its_ranks_cores(kind, network, cpusets):
     layout = Layout(kind=kind, network=network, run_id="t", extra_env=PINNED)
     services = compose.render(layout)["services"].values()
@@ -44,11 +47,19 @@ def test_every_container_gets_its_ranks_cores(kind, network, cpusets):
 
 def _affinity_of_child(preexec=None, env=None) -> list[str]:
     """A real child process: what pin_rank returned, and the CPUs it then runs on."""
-    code = ("import os; from tuning.shared.affinity import pin_rank; r = pin_rank(); "
-            "print(r, sorted(os.sched_getaffinity(0)))")  # fmt: skip
+    code = (
+        "import os; from tuning.shared.affinity import pin_rank; r = pin_rank(); "
+        "print(r, sorted(os.sched_getaffinity(0)))"
+    )
     env = {**os.environ, **(env or {})}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, preexec_fn=preexec, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=preexec,
+        env=env,
+    )
     return out.stdout.split(" ", 1)
 
 
@@ -57,9 +68,13 @@ def test_a_rank_narrows_itself_to_its_own_cores():
     first, second = sorted(os.sched_getaffinity(0))[:2]
     value = f"{first};{second}"
     assert _affinity_of_child(env={affinity.VAR: value, "RANK": "1"}) == [
-        f"[{second}]", f"[{second}]\n"]  # fmt: skip
+        f"[{second}]",
+        f"[{second}]\n",
+    ]
     assert _affinity_of_child(env={affinity.VAR: value, "RANK": "0"}) == [
-        f"[{first}]", f"[{first}]\n"]  # fmt: skip
+        f"[{first}]",
+        f"[{first}]\n",
+    ]
     everything = sorted(os.sched_getaffinity(0))
     assert _affinity_of_child(env={affinity.VAR: ""}) == ["None", f"{everything}\n"]
 
@@ -68,4 +83,6 @@ def test_a_rank_narrows_itself_to_its_own_cores():
 def test_the_host_launcher_starts_on_the_ranks_cores():
     second = sorted(os.sched_getaffinity(0))[1]
     assert _affinity_of_child(preexec=_die_with(os.getpid(), str(second))) == [
-        "None", f"[{second}]\n"]  # fmt: skip
+        "None",
+        f"[{second}]\n",
+    ]

@@ -20,8 +20,10 @@ def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
     assert len(every) >= 24
     assert [e.n for e in every] == list(range(1, len(every) + 1))
     kinds = {e.kind for e in every}
-    asked = ("kill crash oom pause slow partition no-show late-master save-kill slow-main "
-             "skip-collective mismatch")  # fmt: skip
+    asked = (
+        "kill crash oom pause slow partition no-show late-master save-kill slow-main "
+        "skip-collective mismatch"
+    )
     assert kinds >= set(asked.split())
     for kind in kinds:
         ranks = sorted(e.rank for e in every if e.kind == kind)
@@ -51,8 +53,12 @@ def test_a_fresh_draw_varies_everything_and_holds_to_its_seed():
 
 
 def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
-    out = subprocess.run([sys.executable, "-m", "tuning.harness", "pool", "--dry-run", "--pick",
-                          "3,24"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tuning.harness", "pool", "--dry-run", "--pick", "3,24"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "  3  crash rank 0, single: make fault FAULT=crash RANK=0 LAYOUT=single NPROC=4 "
@@ -60,43 +66,88 @@ def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
         " 24  mismatch rank 3, single, fms: make fault FAULT=mismatch RANK=3 LAYOUT=single "
         "NPROC=4 AT_STEP=7 TIMEOUT=20 TRAINER=fms",
     ]
-    bad = subprocess.run([sys.executable, "-m", "tuning.harness", "pool", "--pick", "0,99"],
-                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "tuning.harness", "pool", "--pick", "0,99"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2
-    assert bad.stderr == ("harness: error: PICK='0,99': the pool's experiments are 1-26 "
-                          "(`make pool DRY_RUN=1` lists them)\n")  # fmt: skip
+    assert bad.stderr == (
+        "harness: error: PICK='0,99': the pool's experiments are 1-26 "
+        "(`make pool DRY_RUN=1` lists them)\n"
+    )
 
 
 def test_a_desync_under_detail_on_fms_is_refused_at_or_after_its_first_save(tmp_path):
     """fms-demo.json saves first at step 10; under DETAIL gloo cannot gather that checkpoint,
     so AT_STEP 8 (the strike may land 2 steps later) is refused before anything starts, and
     7, the pool's own, is taken."""
-    late = subprocess.run([sys.executable, "-m", "tuning.harness", "fault", "--fault",
-                           "mismatch-shape", "--trainer", "fms", "--at-step", "8", "--rank", "0",
-                           "--nproc", "4", "--layout", "per-rank", "--runs", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    late = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuning.harness",
+            "fault",
+            "--fault",
+            "mismatch-shape",
+            "--trainer",
+            "fms",
+            "--at-step",
+            "8",
+            "--rank",
+            "0",
+            "--nproc",
+            "4",
+            "--layout",
+            "per-rank",
+            "--runs",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert late.returncode == 2, late.stdout
     assert "AT_STEP=8 is too late for this job: it saves first at step 10" in late.stderr
     assert "set AT_STEP=7 or lower" in late.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing started
-    fms_desyncs = [e for e in pool_list.experiments()
-                   if e.trainer == "fms" and e.kind in ("skip-collective", "mismatch",
-                                                        "mismatch-shape")]  # fmt: skip
+    fms_desyncs = [
+        e
+        for e in pool_list.experiments()
+        if e.trainer == "fms" and e.kind in ("skip-collective", "mismatch", "mismatch-shape")
+    ]
     assert [e.at_step for e in fms_desyncs] == [7, 7, 7]
 
 
 def test_a_verdict_is_scored_against_what_was_injected():
     e = pool_list.experiments()[9]  # pause rank 3
-    rec = {"outcome": "hung (detected)", "timeout_s": 20,
-           "verdict": {"class": "stopped or frozen", "culprits": [3], "verdict_s": 11.2,
-                       "evidence": "rank 3 is frozen", "rule": "hand"}}  # fmt: skip
+    rec = {
+        "outcome": "hung (detected)",
+        "timeout_s": 20,
+        "verdict": {
+            "class": "stopped or frozen",
+            "culprits": [3],
+            "verdict_s": 11.2,
+            "evidence": "rank 3 is frozen",
+            "rule": "hand",
+        },
+    }
     row = pool.score(e, rec)
     assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
-        True, False, True, True)  # fmt: skip
+        True,
+        False,
+        True,
+        True,
+    )
     rec["verdict"] = {**rec["verdict"], "culprits": [2, 3], "class": "desync", "verdict_s": 25}
     row = pool.score(e, rec)
     assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
-        False, True, False, False)  # fmt: skip
+        False,
+        True,
+        False,
+        False,
+    )
     row = pool.score(e, {"status": "not injected"})
     said = "no verdict (not injected)"
     assert (row["right"], row["wrong_rank"], row["verdict"]) == (False, False, said)

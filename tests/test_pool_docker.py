@@ -23,8 +23,13 @@ PICK = {"died": 3, "stopped or frozen": 10, "desync": 21}
 def pool(tmp_path_factory, harness_image):
     runs = tmp_path_factory.mktemp("pool")
     pick = ",".join(str(n) for n in PICK.values())
-    out = subprocess.run(["make", "--no-print-directory", "pool", f"PICK={pick}", f"RUNS={runs}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    out = subprocess.run(
+        ["make", "--no-print-directory", "pool", f"PICK={pick}", f"RUNS={runs}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     record = json.loads((runs / "pool" / "pool.json").read_text())
     return out, record, runs
 
@@ -44,8 +49,11 @@ def test_each_culprit_is_named_right_and_no_other_rank(pool, cls):
     (row,) = [r for r in record["rows"] if r["n"] == PICK[cls]]
     assert row["right"] is True and row["wrong_rank"] is False, (row, out.stdout[-3000:])
     assert row["class"] == cls, row
-    said = [x for x in (runs / row["run_id"] / "fault.md").read_text().splitlines()
-            if x.startswith("- **verdict: ")]  # fmt: skip
+    said = [
+        x
+        for x in (runs / row["run_id"] / "fault.md").read_text().splitlines()
+        if x.startswith("- **verdict: ")
+    ]
     head = said[0].split(" (")[0] if said else ""
     assert head.endswith(f"culprit rank(s): {row['rank']}**"), said
 

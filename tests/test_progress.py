@@ -10,8 +10,14 @@ from tuning.harness.run.progress import Progress
 
 
 def step(rank: int, n: int, loss: float, step_s: float | None = 0.5) -> dict:
-    return {"event": "step", "rank": rank, "step": n, "loss": loss, "step_s": step_s,
-            "world_size": 2}  # fmt: skip
+    return {
+        "event": "step",
+        "rank": rank,
+        "step": n,
+        "loss": loss,
+        "step_s": step_s,
+        "world_size": 2,
+    }
 
 
 def test_a_terminal_gets_the_lines_redrawn_in_place():

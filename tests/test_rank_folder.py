@@ -43,14 +43,19 @@ def module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
 def test_a_rank_module_imports_only_the_standard_library_when_loaded(path):
     tree = ast.parse(path.read_text(), str(path))
-    outside = [f"{path.name}:{line} imports {name}" for line, name in module_level_imports(tree)
-               if name not in sys.stdlib_module_names]  # fmt: skip
+    outside = [
+        f"{path.name}:{line} imports {name}"
+        for line, name in module_level_imports(tree)
+        if name not in sys.stdlib_module_names
+    ]
     assert outside == [], "loaded by file in a foreign image: " + "; ".join(outside)
 
 
 def test_the_check_sees_an_import_outside_the_standard_library():
-    tree = ast.parse("import os\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
-                     "def f():\n    import transformers\n")  # fmt: skip
+    tree = ast.parse(
+        "import os\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
+        "def f():\n    import transformers\n"
+    )
     assert [n for _, n in module_level_imports(tree)] == ["os", "torch"]
 
 

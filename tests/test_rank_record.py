@@ -86,11 +86,24 @@ def test_a_gloo_thread_still_holding_tensors_at_exit_does_not_abort_the_rank(mou
     _, env = mounted
     (tmp_path / "user/foreign_trainer.py").write_text(LATE_RELEASE)
     (tmp_path / "marks").mkdir()
-    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
-           "MARKS": str(tmp_path / "marks"), "HARNESS_DEVICE": "cpu"}  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, "-m", "harness_rank"], env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]  # fmt: skip
+    env = {
+        **env,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": "2",
+        "MARKS": str(tmp_path / "marks"),
+        "HARNESS_DEVICE": "cpu",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "harness_rank"],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     try:
         outs = [p.communicate(timeout=120) for p in procs]
     finally:

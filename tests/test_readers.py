@@ -114,17 +114,34 @@ def test_tables_come_out_as_datasets_gives_them(tmp_path):
     them, nested lists of structs as chat records have them)."""
     datasets = pytest.importorskip("datasets")
     rows = [
-        {"text": "a\u2028b", "n": 1, "x": 1.5, "ids": [1, 2], "flag": True,
-         "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
-         "meta": {"k": "v", "m": None}},
-        {"text": None, "n": 2, "x": 2.0, "ids": [], "flag": False,
-         "messages": [{"role": "user", "content": "q", "name": "u"}], "meta": {"k": "w"}},
-    ]  # fmt: skip
+        {
+            "text": "a\u2028b",
+            "n": 1,
+            "x": 1.5,
+            "ids": [1, 2],
+            "flag": True,
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+            "meta": {"k": "v", "m": None},
+        },
+        {
+            "text": None,
+            "n": 2,
+            "x": 2.0,
+            "ids": [],
+            "flag": False,
+            "messages": [{"role": "user", "content": "q", "name": "u"}],
+            "meta": {"k": "w"},
+        },
+    ]
     for name in ("t.parquet", "t.arrow"):
         path = write_table(tmp_path / name, rows)
         ours = [r.data for r in read_path(path)]
-        theirs = datasets.load_dataset(path.suffix[1:], data_files=[str(path)], split="train",
-                                       cache_dir=str(tmp_path / "cache")).to_list()  # fmt: skip
+        theirs = datasets.load_dataset(
+            path.suffix[1:],
+            data_files=[str(path)],
+            split="train",
+            cache_dir=str(tmp_path / "cache"),
+        ).to_list()
         assert ours == theirs
         assert [type(v) for v in ours[1].values()] == [type(v) for v in theirs[1].values()]
 
@@ -151,8 +168,9 @@ def test_host_check_reads_every_row_of_a_table_without_datasets(tmp_path):
     good = write_table(tmp_path / "g.parquet", [GOOD, GOOD, {"input": "c", "output": "d"}])
     bad = write_table(tmp_path / "h.parquet", [GOOD, GOOD, {"input": "c", "output": None}])
     for path, said in ((good, "checked"), (bad, "h.parquet row 3: field 'output' must be a")):
-        out = subprocess.run([sys.executable, "-c", check, str(path)], cwd=ROOT, text=True,
-                             capture_output=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", check, str(path)], cwd=ROOT, text=True, capture_output=True
+        )
         assert said in out.stdout + out.stderr and "note:" not in out.stdout, out.stderr[-2000:]
 
 

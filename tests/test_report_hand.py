@@ -28,22 +28,29 @@ SINGLE_CONTAINER = (0.5, 1.0, 1.5, 0.8, 1.2)  # single - host launch: median +1.
 
 
 def _probe(busbw: float, iface: str, loopback: bool) -> dict:
-    return {"backend": "gloo", "world_size": 2,
-            "samples": [{"bytes": 1024, "busbw_GBps": busbw / 2},
-                        {"bytes": 4096, "busbw_GBps": busbw}],
-            "transport": [{"rank": r, "interface": iface, "loopback": loopback}
-                          for r in (0, 1)]}  # fmt: skip
+    return {
+        "backend": "gloo",
+        "world_size": 2,
+        "samples": [{"bytes": 1024, "busbw_GBps": busbw / 2}, {"bytes": 4096, "busbw_GBps": busbw}],
+        "transport": [{"rank": r, "interface": iface, "loopback": loopback} for r in (0, 1)],
+    }
 
 
 def _repeat(step: float, busbw: float, container, iface="lo", loopback=True) -> dict:
     return {
-        "phases": {"container_start_s": container, "launcher_s": 2.0, "imports_s": 3.0,
-                   "rendezvous_s": 0.5, "model_load_s": 1.0, "first_step_s": 0.5},
+        "phases": {
+            "container_start_s": container,
+            "launcher_s": 2.0,
+            "imports_s": 3.0,
+            "rendezvous_s": 0.5,
+            "model_load_s": 1.0,
+            "first_step_s": 0.5,
+        },
         "step_s": [[step] * 3, [step] * 3],
         "tokens": [[100] * 3, [100] * 3],
         "probe": _probe(busbw, iface, loopback),
         "peak_memory_bytes": [100 * MIB, 200 * MIB],
-    }  # fmt: skip
+    }
 
 
 def profile(rounds: int = 3) -> dict:
@@ -51,9 +58,15 @@ def profile(rounds: int = 3) -> dict:
     # single: gloo binds the hostname's eth0 address, but both ranks share one namespace
     single = [_repeat(SINGLE_STEP[i], 1.0, SINGLE_CONTAINER[i], "eth0") for i in range(rounds)]
     shared = [_repeat(0.5, SHARED_BUSBW[i], 1.0) for i in range(rounds)]
-    return {"schema_version": 1, "meta": {"bench": "hand"},
-            "layouts": [{"name": "host", "repeats": host}, {"name": "single", "repeats": single},
-                        {"name": "per-rank-shared", "repeats": shared}]}  # fmt: skip
+    return {
+        "schema_version": 1,
+        "meta": {"bench": "hand"},
+        "layouts": [
+            {"name": "host", "repeats": host},
+            {"name": "single", "repeats": single},
+            {"name": "per-rank-shared", "repeats": shared},
+        ],
+    }
 
 
 def test_every_cell_of_the_table():
@@ -64,23 +77,46 @@ def test_every_cell_of_the_table():
     # tokens: 600 per round over 3 steps of 0.5/0.4/0.6 s: 400, 500, 333.3 -> 400; per rank
     # 300 over the same: 200. Peak memory: 200 MiB. Ratios to itself 1, 1, 1.
     # host / single: 0.5/0.51, 0.4/0.42, 1: 0.980, 0.952, 1.000 -> median 0.980
-    assert table["host"] == ["host", "7.000", "0.5000 [0.4000, 0.6000]",
-                             "400.0 (per rank 200.0, 200.0)", "1.000", "200.0", "gloo/lo",
-                             "1.000 [1.000, 1.000]", "0.980 [0.952, 1.000]",
-                             "1.000 [1.000, 1.000]"]  # fmt: skip
+    assert table["host"] == [
+        "host",
+        "7.000",
+        "0.5000 [0.4000, 0.6000]",
+        "400.0 (per rank 200.0, 200.0)",
+        "1.000",
+        "200.0",
+        "gloo/lo",
+        "1.000 [1.000, 1.000]",
+        "0.980 [0.952, 1.000]",
+        "1.000 [1.000, 1.000]",
+    ]
     # single: launch 7.5, 8.0, 8.5 -> 8.0; steps 0.42 x3, 0.51 x3, 0.6 x3: median 0.51.
     # tokens 600 / 1.53, 1.26, 1.8: 392.2, 476.2, 333.3 -> 392.2; per rank 196.1.
-    assert table["single"] == ["single", "8.000", "0.5100 [0.4200, 0.6000]",
-                               "392.2 (per rank 196.1, 196.1)", "1.000", "200.0",
-                               "gloo/eth0 via lo", "1.020 [1.000, 1.050]",
-                               "1.000 [1.000, 1.000]", "1.000 [1.000, 1.000]"]  # fmt: skip
+    assert table["single"] == [
+        "single",
+        "8.000",
+        "0.5100 [0.4200, 0.6000]",
+        "392.2 (per rank 196.1, 196.1)",
+        "1.000",
+        "200.0",
+        "gloo/eth0 via lo",
+        "1.020 [1.000, 1.050]",
+        "1.000 [1.000, 1.000]",
+        "1.000 [1.000, 1.000]",
+    ]
     # per-rank-shared: launch 8.0 every round; busbw 0.8, 0.9, 0.85 -> 0.85; step 0.5 against
     # host's 0.5, 0.4, 0.6: 1.0, 1.25, 0.833 -> 1.000 [0.833, 1.250]
-    assert table["per-rank-shared"] == ["per-rank-shared", "8.000", "0.5000 [0.5000, 0.5000]",
-                                        "400.0 (per rank 200.0, 200.0)", "0.850", "200.0",
-                                        "gloo/lo", "1.000 [0.833, 1.250]",
-                                        "0.980 [0.833, 1.190]",
-                                        "0.850 [0.800, 0.900]"]  # fmt: skip
+    assert table["per-rank-shared"] == [
+        "per-rank-shared",
+        "8.000",
+        "0.5000 [0.5000, 0.5000]",
+        "400.0 (per rank 200.0, 200.0)",
+        "0.850",
+        "200.0",
+        "gloo/lo",
+        "1.000 [0.833, 1.250]",
+        "0.980 [0.833, 1.190]",
+        "0.850 [0.800, 0.900]",
+    ]
 
 
 def test_three_way_verdicts_with_their_intervals():
@@ -114,7 +150,10 @@ def test_three_rounds_decide_nothing():
     goals = rp.derive(profile(3))["goals"]
     # step: 3 x (0.025 / 0.01)^2 = 18.75 -> 16 more; busbw and launch: at least 5 - 3 = 2
     assert [(g["verdict"], g["more_rounds"]) for g in goals] == [
-        ("UNRESOLVED", 16), ("UNRESOLVED", 2), ("UNRESOLVED", 2)]  # fmt: skip
+        ("UNRESOLVED", 16),
+        ("UNRESOLVED", 2),
+        ("UNRESOLVED", 2),
+    ]
     assert goals[1]["sentence"] == (
         "per-rank-shared/single busbw at largest size ratio 0.850, 75 % interval [0.800, 0.900] "
         "(target >= 0.95, median of 3 paired ratios): unresolved: 3 rounds give no 90 % interval "
@@ -180,7 +219,10 @@ def test_a_slower_step_blames_the_collective_only_when_it_is_measurably_slower()
 def test_one_round_is_unresolved_and_asks_for_four_more():
     goals = rp.derive(profile(rounds=1))["goals"]
     assert [(g["verdict"], g["interval"], g["more_rounds"]) for g in goals] == [
-        ("UNRESOLVED", None, 4), ("UNRESOLVED", None, 4), ("UNRESOLVED", None, 4)]  # fmt: skip
+        ("UNRESOLVED", None, 4),
+        ("UNRESOLVED", None, 4),
+        ("UNRESOLVED", None, 4),
+    ]
     assert "ratio 1.020, no interval: one pair (target <= 1.03," in goals[0]["sentence"]
     assert goals[0]["sentence"].endswith(
         "unresolved: one pair gives no interval; about 4 more rounds would likely resolve it."

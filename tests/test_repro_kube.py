@@ -23,21 +23,39 @@ CASES = [("pytorchjob", 2, 1, 1), ("trainjob", 2, 2, 2), ("pytorchjob", 4, 2, 0)
 
 
 def make(*words: str, runs) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *words, f"RUNS={runs}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    return subprocess.run(
+        ["make", "--no-print-directory", *words, f"RUNS={runs}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "pods", "nproc", "killed"), CASES,
-                         ids=[f"{k}-{p}x{n}-kill{r}" for k, p, n, r in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "pods", "nproc", "killed"), CASES, ids=[f"{k}-{p}x{n}-kill{r}" for k, p, n, r in CASES]
+)
 def test_a_killed_pod_is_read_back_from_its_logs_and_replayed(
     kind, pods, nproc, killed, tmp_path, harness_image
 ):
     runs, run_id = tmp_path / "runs", f"rk-{kind[:5]}-{pods * nproc}"
-    out = make("kube", "REHEARSE=1", f"KIND={kind}", "GPUS=0", f"NODES={pods}", f"NPROC={nproc}",
-               f"KILL={killed}", "AT_STEP=6", "STEPS=20", "TIMEOUT=20", "RDZV_TIMEOUT=20",
-               f"RUN_ID={run_id}", runs=runs)  # fmt: skip
+    out = make(
+        "kube",
+        "REHEARSE=1",
+        f"KIND={kind}",
+        "GPUS=0",
+        f"NODES={pods}",
+        f"NPROC={nproc}",
+        f"KILL={killed}",
+        "AT_STEP=6",
+        "STEPS=20",
+        "TIMEOUT=20",
+        "RDZV_TIMEOUT=20",
+        f"RUN_ID={run_id}",
+        runs=runs,
+    )
     assert (runs / run_id / "restarts.json").is_file(), out.stdout[-3000:] + out.stderr[-3000:]
     cluster = collect.kubectl_view(runs / run_id, tmp_path / "kubectl")
     listed = yaml.safe_load((cluster / "pods.yaml").read_text())

@@ -108,8 +108,10 @@ def test_a_missing_log_of_the_silent_rank_names_nobody(tmp_path):
 
 @pytest.mark.parametrize("version", ["2.1", "2.6", "2.13"])
 def test_gloo_timeouts_name_the_rank_outside_the_collective(version, tmp_path):
-    err = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
-           "waiting 1800000ms for recv operation to complete")  # fmt: skip
+    err = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+        "waiting 1800000ms for recv operation to complete"
+    )
     logs = {
         f"sft-worker-{r - 1}" if r else "sft-master-0": R.traceback(version, r, err)
         for r in (0, 1, 3)
@@ -134,8 +136,14 @@ def test_an_oomkilled_pod_is_named_not_torchruns_root_cause(cgroup, tmp_path):
             pods.append(R.pod(name, node, 2, 3, 137, "OOMKilled", "2024-12-05T02:07:05Z"))
             continue
         if node == 1:  # one worker (rank 3) killed; torchrun SIGTERMs rank 2 and exits 1
-            logs[name] = [R.agent("2.6", "Sending process 102 closing signal SIGTERM"),
-                          *R.child_failed("2.6", [(2, 0, -15, "2024-12-05_02:07:05"), (3, 1, -9, "2024-12-05_02:07:05")], 2)]  # fmt: skip
+            logs[name] = [
+                R.agent("2.6", "Sending process 102 closing signal SIGTERM"),
+                *R.child_failed(
+                    "2.6",
+                    [(2, 0, -15, "2024-12-05_02:07:05"), (3, 1, -9, "2024-12-05_02:07:05")],
+                    2,
+                ),
+            ]
             pods.append(R.pod(name, node, 2, 3, 1, "OOMKilled", "2024-12-05T02:07:05Z"))
             continue
         logs[name] = [x for r in ranks for x in R.traceback("2.6", r, reset)]
@@ -153,31 +161,52 @@ def test_an_oomkilled_pod_is_named_not_torchruns_root_cause(cgroup, tmp_path):
 def test_one_ranks_traceback_then_broken_pipes(tmp_path):
     bug = "ValueError: Expected input batch_size (8) to match target batch_size (7)."
     pipe = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:6000"
-    logs = {"sft-master-0": R.traceback("2.4", 0, pipe), "sft-worker-0": R.traceback("2.4", 1, bug, call="broadcast"),
-            "sft-worker-1": R.traceback("2.4", 2, pipe)}  # fmt: skip
+    logs = {
+        "sft-master-0": R.traceback("2.4", 0, pipe),
+        "sft-worker-0": R.traceback("2.4", 1, bug, call="broadcast"),
+        "sft-worker-1": R.traceback("2.4", 2, pipe),
+    }
     v = judged(R.write(tmp_path / "logs", logs))["verdict"]
     assert (v["class"], v["culprits"]) == ("died", [1])
     assert "raised ValueError: Expected input batch_size" in v["evidence"]
 
 
-@pytest.mark.parametrize("how", ["status: Evicted", "condition: preempted", "launcher: death signal"])
+@pytest.mark.parametrize(
+    "how", ["status: Evicted", "condition: preempted", "launcher: death signal"]
+)
 def test_a_pod_stopped_from_outside_is_the_culprit(how, tmp_path):
     reset = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.0.7]:41234: Connection reset by peer"
-    logs = {"sft-master-0": R.traceback("2.13", 0, reset), "sft-worker-1": R.traceback("2.13", 2, reset),
-            "sft-worker-0": [R.tqdm(12, 50)]}  # fmt: skip
+    logs = {
+        "sft-master-0": R.traceback("2.13", 0, reset),
+        "sft-worker-1": R.traceback("2.13", 2, reset),
+        "sft-worker-0": [R.tqdm(12, 50)],
+    }
     evicted = {}
     if how == "status: Evicted":
         evicted = {"reason": "Evicted", "message": "The node was low on resource: memory. "}
     elif how == "condition: preempted":
-        evicted = {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-                                   "message": "default-scheduler: preempting to accommodate a higher priority pod"}]}  # fmt: skip
+        evicted = {
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                }
+            ]
+        }
     else:  # the launcher's line says when, read with `kubectl logs --timestamps`
-        logs["sft-worker-0"].append(R.agent("2.13", "Received 15 death signal, shutting down workers"))
+        logs["sft-worker-0"].append(
+            R.agent("2.13", "Received 15 death signal, shutting down workers")
+        )
         for name, lines in logs.items():
             t = "2024-12-05T02:07:01.5Z " if name == "sft-worker-0" else "2024-12-05T02:07:04.1Z "
             logs[name] = [t + x for x in lines]
-    pods = [R.pod("sft-master-0", 0, 1, 3, 1), R.pod("sft-worker-1", 2, 1, 3, 1),
-            R.pod("sft-worker-0", 1, 1, 3, 143, "Error", **evicted)]  # fmt: skip
+    pods = [
+        R.pod("sft-master-0", 0, 1, 3, 1),
+        R.pod("sft-worker-1", 2, 1, 3, 1),
+        R.pod("sft-worker-0", 1, 1, 3, 143, "Error", **evicted),
+    ]
     v = judged(R.write(tmp_path / "logs", logs, pods))["verdict"]
     assert (v["class"], v["culprits"]) == ("stopped from outside", [1]), v
     assert "was stopped from outside" in v["evidence"]
@@ -237,8 +266,20 @@ def test_torchs_detail_check_names_the_odd_rank(tmp_path):
 
 
 def make_repro(folder) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-s", "--no-print-directory", "repro", f"FROM={folder}",
-                           f"RUNS={folder.parent / 'runs'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "repro",
+            f"FROM={folder}",
+            f"RUNS={folder.parent / 'runs'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("case", ["no failure", "unreadable", "another framework", "empty"])
@@ -246,8 +287,16 @@ def test_what_the_logs_cannot_tell_is_said_and_exits_2(case, tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()
     if case == "no failure":
-        R.write(folder, {"sft-master-0": [R.tqdm(100, 100), "{'train_runtime': '50.1', 'train_loss': '1.2', 'epoch': '1'}"],
-                         "sft-worker-0": ["[rank1]: done"]})  # fmt: skip
+        R.write(
+            folder,
+            {
+                "sft-master-0": [
+                    R.tqdm(100, 100),
+                    "{'train_runtime': '50.1', 'train_loss': '1.2', 'epoch': '1'}",
+                ],
+                "sft-worker-0": ["[rank1]: done"],
+            },
+        )
     elif case == "unreadable":
         (folder / "dump.bin").write_bytes(b"\x80\x04\x00\x01\x02")
     elif case == "another framework":
@@ -285,7 +334,9 @@ def test_a_death_signal_with_no_time_to_order_it_names_nobody(tmp_path):
     """An operator deleting the pods still running after a job failed sends the same SIGTERM:
     with no times to put it before the others' failures, a launcher's line alone names nobody."""
     reset = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.0.7]:41234: Connection reset by peer"
-    logs = {"sft-master-0": R.traceback("2.13", 0, reset),
-            "sft-worker-0": [R.agent("2.13", "Received 15 death signal, shutting down workers")]}  # fmt: skip
+    logs = {
+        "sft-master-0": R.traceback("2.13", 0, reset),
+        "sft-worker-0": [R.agent("2.13", "Received 15 death signal, shutting down workers")],
+    }
     v = judged(R.write(tmp_path / "logs", logs))["verdict"]
     assert v["culprits"] == [], v

@@ -102,17 +102,21 @@ def test_resume_names_what_it_resumes_from_in_a_dry_run(tmp_path):
 @pytest.mark.parametrize(
     "ckpts, flags, message",
     [
-        ({"checkpoint-10": ["trainer_state.json", "training_args.bin"]}, [],
-         "run before has no complete checkpoint in its output (checkpoint-10: no weights"),
+        (
+            {"checkpoint-10": ["trainer_state.json", "training_args.bin"]},
+            [],
+            "run before has no complete checkpoint in its output (checkpoint-10: no weights",
+        ),
         ({"checkpoint-10": COMPLETE}, ["--nproc", "4"], "saved by 2 rank(s); this run has 4"),
         ({}, [], "run before has no complete checkpoint in its output; start afresh"),
     ],
-)  # fmt: skip
+)
 def test_resume_refuses_what_it_cannot_resume(tmp_path, ckpts, flags, message):
     fake_run(tmp_path, "before", ckpts)
     for dry in (["--dry-run"], []):
-        out = harness("up", "--resume", *flags, *dry, "--run-id", "after", runs=tmp_path,
-                      timeout=120)  # fmt: skip
+        out = harness(
+            "up", "--resume", *flags, *dry, "--run-id", "after", runs=tmp_path, timeout=120
+        )
         assert out.returncode == 2 and message in out.stderr, out.stdout + out.stderr
         assert not (tmp_path / "after").exists()  # refused before anything was written
 
@@ -120,12 +124,17 @@ def test_resume_refuses_what_it_cannot_resume(tmp_path, ckpts, flags, message):
 def test_resume_past_a_torn_checkpoint_names_it(tmp_path):
     """A save cut short (issue 23): RESUME takes the newest complete checkpoint and says the
     torn one after it is moved aside in the new run (the earlier run's stays as it was)."""
-    fake_run(tmp_path, "before", {"checkpoint-10": COMPLETE, "checkpoint-9x": [],
-                                  "checkpoint-20": ["model.safetensors"]})  # fmt: skip
+    fake_run(
+        tmp_path,
+        "before",
+        {"checkpoint-10": COMPLETE, "checkpoint-9x": [], "checkpoint-20": ["model.safetensors"]},
+    )
     out = harness("up", "--dry-run", "--resume", runs=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert ("checkpoint-20 of run before is incomplete (no trainer_state.json): it is moved "
-            "aside in this run, never loaded") in out.stdout  # fmt: skip
+    assert (
+        "checkpoint-20 of run before is incomplete (no trainer_state.json): it is moved "
+        "aside in this run, never loaded"
+    ) in out.stdout
     assert "resuming from run before (failed): checkpoint-10, saved by 2 rank(s)" in out.stdout
     assert (tmp_path / "before/output/checkpoint-20").is_dir()
 
@@ -209,8 +218,11 @@ def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
     assert out.returncode == 2 and "accelerate refuses it" in out.stderr, out.stdout + out.stderr
     assert "not_an_accelerate_key" in out.stderr
     eight = tmp_path / "eight.yaml"
-    eight.write_text((ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text().replace(
-        "num_processes: 1", "num_processes: 8"))  # fmt: skip
+    eight.write_text(
+        (ROOT / "configs/accelerate/fsdp-cpu.yaml")
+        .read_text()
+        .replace("num_processes: 1", "num_processes: 8")
+    )
     out = harness("up", "--dry-run", "--config", str(eight), "--nproc", "2", runs=tmp_path / "runs")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "says num_processes: 8, but this run has 2 rank(s)" in out.stderr
@@ -229,8 +241,9 @@ time.sleep(600)
 
 
 def test_a_busy_gpu_is_refused_and_freed_when_its_holder_dies(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(HarnessError, match=r"GPU 1 is in use by run other-run \(harness pid"):
@@ -266,14 +279,17 @@ def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
     assert status == "failed" and "teardown failed: 500 Server Error" in reason
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--rank", "x", "RANK='x' is not a whole number; e.g. RANK=0"),
-    ("--rank", "-1", "RANK=-1 must be at least 0"),
-    ("--at-step", "0", "AT_STEP=0 must be at least 1"),
-    ("--at-step", "x", "AT_STEP='x' is not a whole number"),
-    ("--rdzv-timeout", "0", "RDZV_TIMEOUT=0 must be at least 1"),
-    ("--late", "0", "LATE=0 must be at least 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--rank", "x", "RANK='x' is not a whole number; e.g. RANK=0"),
+        ("--rank", "-1", "RANK=-1 must be at least 0"),
+        ("--at-step", "0", "AT_STEP=0 must be at least 1"),
+        ("--at-step", "x", "AT_STEP='x' is not a whole number"),
+        ("--rdzv-timeout", "0", "RDZV_TIMEOUT=0 must be at least 1"),
+        ("--late", "0", "LATE=0 must be at least 1"),
+    ],
+)
 def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
     """fault's own flags, typed like the run's (the knobs are read before any run starts)."""
     from tuning.harness import cli
@@ -285,6 +301,10 @@ def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
         fault._knobs(a, RunFlags.of(a))
     ok = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", "--rank", "0"])
     assert fault._knobs(ok, RunFlags.of(ok)) == {
-        "timeout_s": 20, "rdzv_timeout_s": 20, "rank": 0, "at_step": 12, "steps": 60,
+        "timeout_s": 20,
+        "rdzv_timeout_s": 20,
+        "rank": 0,
+        "at_step": 12,
+        "steps": 60,
         "late_s": 10,
-    }  # fmt: skip
+    }

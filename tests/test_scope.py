@@ -18,14 +18,24 @@ RUN_ID = f"scope-theirs-{secrets.token_hex(2)}"  # another session may run this 
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_make_down_is_scoped_to_runs_unless_all_is_typed():
     def dry(*args: str) -> str:
-        return subprocess.run(["make", "-n", "--no-print-directory", "down", *args], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return subprocess.run(
+            ["make", "-n", "--no-print-directory", "down", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
     assert "down --runs 'runs'" in dry() and "--all" not in dry()
     for value, passed in (("1", True), ("0", False), ("no", False)):
@@ -37,11 +47,26 @@ def test_make_down_is_scoped_to_runs_unless_all_is_typed():
 def test_a_second_checkouts_run_survives_this_ones_cleanups(tmp_path, harness_image):
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"  # two checkouts' RUNS folders
     proc = subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "up", "--gpus", "0", "--steps", "5000", "--run-id",
-         RUN_ID, "--runs", str(theirs)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--gpus",
+            "0",
+            "--steps",
+            "5000",
+            "--run-id",
+            RUN_ID,
+            "--runs",
+            str(theirs),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         wait_training(theirs, RUN_ID, proc)
         assert len(leftovers(RUN_ID, theirs)) == 2  # its container and network
@@ -62,8 +87,10 @@ def test_a_second_checkouts_run_survives_this_ones_cleanups(tmp_path, harness_im
         # Its run id here: its Compose project would be taken over; refused, nothing written.
         same = harness("up", "--gpus", "0", "--steps", "2", "--run-id", RUN_ID, runs=mine)
         assert same.returncode == 2, same.stdout + same.stderr
-        assert f"RUN_ID={RUN_ID} is in use on this engine by a run of another RUNS folder " \
-               f"({theirs.resolve()})" in same.stderr  # fmt: skip
+        assert (
+            f"RUN_ID={RUN_ID} is in use on this engine by a run of another RUNS folder "
+            f"({theirs.resolve()})" in same.stderr
+        )
         assert not (mine / RUN_ID).exists()
 
         # Its harness dies: a dead run, but another folder's; this one's reaper leaves it.
@@ -141,18 +168,43 @@ def test_a_session_removes_what_its_own_runs_leaked_and_nothing_else(tmp_path, h
     leak_id = f"leak-{secrets.token_hex(2)}"
     (session / "test_leak.py").write_text(LEAK.replace("LEAK_ID", leak_id))
     other = subprocess.run(
-        ["docker", "run", "-d", "--network", "none", "--label", f"harness.run={leak_id}",
-         "--label", f"harness.runs={tmp_path / 'other-checkout/runs'}", "--entrypoint", "sleep",
-         harness_image, "300"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        [
+            "docker",
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--label",
+            f"harness.run={leak_id}",
+            "--label",
+            f"harness.runs={tmp_path / 'other-checkout/runs'}",
+            "--entrypoint",
+            "sleep",
+            harness_image,
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
         out = subprocess.run(
-            [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(session),
-             f"--basetemp={tmp_path / 'base'}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            [
+                PYTHON,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                str(session),
+                f"--basetemp={tmp_path / 'base'}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
+        )
         assert out.returncode == 1, out.stdout + out.stderr
         assert "1 thing(s) of this session's runs left on the engine (removed now):" in out.stdout
         assert f"  container {leak_id} of run {leak_id}" in out.stdout, out.stdout

@@ -40,8 +40,12 @@ def as_user(cmd: str, step: str, timeout: float = 900) -> subprocess.CompletedPr
     process of theirs that outlives the tests is found (conftest.no_strays)."""
     keep = [k for k in os.environ if k.startswith("PIP_")] + ["HARNESS_TEST_SESSION", "CI"]
     t0 = time.monotonic()
-    out = subprocess.run(["su", "-", NAME, "-w", ",".join(keep), "-c", cmd],
-                         capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    out = subprocess.run(
+        ["su", "-", NAME, "-w", ",".join(keep), "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     TIMES[step] = round(time.monotonic() - t0, 1)
     return out
 
@@ -82,8 +86,12 @@ def _clone(home: Path) -> Path:
     session built, and `make up` as the user finds the image instead of rebuilding it."""
     dst = home / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, listed.decode().split("\0")):
         src, to = ROOT / name, dst / name
         if src.is_file():
@@ -135,8 +143,12 @@ def second_user(harness_image, tiny_model, demo_data):
         (home / "data").mkdir()
         shutil.copy(demo_data, home / "data/demo.jsonl")
         subprocess.run(["chown", "-R", f"{NAME}:{NAME}", str(home)], check=True)
-        for path in [home / "models", home / "data", *(home / "models").rglob("*"),
-                     *(home / "data").rglob("*")]:  # fmt: skip
+        for path in [
+            home / "models",
+            home / "data",
+            *(home / "models").rglob("*"),
+            *(home / "data").rglob("*"),
+        ]:
             path.chmod(0o700 if path.is_dir() else 0o600)  # only they can read them
         TIMES["user, clone"] = round(time.monotonic() - t0, 1)
         out = as_user("cd ~/clone && make --no-print-directory .venv/.train", "venv (.train)")
@@ -148,8 +160,9 @@ def second_user(harness_image, tiny_model, demo_data):
 
 
 def make_up(layout: str, run_id: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    args = shlex.join([f"LAYOUT={layout}", "GPUS=0", "NPROC=2", "STEPS=5", f"RUN_ID={run_id}",
-                       *extra])  # fmt: skip
+    args = shlex.join(
+        [f"LAYOUT={layout}", "GPUS=0", "NPROC=2", "STEPS=5", f"RUN_ID={run_id}", *extra]
+    )
     out = as_user(f"cd ~/clone && make --no-print-directory up {args}", f"make up {layout}")
     summary = Path(pwd.getpwnam(NAME).pw_dir, "clone/runs", run_id, "summary.json")
     assert summary.is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
@@ -172,8 +185,9 @@ def test_make_up_as_a_second_user_and_what_it_wrote_is_theirs(second_user, layou
     if extra:
         job = (run / "job/job.yaml").read_text()
         assert "model_name_or_path: /model" in job and "/data/demo.jsonl" in job, job
-    not_theirs = [str(p) for p in [clone / "runs", *(clone / "runs").rglob("*")]
-                  if p.lstat().st_uid != UID]  # fmt: skip
+    not_theirs = [
+        str(p) for p in [clone / "runs", *(clone / "runs").rglob("*")] if p.lstat().st_uid != UID
+    ]
     assert not_theirs == [], not_theirs
     gone = as_user(f"rm -rf {shlex.quote(str(run))}", f"rm -rf run {layout}")
     assert gone.returncode == 0 and not run.exists(), gone.stderr
@@ -187,13 +201,16 @@ def test_root_is_refused_their_model_before_anything_starts(second_user, tmp_pat
     model = home / "models/tiny"
     out = harness("up", "--dry-run", "--gpus", "0", "--model", str(model), runs=tmp_path / "runs")
     assert out.returncode == 2, out.stdout + out.stderr
-    assert (f"MODEL={model}: the folder {model} is mode 0700, owned by {NAME} ({UID}:{UID}); "
-            "the ranks, running as 1000:1000") in out.stderr, out.stderr  # fmt: skip
+    assert (
+        f"MODEL={model}: the folder {model} is mode 0700, owned by {NAME} ({UID}:{UID}); "
+        "the ranks, running as 1000:1000"
+    ) in out.stderr, out.stderr
     assert f"chmod -R o+rX {model}" in out.stderr and not (tmp_path / "runs").exists()
     subprocess.run(["chmod", "-R", "o+rX", str(model)], check=True)
     try:
-        out = harness("up", "--dry-run", "--gpus", "0", "--model", str(model),
-                      runs=tmp_path / "runs")  # fmt: skip
+        out = harness(
+            "up", "--dry-run", "--gpus", "0", "--model", str(model), runs=tmp_path / "runs"
+        )
         assert out.returncode == 0, out.stdout + out.stderr
     finally:
         subprocess.run(["chmod", "-R", "o-rwx", str(model)], check=True)

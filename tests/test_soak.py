@@ -13,8 +13,17 @@ from conftest import harness, leftovers
 
 from tuning.harness.commands.soak import plan as soak_plan
 
-PARTS = ("detect_s", "teardown_s", "restart_s", "imports_s", "rendezvous_s", "load_s",
-         "first_step_s", "restart_cost_s", "work_lost_s")  # fmt: skip
+PARTS = (
+    "detect_s",
+    "teardown_s",
+    "restart_s",
+    "imports_s",
+    "rendezvous_s",
+    "load_s",
+    "first_step_s",
+    "restart_cost_s",
+    "work_lost_s",
+)
 
 
 @pytest.mark.parametrize(
@@ -39,21 +48,37 @@ def test_a_bad_soak_is_refused_before_anything_is_written(tmp_path, args, said):
 @pytest.mark.slow
 def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_path, harness_image):
     runs, kinds = tmp_path / "runs", ("kill", "save-kill")
-    out = harness("soak", "--run-id", "soak1", "--mtbf", "30steps", "--duration", "75s",
-                  "--save-every", "5", "--kinds", ",".join(kinds), "--fault-seed", "3",
-                  runs=runs, timeout=900)  # fmt: skip
+    out = harness(
+        "soak",
+        "--run-id",
+        "soak1",
+        "--mtbf",
+        "30steps",
+        "--duration",
+        "75s",
+        "--save-every",
+        "5",
+        "--kinds",
+        ",".join(kinds),
+        "--fault-seed",
+        "3",
+        runs=runs,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads((runs / "soak1" / "soak.json").read_text())
-    assert rec["plan"] == {"fault_seed": 3, "mtbf_steps": 30, "world_size": 2,
-                           "kinds": list(kinds)}  # fmt: skip
+    assert rec["plan"] == {"fault_seed": 3, "mtbf_steps": 30, "world_size": 2, "kinds": list(kinds)}
     failures = rec["failures"]
     assert failures, rec
     plan = soak_plan.schedule(soak_plan.Plan(3, 30, 2, kinds), 5, len(failures))
     for f, want in zip(failures, plan, strict=True):
         # held at its step: it lands exactly there, and the group resumes where the plan says
         assert (f["kind"], f["rank"], f["planned"], f["landed"]) == (
-            want["kind"], want["rank"], want["step"], want["step"]
-        )  # fmt: skip
+            want["kind"],
+            want["rank"],
+            want["step"],
+            want["step"],
+        )
         assert "resumed_unplanned" not in f
     back = [f for f in failures if f["resumed_from"] is not None]
     assert len(back) >= len(failures) - 1  # the last may strike as DURATION ends

@@ -96,9 +96,13 @@ def test_the_hold_file_names_the_rank_and_step_and_the_trainer_holds_there(tmp_p
 
 @pytest.mark.parametrize(
     ("raw", "expect"),
-    [("3m", soak_plan.Mtbf(seconds=180.0)), ("400steps", soak_plan.Mtbf(steps=400)),
-     ("90", soak_plan.Mtbf(seconds=90.0)), ("12 step", soak_plan.Mtbf(steps=12))],
-)  # fmt: skip
+    [
+        ("3m", soak_plan.Mtbf(seconds=180.0)),
+        ("400steps", soak_plan.Mtbf(steps=400)),
+        ("90", soak_plan.Mtbf(seconds=90.0)),
+        ("12 step", soak_plan.Mtbf(steps=12)),
+    ],
+)
 def test_mtbf_is_a_time_or_steps(raw, expect):
     assert soak_plan.mtbf_arg(raw) == expect
     assert soak_plan.Mtbf(seconds=60.0).in_steps(0.25) == 240

@@ -34,13 +34,28 @@ def models(tmp_path_factory) -> dict:
     [
         (LLAMA, None, False, None, {}),
         ({**LLAMA, "pad_token": None}, None, False, None, {"pad_token": "<PAD>"}),
-        ({"bos_token": "<|b|>", "eos_token": "<|e|>"}, None, False, None,
-         {"pad_token": "<PAD>", "unk_token": "<unk>"}),
-        ({}, None, False, None, {"pad_token": "<PAD>", "eos_token": "</s>", "bos_token": "<s>",
-                                 "unk_token": "<unk>"}),
+        (
+            {"bos_token": "<|b|>", "eos_token": "<|e|>"},
+            None,
+            False,
+            None,
+            {"pad_token": "<PAD>", "unk_token": "<unk>"},
+        ),
+        (
+            {},
+            None,
+            False,
+            None,
+            {"pad_token": "<PAD>", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"},
+        ),
         ({**LLAMA, "pad_token": "</s>"}, None, False, None, {"pad_token": "<PAD>"}),
-        ({**LLAMA, "pad_token": "<PAD>", "eos_token": "<PAD>"}, None, False, None,
-         {"eos_token": "</s>"}),
+        (
+            {**LLAMA, "pad_token": "<PAD>", "eos_token": "<PAD>"},
+            None,
+            False,
+            None,
+            {"eos_token": "</s>"},
+        ),
         # Llama classes: the four fixed, then <PAD> over <pad> when the tokenizer has no pad
         ({**LLAMA, "pad_token": "<unk>"}, "llama", False, None, LLAMA),
         ({**LLAMA, "pad_token": None}, "llama", False, None, {**LLAMA, "pad_token": "<PAD>"}),
@@ -48,18 +63,28 @@ def models(tmp_path_factory) -> dict:
         (LLAMA, "gpt2", False, None, {"pad_token": "<pad>"}),
         (LLAMA, "neox", False, None, {"pad_token": "<pad>"}),
         # 4.55 loads the class's own bos/eos/unk where the files name none: those come first
-        ({"bos_token": "<|b|>", "eos_token": "<|e|>"}, "llama", False, None,
-         {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<PAD>"}),
-        ({"pad_token": "<pad>"}, "gpt2", False, None, dict.fromkeys(
-            ("bos_token", "eos_token", "unk_token", "pad_token"), "<|endoftext|>") | {
-            "pad_token": "<pad>"}),
+        (
+            {"bos_token": "<|b|>", "eos_token": "<|e|>"},
+            "llama",
+            False,
+            None,
+            {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<PAD>"},
+        ),
+        (
+            {"pad_token": "<pad>"},
+            "gpt2",
+            False,
+            None,
+            dict.fromkeys(("bos_token", "eos_token", "unk_token", "pad_token"), "<|endoftext|>")
+            | {"pad_token": "<pad>"},
+        ),
         # a separate tokenizer: nothing but the job's own tokens (and the class's at load)
         ({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, "llama", True, None, {}),
         ({"eos_token": "</s>"}, "llama", True, None, {"bos_token": "<s>", "unk_token": "<unk>"}),
         ({}, None, True, ["<|a|>"], {"additional_special_tokens": ["<|a|>"]}),
         (LLAMA, None, False, ["<|a|>", "<|b|>"], {"additional_special_tokens": ["<|a|>", "<|b|>"]}),
     ],
-)  # fmt: skip
+)
 def test_special_tokens_as_fms_adds_them(current, family, separate, extra, expected):
     assert tokens_to_add(current, family, separate, extra) == expected
     # fms adds them in this order (the ids follow it): its fixed ones, then pad, eos, bos, unk
@@ -73,8 +98,10 @@ def _load(model: Path):
 
 
 def _weights(model) -> list:
-    return [m.weight.detach().clone()
-            for m in (model.get_input_embeddings(), model.get_output_embeddings())]  # fmt: skip
+    return [
+        m.weight.detach().clone()
+        for m in (model.get_input_embeddings(), model.get_output_embeddings())
+    ]
 
 
 def _assert_mean_rows(model, start: int, size: int, before: list) -> None:
@@ -157,8 +184,12 @@ def test_separate_tokenizer_gets_nothing_and_without_pad_is_refused(models, tmp_
     pad_eos = variant(models["added"], tmp_path / "pad_eos", pad_token="</s>")
     tokenizer, model = _load(pad_eos)
     with pytest.warns(UserWarning, match="its pad token is its EOS, so the EOS is masked"):
-        assert set_up(tokenizer, model, job_config(pad_eos, tokenizer_name_or_path=str(pad_eos)))[
-            "set"] == {}  # fmt: skip
+        assert (
+            set_up(tokenizer, model, job_config(pad_eos, tokenizer_name_or_path=str(pad_eos)))[
+                "set"
+            ]
+            == {}
+        )
     assert tokenizer.pad_token == "</s>"  # fms leaves it so
 
 
@@ -182,11 +213,28 @@ def test_trainer_records_and_prints_the_set_up_once(models, tmp_path):
     rows = [{"text": f"<|user|> word {i}\n\n## Label: answer {i}<|tool|>"} for i in range(8)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    proc = run_launch(["--model_name_or_path", str(models["added"]), "--training_data_path",
-                       str(data), "--dataset_text_field", "text", "--response_template",
-                       "\n\n## Label:", "--output_dir", str(out), "--max_steps", "2",
-                       "--per_device_train_batch_size", "2", "--save_strategy", "no",
-                       "--embedding_size_multiple_of", "8"])  # fmt: skip
+    proc = run_launch(
+        [
+            "--model_name_or_path",
+            str(models["added"]),
+            "--training_data_path",
+            str(data),
+            "--dataset_text_field",
+            "text",
+            "--response_template",
+            "\n\n## Label:",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--save_strategy",
+            "no",
+            "--embedding_size_multiple_of",
+            "8",
+        ]
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert log.count("tokenizer as fms-hf-tuning sets it up") == 1, log[-3000:]
@@ -203,10 +251,25 @@ def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
         {"input_ids": [1, 30468], "labels": [1, 2]},
     ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = subprocess.run([sys.executable, "-m", "tuning.sft_trainer", "--model_name_or_path",
-                           str(tiny_model), "--training_data_path", str(data), "--output_dir",
-                           str(tmp_path / "o"), "--max_steps", "1"], cwd=ROOT,
-                          env=launch_env(), capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuning.sft_trainer",
+            "--model_name_or_path",
+            str(tiny_model),
+            "--training_data_path",
+            str(data),
+            "--output_dir",
+            str(tmp_path / "o"),
+            "--max_steps",
+            "1",
+        ],
+        cwd=ROOT,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-2000:]
     assert "tok.jsonl:2: token id 30468 has no embedding row (the model has 352" in proc.stderr
 
@@ -219,11 +282,20 @@ def test_fsdp_trains_the_resized_model_as_ddp_does(models, demo_data, tmp_path):
     losses = {}
     for name, config in (("fsdp", CONFIGS / "fsdp-cpu.yaml"), ("ddp", CONFIGS / "cpu.yaml")):
         out = tmp_path / name
-        proc = launch(models["no_pad"], demo_data, out, config, "--embedding_size_multiple_of",
-                      "64", "--max_steps", "4")  # fmt: skip
+        proc = launch(
+            models["no_pad"],
+            demo_data,
+            out,
+            config,
+            "--embedding_size_multiple_of",
+            "64",
+            "--max_steps",
+            "4",
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         assert json.loads((out / "train_summary.json").read_text())["tokenizer"][
-            "embedding_rows"] == [350, 384]  # fmt: skip
+            "embedding_rows"
+        ] == [350, 384]
         losses[name] = step_losses(out, 0)
     assert len(losses["fsdp"]) == 4
     for step, loss in losses["ddp"].items():

@@ -88,11 +88,22 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
     summaries name the collective, the flight recorder's seq on gloo, and the user's line;
     torchrun's agent is never signalled and lives on."""
     out = tmp_path / "out"
-    env = {**os.environ, "HARNESS_WRAPPED_ENTRY": "hang_entry", "HARNESS_OUTPUT_DIR": str(out),
-           "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HARNESS_WRAPPED_ENTRY": "hang_entry",
+        "HARNESS_OUTPUT_DIR": str(out),
+        "PYTHONPATH": str(TESTS),
+        "OMP_NUM_THREADS": "1",
+    }
     torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-            str(ROOT / "tuning/rank/rank_record.py")]  # fmt: skip
+    argv = [
+        str(torchrun),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(ROOT / "tuning/rank/rank_record.py"),
+    ]
     log = tmp_path / "torchrun.log"
     agent = subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
@@ -119,7 +130,9 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
             "(torch/distributed/distributed_c10d.py:"
         )
         assert [(c["op"], c["seq"], c["state"]) for c in taken["ranks"][0]["collectives"]] == [
-            ("all_reduce", 1, "done"), ("all_reduce", 2, "pending")]  # fmt: skip
+            ("all_reduce", 1, "done"),
+            ("all_reduce", 2, "pending"),
+        ]
         assert agent.poll() is None
     finally:
         # SIGTERM: torchrun stops its workers (each in its own session) and then exits;
@@ -130,15 +143,19 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
 
 def test_parse_reads_faulthandler_text_from_a_real_dump(tmp_path):
     """faulthandler's own output (dump_traceback of a real process), not a hand-written copy."""
-    code = ("import faulthandler, sys\ndef f():\n    faulthandler.dump_traceback(sys.stdout, "
-            "all_threads=True)\nf()\n")  # fmt: skip
+    code = (
+        "import faulthandler, sys\ndef f():\n    faulthandler.dump_traceback(sys.stdout, "
+        "all_threads=True)\nf()\n"
+    )
     text = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     parsed = stack_text.parse("noise before\n" + text)
     assert parsed["complete"] is False and parsed["collectives"] == []
     (thread,) = parsed["threads"]
     assert thread["current"] is True
-    assert thread["frames"] == [{"file": "<string>", "line": 3, "func": "f"},
-                                {"file": "<string>", "line": 4, "func": "<module>"}]  # fmt: skip
+    assert thread["frames"] == [
+        {"file": "<string>", "line": 3, "func": "f"},
+        {"file": "<string>", "line": 4, "func": "<module>"},
+    ]
     assert stack_text.summary(3, parsed) == "rank 3: in f at <string>:3"
     assert stack_text.summary(4, {"threads": [], "collectives": []}) == (
         "rank 4: dumped no Python frame"
@@ -152,17 +169,32 @@ def test_default_stall_time_is_a_multiple_of_the_step_time_with_a_floor():
 
 
 def test_fault_md_carries_the_summaries_and_each_rank_threads():
-    taken = {"why": "fault run deadline", "time": "2026-01-01T00:00:00+00:00", "dump_s": 0.6,
-             "summaries": ["rank 0: in deep at x.py:3", "rank 1: paused (its container is "
-                           "frozen: it cannot dump)"],
-             "ranks": {0: {"text": "=== h ===\nThread 0x1 (most recent call first):\n"},
-                       1: {"state": "paused"}}}  # fmt: skip
+    taken = {
+        "why": "fault run deadline",
+        "time": "2026-01-01T00:00:00+00:00",
+        "dump_s": 0.6,
+        "summaries": [
+            "rank 0: in deep at x.py:3",
+            "rank 1: paused (its container is frozen: it cannot dump)",
+        ],
+        "ranks": {
+            0: {"text": "=== h ===\nThread 0x1 (most recent call first):\n"},
+            1: {"state": "paused"},
+        },
+    }
     assert stacks.markdown(taken) == [
-        "", "## Stacks (fault run deadline, 2026-01-01T00:00:00+00:00, dumped in 0.6 s)", "",
+        "",
+        "## Stacks (fault run deadline, 2026-01-01T00:00:00+00:00, dumped in 0.6 s)",
+        "",
         "- rank 0: in deep at x.py:3",
         "- rank 1: paused (its container is frozen: it cannot dump)",
-        "", "### rank 0", "", "```", "=== h ===\nThread 0x1 (most recent call first):", "```",
-    ]  # fmt: skip
+        "",
+        "### rank 0",
+        "",
+        "```",
+        "=== h ===\nThread 0x1 (most recent call first):",
+        "```",
+    ]
 
 
 def test_stacks_of_a_run_that_is_not_running_is_a_clear_error(tmp_path):
@@ -172,9 +204,21 @@ def test_stacks_of_a_run_that_is_not_running_is_a_clear_error(tmp_path):
         json.dumps({"pid": 999999999, "rank": 0, "file": "x", "start_ticks": 1})
     )
     (run / "summary.json").write_text("{}")
-    out = subprocess.run([sys.executable, "-m", "tuning.harness", "stacks", "--runs",
-                          str(tmp_path / "runs"), "--run-id", "r1"], cwd=ROOT,
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuning.harness",
+            "stacks",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "r1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert out.stderr == (
         "harness: error: run r1 is not running (it ended: see its summary.json); "

@@ -18,8 +18,9 @@ HANG_IMAGE = "tuning-harness-hang:test"  # the harness image + tests/hang_entry.
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_normal_run_carries_no_stacks(harness_image, tmp_path):
-    out = harness("up", "--layout", "single", "--steps", "4", "--run-id", "stacks-normal",
-                  runs=tmp_path)  # fmt: skip
+    out = harness(
+        "up", "--layout", "single", "--steps", "4", "--run-id", "stacks-normal", runs=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "stacks-normal/summary.json").read_text())
     assert "stall" not in summary and "stacks (" not in out.stdout
@@ -33,10 +34,13 @@ def hang_image(harness_image, tmp_path_factory) -> str:
     ctx = tmp_path_factory.mktemp("hang-image")
     for name in ("hang_entry.py", "exit_hang_entry.py"):
         (ctx / name).write_text((ROOT / "tests" / name).read_text())
-    (ctx / "Dockerfile").write_text(f"FROM {harness_image}\nCOPY hang_entry.py exit_hang_entry.py "
-                                    "/opt/venv/lib/python3.11/site-packages/\n")  # fmt: skip
-    subprocess.run(["docker", "build", "-q", "-t", HANG_IMAGE, str(ctx)], check=True,
-                   capture_output=True)  # fmt: skip
+    (ctx / "Dockerfile").write_text(
+        f"FROM {harness_image}\nCOPY hang_entry.py exit_hang_entry.py "
+        "/opt/venv/lib/python3.11/site-packages/\n"
+    )
+    subprocess.run(
+        ["docker", "build", "-q", "-t", HANG_IMAGE, str(ctx)], check=True, capture_output=True
+    )
     return HANG_IMAGE
 
 
@@ -45,10 +49,29 @@ def hang_image(harness_image, tmp_path_factory) -> str:
 def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_image, tmp_path):
     run_id = "stacks-stall"
     up = subprocess.Popen(
-        [PYTHON, "-m", "tuning.harness", "up", "--layout", "per-rank", "--image", hang_image,
-         "--entry", "hang_entry", "--stall", "20", "--run-id", run_id, "--runs", str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "tuning.harness",
+            "up",
+            "--layout",
+            "per-rank",
+            "--image",
+            hang_image,
+            "--entry",
+            "hang_entry",
+            "--stall",
+            "20",
+            "--run-id",
+            run_id,
+            "--runs",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen, deadline = [], time.monotonic() + 240
     try:
         while not any(x.startswith("  rank 1: ") for x in seen):
@@ -86,8 +109,19 @@ def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_imag
 def test_a_node_that_hangs_after_its_trainer_returned_is_stopped_and_said(hang_image, tmp_path):
     """Every rank's trainer returned (end lines completed), the processes hang at exit: `up`
     waited for ever. Now it waits GRACE, dumps where they hang, stops them, fails the run."""
-    out = harness("up", "--image", hang_image, "--entry", "exit_hang_entry", "--grace", "15",
-                  "--run-id", "exit-hang", runs=tmp_path, timeout=300)  # fmt: skip
+    out = harness(
+        "up",
+        "--image",
+        hang_image,
+        "--entry",
+        "exit_hang_entry",
+        "--grace",
+        "15",
+        "--run-id",
+        "exit-hang",
+        runs=tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     summary = json.loads((tmp_path / "exit-hang/summary.json").read_text())
     reason = summary["reason"]

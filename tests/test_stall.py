@@ -23,8 +23,10 @@ class Clock:
 
 
 def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: float = 1.0):
-    return [{"event": "step", "rank": rank, "step": n, "time": t0 + i * every_s,
-             "step_s": step_s} for i, n in enumerate(numbers)]  # fmt: skip
+    return [
+        {"event": "step", "rank": rank, "step": n, "time": t0 + i * every_s, "step_s": step_s}
+        for i, n in enumerate(numbers)
+    ]
 
 
 def watch() -> tuple[stall.StallWatch, Clock]:

@@ -14,8 +14,16 @@ from tuning.harness.spec import timeouts
 from tuning.harness.spec.timeouts import Measured, Timeouts
 
 
-def a_run(runs: Path, run_id: str, job_file: Path, *, step_s=0.5, save_s=2.0, eval_s=None,
-          joined=(100.0, 100.4)) -> Path:  # fmt: skip
+def a_run(
+    runs: Path,
+    run_id: str,
+    job_file: Path,
+    *,
+    step_s=0.5,
+    save_s=2.0,
+    eval_s=None,
+    joined=(100.0, 100.4),
+) -> Path:
     """A finished run of `job_file`: two ranks' metrics and its summary."""
     out = runs / run_id / "output/metrics"
     out.mkdir(parents=True)
@@ -23,13 +31,19 @@ def a_run(runs: Path, run_id: str, job_file: Path, *, step_s=0.5, save_s=2.0, ev
         lines = [{"event": "phase", "name": "rendezvous", "rank": rank, "time": t_join}]
         for step in range(1, 11):
             t = 100.0 + step
-            lines.append({"event": "step", "rank": rank, "step": step, "step_s": step_s,
-                          "time": t})  # fmt: skip
+            lines.append({"event": "step", "rank": rank, "step": step, "step_s": step_s, "time": t})
             if eval_s is not None and step == 5:
                 lines.append({"event": "evaluation", "rank": rank, "step": 5, "eval_s": eval_s})
             if step % 5 == 0:
-                lines.append({"event": "checkpoint", "rank": rank, "step": step,
-                              "save_s": save_s, "time": t + save_s})  # fmt: skip
+                lines.append(
+                    {
+                        "event": "checkpoint",
+                        "rank": rank,
+                        "step": step,
+                        "save_s": save_s,
+                        "time": t + save_s,
+                    }
+                )
         (out / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     summary = {"job_file": str(job_file), "steps": 10, "status": "succeeded"}
     (runs / run_id / "summary.json").write_text(json.dumps(summary))
@@ -39,7 +53,11 @@ def a_run(runs: Path, run_id: str, job_file: Path, *, step_s=0.5, save_s=2.0, ev
 def test_timeouts_that_fit_say_nothing(tmp_path):
     m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "job.yaml"))
     assert (m.median_step_s, m.slowest_step_s, m.save_s, m.rendezvous_spread_s) == (
-        0.5, 0.5, 2.0, 0.4)  # fmt: skip
+        0.5,
+        0.5,
+        2.0,
+        0.4,
+    )
     assert timeouts.check(Timeouts.of({"ddp_timeout": 300}, stall_s=60), m) == []
 
 
@@ -70,8 +88,9 @@ def test_the_stall_watch_against_the_collective_timeout_and_a_slow_evaluation(tm
 def test_ranks_that_joined_far_apart_against_the_rendezvous_timeout(tmp_path):
     m = timeouts.measured(a_run(tmp_path, "r", tmp_path / "j", joined=(100.0, 330.0)))
     (finding,) = timeouts.check(Timeouts.of({}, rdzv_s=600), m)
-    assert finding.startswith("the ranks joined 230.0 s apart (run r) and the rendezvous waits "
-                              "600 s") and finding.endswith("set RDZV_TIMEOUT=720")  # fmt: skip
+    assert finding.startswith(
+        "the ranks joined 230.0 s apart (run r) and the rendezvous waits 600 s"
+    ) and finding.endswith("set RDZV_TIMEOUT=720")
 
 
 def test_a_save_longer_than_a_pods_grace_period():
@@ -97,10 +116,12 @@ def test_kube_warns_from_the_newest_run_of_the_same_job(tmp_path):
     os.utime(other, (2.1e9, 2.1e9))  # the newest of all, but another job
     out = harness("kube", "--gpus", "0", "--job", str(job), runs=runs)
     assert out.returncode == 0, out.stderr
-    assert ("harness: timeouts (on the cluster): a preempted pod gets 30 s "
-            "(terminationGracePeriodSeconds) and your save took 41.5 s after a step of 0.5 s "
-            "(run newer): it will be killed mid-save; set terminationGracePeriodSeconds: 180 in "
-            "the pod spec") in out.stdout  # fmt: skip
+    assert (
+        "harness: timeouts (on the cluster): a preempted pod gets 30 s "
+        "(terminationGracePeriodSeconds) and your save took 41.5 s after a step of 0.5 s "
+        "(run newer): it will be killed mid-save; set terminationGracePeriodSeconds: 180 in "
+        "the pod spec"
+    ) in out.stdout
 
 
 def test_the_save_interval_of_the_issues_example():
@@ -128,10 +149,12 @@ def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
     args = ("--gpus", "8", "--nodes", "64", "--job", str(job), "--gpu-hours-per-failure", "50000")
     kept = harness("kube", *args, runs=runs)
     assert kept.returncode == 0, kept.stderr
-    assert ("harness: save interval: 512 GPUs at one failure per 50,000 GPU-hours: a failure "
-            "every 98 h; your save takes 40 s and a restart 3 min (assumed; run measured measured "
-            "the save and the step): save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT "
-            "98.4 %") in kept.stdout  # fmt: skip
+    assert (
+        "harness: save interval: 512 GPUs at one failure per 50,000 GPU-hours: a failure "
+        "every 98 h; your save takes 40 s and a restart 3 min (assumed; run measured measured "
+        "the save and the step): save every 1 h 28 min (1,105 steps at your 4.8 s step); ETT "
+        "98.4 %"
+    ) in kept.stdout
 
     def rendered_job(out) -> dict:
         manifest = Path(out.stdout.strip().splitlines()[-1])

@@ -63,11 +63,24 @@ def test_node_slices_cover_every_record_once(world):
 
 
 def _two_ranks(tmp_path: Path, mode: str) -> tuple[dict, dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "tests/tokens_entry.py"), str(tmp_path), mode]  # fmt: skip
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180,
-                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                              "PATH": "/usr/bin:/bin"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(ROOT / "tests/tokens_entry.py"),
+        str(tmp_path),
+        mode,
+    ]
+    out = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return tuple(json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
 
@@ -85,12 +98,21 @@ def test_two_ranks_of_a_node_tokenize_once_between_them(tmp_path):
     )
 
 
-@pytest.mark.parametrize("mode, theirs, mine", [
-    ("refuse", "DataError: d.jsonl:6: refused here",
-     "DataError: rank 1 refused the training data as it tokenized it (its log says why)"),
-    ("crash", "RuntimeError: broken here",
-     "RuntimeError: rank 1 failed to tokenize the training data (its log says why)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode, theirs, mine",
+    [
+        (
+            "refuse",
+            "DataError: d.jsonl:6: refused here",
+            "DataError: rank 1 refused the training data as it tokenized it (its log says why)",
+        ),
+        (
+            "crash",
+            "RuntimeError: broken here",
+            "RuntimeError: rank 1 failed to tokenize the training data (its log says why)",
+        ),
+    ],
+)
 def test_a_rank_that_fails_ends_both_with_its_reason(tmp_path, mode, theirs, mine):
     zero, one = _two_ranks(tmp_path, mode)  # returns: neither waits on the other for ever
     assert one["error"] == theirs and zero["error"] == mine

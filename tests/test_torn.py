@@ -30,8 +30,10 @@ TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
 
 def safetensors(path: Path, tensors: int = 2) -> None:
     """A whole safetensors file, written by its spec (8-byte header length, JSON, data)."""
-    header = {f"w{i}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
-              for i in range(tensors)}  # fmt: skip
+    header = {
+        f"w{i}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
+        for i in range(tensors)
+    }
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8 * tensors))
 
@@ -63,13 +65,22 @@ def cut(path: Path, keep: float = 0.5) -> None:
 
 
 def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
-    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-9x": [],
-                          "checkpoint-20": ["model.safetensors", "optimizer.pt"],
-                          "checkpoint-30": ["trainer_state.json", "training_args.bin"],
-                          "tmp-checkpoint-40": ["model.safetensors"],
-                          "torn-checkpoint-5-20250101T000000Z": []})  # fmt: skip
-    assert [p.name for p in torn.checkpoints(out)] == ["checkpoint-10", "checkpoint-20",
-                                                       "checkpoint-30"]  # fmt: skip
+    out = tree(
+        tmp_path,
+        {
+            "checkpoint-10": COMPLETE,
+            "checkpoint-9x": [],
+            "checkpoint-20": ["model.safetensors", "optimizer.pt"],
+            "checkpoint-30": ["trainer_state.json", "training_args.bin"],
+            "tmp-checkpoint-40": ["model.safetensors"],
+            "torn-checkpoint-5-20250101T000000Z": [],
+        },
+    )
+    assert [p.name for p in torn.checkpoints(out)] == [
+        "checkpoint-10",
+        "checkpoint-20",
+        "checkpoint-30",
+    ]
     assert [(p.name, why) for p, why in torn.incomplete(out)] == [
         ("checkpoint-20", "no trainer_state.json"),
         ("checkpoint-30", "no weights (model*.safetensors, adapter_model.*, pytorch_model*)"),
@@ -82,8 +93,9 @@ def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
     assert torn.missing(fsdp) is None and torn.missing(lora / "c") is None
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "rng_state_1.pth",
-                                  "training_args.bin"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "optimizer.pt", "rng_state_1.pth", "training_args.bin"]
+)
 @pytest.mark.parametrize("keep", [0.0, 0.3, 0.9])
 def test_a_checkpoint_with_every_file_but_one_cut_short_is_incomplete(name, keep, tmp_path):
     """Every file present, one cut short (a full disk, an interrupted copy): as incomplete as
@@ -119,8 +131,14 @@ def test_dcp_shards_need_their_metadata_written_last(tmp_path):
 
 
 def test_move_aside_renames_never_deletes(tmp_path, capsys):
-    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": ["model.safetensors"],
-                          "tmp-checkpoint-30": ["model.safetensors"]})  # fmt: skip
+    out = tree(
+        tmp_path,
+        {
+            "checkpoint-10": COMPLETE,
+            "checkpoint-20": ["model.safetensors"],
+            "tmp-checkpoint-30": ["model.safetensors"],
+        },
+    )
     moved = torn.move_aside(out)
     assert [(m["checkpoint"], m["why"]) for m in moved] == [
         ("checkpoint-20", "no trainer_state.json"),
@@ -145,9 +163,15 @@ def test_transformers_passes_the_moved_and_staged_names_by(tmp_path):
     deletes) both see checkpoint-N only: a torn one moved aside is neither loaded nor deleted."""
     from transformers.trainer_utils import get_last_checkpoint, rotate_checkpoints
 
-    out = tree(tmp_path, {"checkpoint-10": COMPLETE, "checkpoint-20": COMPLETE,
-                          "checkpoint-30": ["model.safetensors"],
-                          "tmp-checkpoint-40": ["model.safetensors"]})  # fmt: skip
+    out = tree(
+        tmp_path,
+        {
+            "checkpoint-10": COMPLETE,
+            "checkpoint-20": COMPLETE,
+            "checkpoint-30": ["model.safetensors"],
+            "tmp-checkpoint-40": ["model.safetensors"],
+        },
+    )
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-30")  # the issue's cause
     torn.move_aside(out)
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-20")
@@ -166,11 +190,17 @@ def test_other_ranks_wait_for_rank_0_then_go_on(tmp_path):
 
 def test_command_line(tmp_path):
     out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
-    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank/torn.py"), str(out)],
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tuning/rank/torn.py"), str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0 and "checkpoint-20 is incomplete" in run.stdout, run.stderr
-    bad = subprocess.run([sys.executable, str(ROOT / "tuning/rank/torn.py"), str(tmp_path / "no")],
-                         capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "tuning/rank/torn.py"), str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "is not a directory" in bad.stderr
 
 
@@ -193,10 +223,20 @@ def test_a_foreign_trainer_meets_no_torn_checkpoint(tmp_path):
         "import os\nprint(sorted(d for d in os.listdir(os.environ['HARNESS_OUTPUT_DIR'])"
         " if d.startswith('checkpoint-')))\n"
     )
-    env = {**launch_env(), "HARNESS_OUTPUT_DIR": str(out), "HARNESS_WRAPPED_ENTRY": "lister",
-           "RANK": "0", "PYTHONPATH": str(tmp_path)}  # fmt: skip
-    run = subprocess.run([sys.executable, str(ROOT / "tuning/rank/rank_record.py")], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    env = {
+        **launch_env(),
+        "HARNESS_OUTPUT_DIR": str(out),
+        "HARNESS_WRAPPED_ENTRY": "lister",
+        "RANK": "0",
+        "PYTHONPATH": str(tmp_path),
+    }
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tuning/rank/rank_record.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     said = run.stdout.splitlines()
     assert said[0].startswith(f"harness-torn: {out}/checkpoint-20 is incomplete"), said
@@ -207,8 +247,12 @@ def test_a_foreign_trainer_meets_no_torn_checkpoint(tmp_path):
 def train(model, data, out, *extra) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tuning.sft_trainer", *trainer_args(model, data, out, *extra)],
-        cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def tear(ckpt: Path) -> None:

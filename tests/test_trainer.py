@@ -20,12 +20,32 @@ SAVE = 10
 
 def trainer_args(model: Path, data: Path, out: Path, *extra: str, steps: int = STEPS) -> list[str]:
     return [
-        "--model_name_or_path", str(model), "--training_data_path", str(data),
-        "--output_dir", str(out), "--max_steps", str(steps), "--learning_rate", "3e-3",
-        "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--seed", "7",
-        "--save_strategy", "steps", "--save_steps", str(SAVE), "--logging_steps", "10",
-        "--ddp_timeout", "60", *extra,
-    ]  # fmt: skip
+        "--model_name_or_path",
+        str(model),
+        "--training_data_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(steps),
+        "--learning_rate",
+        "3e-3",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "4",
+        "--seed",
+        "7",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        str(SAVE),
+        "--logging_steps",
+        "10",
+        "--ddp_timeout",
+        "60",
+        *extra,
+    ]
 
 
 def check(proc: subprocess.CompletedProcess) -> None:
@@ -76,10 +96,18 @@ def test_single_rank_run(tiny_model, demo_data, tmp_path):
     """Plain python, one process: the same metrics contract with world_size 1."""
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "tuning.sft_trainer",
-         *trainer_args(tiny_model, demo_data, out, "--save_strategy", "no", steps=4)],
-        cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tuning.sft_trainer",
+            *trainer_args(tiny_model, demo_data, out, "--save_strategy", "no", steps=4),
+        ],
+        cwd=ROOT,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     check(proc)
     records = read_metrics(out, 0)
     assert all((r["rank"], r["world_size"]) == (0, 1) for r in records)
@@ -161,9 +189,13 @@ def test_sigterm_checkpoints_then_resume(tiny_model, demo_data, tmp_path):
     args = trainer_args(tiny_model, demo_data, out, "--save_strategy", "no", steps=steps)
     log = open(tmp_path / "launch.log", "w")
     proc = subprocess.Popen(
-        launch_cmd(args), cwd=ROOT, env=launch_env(), stdout=log, stderr=subprocess.STDOUT,
+        launch_cmd(args),
+        cwd=ROOT,
+        env=launch_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:
@@ -189,8 +221,20 @@ def test_sigterm_checkpoints_then_resume(tiny_model, demo_data, tmp_path):
     assert step < steps and (out / f"checkpoint-{step}" / "optimizer.pt").is_file()
     assert json.loads((out / "train_summary.json").read_text())["status"] == "preempted"
 
-    check(run_launch(trainer_args(tiny_model, demo_data, out, "--save_strategy", "no",
-                                  "--resume_from_checkpoint", "true", steps=steps)))  # fmt: skip
+    check(
+        run_launch(
+            trainer_args(
+                tiny_model,
+                demo_data,
+                out,
+                "--save_strategy",
+                "no",
+                "--resume_from_checkpoint",
+                "true",
+                steps=steps,
+            )
+        )
+    )
     for rank in (0, 1):
         runs = [s["step"] for s in steps_of(out, rank)]
         assert runs == list(range(1, step + 1)) + list(range(step + 1, steps + 1))

@@ -18,14 +18,32 @@ pytestmark = pytest.mark.slow
 
 def train(model: Path, data: Path, out: Path, *extra: str, steps: int) -> None:
     args = [
-        "--model_name_or_path", str(model), "--training_data_path", str(data),
-        "--output_dir", str(out), "--max_steps", str(steps), "--learning_rate", "1e-3",
-        "--max_seq_length", "64", "--per_device_train_batch_size", "2", "--seed", "3",
-        "--save_strategy", "steps", "--save_steps", "3", *extra,
-    ]  # fmt: skip
+        "--model_name_or_path",
+        str(model),
+        "--training_data_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(steps),
+        "--learning_rate",
+        "1e-3",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "2",
+        "--seed",
+        "3",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "3",
+        *extra,
+    ]
     cmd = [sys.executable, "-m", "tuning.sft_trainer", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
 
 
@@ -39,14 +57,42 @@ def steps_run(out: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def hf_run(tiny_model, demo_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hf") / "out"
-    train(tiny_model, demo_data, out,
-          "--optim", "adamw_torch", "--adam_beta1", "0.8", "--adam_beta2", "0.95",
-          "--adam_epsilon", "1e-7", "--warmup_steps", "2", "--lr_scheduler_type",
-          "constant_with_warmup", "--weight_decay", "0.05", "--max_grad_norm", "0.5",
-          "--validation_data_path", str(demo_data), "--eval_strategy", "steps",
-          "--eval_steps", "2", "--per_device_eval_batch_size", "8",
-          "--logging_strategy", "steps", "--logging_steps", "1",
-          "--save_model_dir", str(out.parent / "final"), steps=4)  # fmt: skip
+    train(
+        tiny_model,
+        demo_data,
+        out,
+        "--optim",
+        "adamw_torch",
+        "--adam_beta1",
+        "0.8",
+        "--adam_beta2",
+        "0.95",
+        "--adam_epsilon",
+        "1e-7",
+        "--warmup_steps",
+        "2",
+        "--lr_scheduler_type",
+        "constant_with_warmup",
+        "--weight_decay",
+        "0.05",
+        "--max_grad_norm",
+        "0.5",
+        "--validation_data_path",
+        str(demo_data),
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "2",
+        "--per_device_eval_batch_size",
+        "8",
+        "--logging_strategy",
+        "steps",
+        "--logging_steps",
+        "1",
+        "--save_model_dir",
+        str(out.parent / "final"),
+        steps=4,
+    )
     return out
 
 
@@ -54,16 +100,38 @@ def test_training_arguments_reach_the_trainer(hf_run):
     import torch
 
     args = torch.load(hf_run / "checkpoint-3/training_args.bin", weights_only=False)
-    got = {k: getattr(args, k) for k in ("optim", "adam_beta1", "adam_beta2", "adam_epsilon",
-           "warmup_steps", "lr_scheduler_type", "weight_decay", "max_grad_norm",
-           "eval_strategy", "eval_steps", "per_device_eval_batch_size", "save_steps")}  # fmt: skip
+    got = {
+        k: getattr(args, k)
+        for k in (
+            "optim",
+            "adam_beta1",
+            "adam_beta2",
+            "adam_epsilon",
+            "warmup_steps",
+            "lr_scheduler_type",
+            "weight_decay",
+            "max_grad_norm",
+            "eval_strategy",
+            "eval_steps",
+            "per_device_eval_batch_size",
+            "save_steps",
+        )
+    }
     # HF's enums are str subclasses: "adamw_torch" == OptimizerNames.ADAMW_TORCH
     assert got == {
-        "optim": "adamw_torch", "adam_beta1": 0.8, "adam_beta2": 0.95, "adam_epsilon": 1e-7,
-        "warmup_steps": 2, "lr_scheduler_type": "constant_with_warmup", "weight_decay": 0.05,
-        "max_grad_norm": 0.5, "eval_strategy": "steps", "eval_steps": 2,
-        "per_device_eval_batch_size": 8, "save_steps": 3,
-    }, got  # fmt: skip
+        "optim": "adamw_torch",
+        "adam_beta1": 0.8,
+        "adam_beta2": 0.95,
+        "adam_epsilon": 1e-7,
+        "warmup_steps": 2,
+        "lr_scheduler_type": "constant_with_warmup",
+        "weight_decay": 0.05,
+        "max_grad_norm": 0.5,
+        "eval_strategy": "steps",
+        "eval_steps": 2,
+        "per_device_eval_batch_size": 8,
+        "save_steps": 3,
+    }, got
 
 
 def test_warmup_and_scheduler_shape_the_learning_rate(hf_run):
@@ -95,8 +163,12 @@ def test_training_logs_are_in_fms_format(hf_run):
     val_steps = [x["data"]["step"] for x in lines if x["name"] == "validation_loss"]
     assert (train_steps, val_steps) == ([1, 2, 3, 4], [2, 4]), lines
     for x in lines:
-        assert set(x) == {"name", "data"} and set(x["data"]) == {"epoch", "step", "timestamp",
-                                                                 "value"}, x  # fmt: skip
+        assert set(x) == {"name", "data"} and set(x["data"]) == {
+            "epoch",
+            "step",
+            "timestamp",
+            "value",
+        }, x
         assert isinstance(x["data"]["value"], float) and x["data"]["value"] > 0, x
         assert x["data"]["epoch"] == round(x["data"]["epoch"], 2), f"fms rounds epoch: {x}"
     # fms's tracker writes json.dumps(..., sort_keys=True): "data" before "name"
@@ -127,9 +199,10 @@ def six_steps(tiny_model, demo_data, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("flag", "first"), [(None, 7), ("false", 1), ("checkpoint-3", 4)],
+    ("flag", "first"),
+    [(None, 7), ("false", 1), ("checkpoint-3", 4)],
     ids=["unset-resumes-latest", "false-starts-afresh", "a-path-resumes-from-it"],
-)  # fmt: skip
+)
 def test_resume_from_checkpoint(six_steps, tiny_model, demo_data, tmp_path, flag, first):
     import shutil
 

@@ -26,9 +26,11 @@ def test_the_trainers_logged_figures_are_parsed_from_text(tmp_path):
     """transformers 5's ProgressCallback.on_log writes str() of the logs with each float as
     f"{v:.4g}" (a string); older ones write the numbers. Both give the same tokens."""
     steps = [{"step": i, "time": 100.0 + i} for i in (1, 2, 3)]
-    printed = {1: "{'loss': '3.1', 'num_tokens': '256', 'epoch': '0.1'}",
-               2: "{'loss': '2.9', 'num_tokens': '512', 'epoch': '0.2'}",
-               3: "{'loss': 2.7, 'num_tokens': 768.0, 'epoch': 0.3}"}  # fmt: skip
+    printed = {
+        1: "{'loss': '3.1', 'num_tokens': '256', 'epoch': '0.1'}",
+        2: "{'loss': '2.9', 'num_tokens': '512', 'epoch': '0.2'}",
+        3: "{'loss': 2.7, 'num_tokens': 768.0, 'epoch': 0.3}",
+    }
     log = tmp_path / "trainer.log"
     log.write_text("".join(f"{printed[i]}\n" for i in (1, 2, 3)))
     pairs, source = foreign.trl_tokens(log, steps)
@@ -42,7 +44,10 @@ def test_the_trainers_logged_figures_are_parsed_from_text(tmp_path):
     assert [n for _, n in pairs] == [100.0, 200.0, 300.0] and "step lines" in source
     end = "{'train_runtime': '5.021', 'train_samples_per_second': '19.12', 'epoch': '1'}"
     assert foreign.hf_train_metrics(end) == {
-        "train_runtime": 5.021, "train_samples_per_second": 19.12, "epoch": 1.0}  # fmt: skip
+        "train_runtime": 5.021,
+        "train_samples_per_second": 19.12,
+        "epoch": 1.0,
+    }
 
 
 # --- TRL's sft.py in the containers -------------------------------------------------------------
@@ -79,10 +84,24 @@ def make(
     target: str, runs: Path, src: Path, data: Path, *extra: str
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "--no-print-directory", target, "GPUS=0", "NPROC=2", f"SRC={src}", "ENTRY=sft.py",
-         f"DATA={data}", f"ARGS={args(data)}", f"RUNS={runs}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            target,
+            "GPUS=0",
+            "NPROC=2",
+            f"SRC={src}",
+            "ENTRY=sft.py",
+            f"DATA={data}",
+            f"ARGS={args(data)}",
+            f"RUNS={runs}",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def read_summary(runs: Path, run_id: str, out: subprocess.CompletedProcess) -> dict:
@@ -119,8 +138,17 @@ def test_trls_sft_script_trains_in_both_layouts(layout, trl_job, tmp_path, harne
 def test_trls_sft_script_survives_a_kill_inside_a_save(trl_job, tmp_path, harness_image):
     src, data = trl_job
     runs = tmp_path / "runs"
-    out = make("fault", runs, src, data, "FAULT=save-kill", "MAX_RESTARTS=1", "AT_STEP=5",
-               "LAYOUT=per-rank", "RUN_ID=trl-savekill")  # fmt: skip
+    out = make(
+        "fault",
+        runs,
+        src,
+        data,
+        "FAULT=save-kill",
+        "MAX_RESTARTS=1",
+        "AT_STEP=5",
+        "LAYOUT=per-rank",
+        "RUN_ID=trl-savekill",
+    )
     record = json.loads((runs / "latest/fault.json").read_text())
     summary = read_summary(runs, record["run_id"], out)
     assert summary["status"] == "succeeded" and summary["steps"] == STEPS, summary

@@ -15,10 +15,23 @@ STEPS = 12
 
 def make_up(runs: Path, layout: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
     out = subprocess.run(
-        ["make", "--no-print-directory", "up", f"LAYOUT={layout}", "GPUS=0", "NPROC=2",
-         f"STEPS={STEPS}", "SEED=7", f"RUNS={runs}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "up",
+            f"LAYOUT={layout}",
+            "GPUS=0",
+            "NPROC=2",
+            f"STEPS={STEPS}",
+            "SEED=7",
+            f"RUNS={runs}",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     run = (runs / "latest").resolve()
     # The harness's own words first: a run that died before its summary has only those.
     assert (run / "summary.json").is_file(), f"exit {out.returncode}:\n{out.stdout}{out.stderr}"
@@ -65,10 +78,19 @@ def test_per_rank_really_ran_one_container_per_rank(trained):
 def test_run_directory_records_the_run(trained):
     _, summary, run = trained["per-rank"]
     assert run.name == summary["run_id"]
-    for name in ("compose.yaml", "job/job.yaml", "job/accelerate.yaml", "summary.json",
-                 "ranks/rank0.launch.json", "ranks/rank1.launch.json", "logs/rank0.log",
-                 "logs/rank1.log", "output/metrics/rank0.jsonl", "output/metrics/rank1.jsonl",
-                 "output/train_summary.json"):  # fmt: skip
+    for name in (
+        "compose.yaml",
+        "job/job.yaml",
+        "job/accelerate.yaml",
+        "summary.json",
+        "ranks/rank0.launch.json",
+        "ranks/rank1.launch.json",
+        "logs/rank0.log",
+        "logs/rank1.log",
+        "output/metrics/rank0.jsonl",
+        "output/metrics/rank1.jsonl",
+        "output/train_summary.json",
+    ):
         assert (run / name).is_file(), name
     launch = json.loads((run / "ranks/rank1.launch.json").read_text())
     assert "--machine_rank" in launch["argv"] and launch["env"]["PET_NODE_RANK"] == "1"

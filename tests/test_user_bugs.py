@@ -36,8 +36,13 @@ def outcome(v: dict | None):
 
 
 def make(*words: str, runs) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *words, f"RUNS={runs}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        ["make", "--no-print-directory", *words, f"RUNS={runs}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +54,16 @@ def bug_runs(tmp_path_factory, harness_image) -> dict:
         run_id = bug.replace("_", "-")
         # the stall watch stays at its default (60 s): a script with no step lines shows it no
         # progress, and the ranks' own timeout (20 s) ends each hang before it looks
-        said = make("up", "SRC=tests/user_bugs", f"ENTRY={bug}.py", f"ARGS={ARGS}", "GPUS=0",
-                    "NPROC=4", f"RUN_ID={run_id}", runs=runs)  # fmt: skip
+        said = make(
+            "up",
+            "SRC=tests/user_bugs",
+            f"ENTRY={bug}.py",
+            f"ARGS={ARGS}",
+            "GPUS=0",
+            "NPROC=4",
+            f"RUN_ID={run_id}",
+            runs=runs,
+        )
         out[bug] = (runs / run_id, said)
     return out
 
@@ -78,8 +91,12 @@ def test_a_users_own_bug_is_named_live_and_from_its_logs(bug, bug_runs, tmp_path
 
 
 # bug -> the kind that injects the same failure, on the same rank of 4 (our trainer)
-PAIRS = {"loader_error": ("crash", 1), "slow_loader": ("slow-main", 2),
-         "barrier_if": ("mismatch", 0), "uneven_pad": ("mismatch-shape", 3)}  # fmt: skip
+PAIRS = {
+    "loader_error": ("crash", 1),
+    "slow_loader": ("slow-main", 2),
+    "barrier_if": ("mismatch", 0),
+    "uneven_pad": ("mismatch-shape", 3),
+}
 
 
 @pytest.mark.docker
@@ -90,10 +107,22 @@ def test_an_injected_fault_is_judged_as_the_same_bug_a_script_has(bug, bug_runs,
     """The verdict reads what a user's run would show, never the injector's own words: the
     fault and the script's bug come out alike, class and culprit."""
     kind, rank = PAIRS[bug]
-    said = make("fault", f"FAULT={kind}", f"RANK={rank}", "NPROC=4", "GPUS=0", "AT_STEP=8",
-                "TIMEOUT=10", "RUN_ID=injected", runs=tmp_path)  # fmt: skip
+    said = make(
+        "fault",
+        f"FAULT={kind}",
+        f"RANK={rank}",
+        "NPROC=4",
+        "GPUS=0",
+        "AT_STEP=8",
+        "TIMEOUT=10",
+        "RUN_ID=injected",
+        runs=tmp_path,
+    )
     fault = json.loads((tmp_path / "injected/fault.json").read_text())
     script = json.loads((bug_runs[bug][0] / "summary.json").read_text())["verdict"]
     assert outcome(fault["verdict"]) == outcome(script) or outcome(script) is None, (
-        fault["verdict"], script, said.stdout[-2000:])  # fmt: skip
+        fault["verdict"],
+        script,
+        said.stdout[-2000:],
+    )
     assert outcome(fault["verdict"]) in BUGS[bug][0] - {None}  # the fault's is named

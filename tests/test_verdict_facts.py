@@ -19,8 +19,12 @@ def _end(error: str) -> list[dict]:
 
 def _killed_rank_3(error: str) -> dict:
     # rank 3's SIGKILL is known only when its node exits (21.42 s); its peers end at 19.96 s
-    metrics = {0: _end(error), 1: [{"event": "phase", "name": "rendezvous"}], 2: _end(error),
-               3: [{"event": "phase", "name": "rendezvous"}]}  # fmt: skip
+    metrics = {
+        0: _end(error),
+        1: [{"event": "phase", "name": "rendezvous"}],
+        2: _end(error),
+        3: [{"event": "phase", "name": "rendezvous"}],
+    }
     exits = {
         0: {"code": 203, "t": 19.96, "by_itself": True},
         2: {"code": 203, "t": 19.96, "by_itself": True},
@@ -47,8 +51,9 @@ def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
 
     from tuning.harness.run import stack_text
 
-    dumped = {r: {**stack_text.parse(BUSY if r == 3 else WAITING), "state": "dumped"}
-              for r in range(4)}  # fmt: skip
+    dumped = {
+        r: {**stack_text.parse(BUSY if r == 3 else WAITING), "state": "dumped"} for r in range(4)
+    }
     metrics = {r: [{"event": "phase", "name": "rendezvous"}] for r in range(4)}
     v = verdict.judge(verdict_facts.gather(4, metrics, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
@@ -85,8 +90,10 @@ _WAITED = f"""Current thread 0x00007f04395eb041 (most recent call first):
 def _skip_in_a_save(world: int) -> dict:
     from tuning.harness.run import stack_text
 
-    dumped = {r: {**stack_text.parse(_SKIPPED if r == 0 else _WAITED), "state": "dumped"}
-              for r in range(world)}  # fmt: skip
+    dumped = {
+        r: {**stack_text.parse(_SKIPPED if r == 0 else _WAITED), "state": "dumped"}
+        for r in range(world)
+    }
     metrics = {r: [{"event": "phase", "name": "rendezvous"}] for r in range(world)}
     return verdict.judge(verdict_facts.gather(world, metrics, {"ranks": dumped}))
 
@@ -108,9 +115,11 @@ def test_with_two_ranks_both_callers_are_named():
 
 
 def _fp(seq: int, op: str, shape: str) -> str:
-    return (f"CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], "
-            "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), "
-            "device=cpu))")  # fmt: skip
+    return (
+        f"CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], "
+        "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), "
+        "device=cpu))"
+    )
 
 
 def test_torchs_mismatch_check_is_read_through_fms_exit_203():
@@ -118,10 +127,14 @@ def test_torchs_mismatch_check_is_read_through_fms_exit_203():
     by fms and turned into SystemExit(203); the recorder keeps what was caught."""
     theirs, odd = _fp(209, "_ALLGATHER_BASE", "9248"), _fp(209, "ALLREDUCE", "1")
     mine = {r: (theirs, odd) if r < 3 else (odd, theirs) for r in range(4)}
-    metrics = {r: _end(f"SystemExit(203) from RuntimeError: Detected mismatch between collectives "
-                       f"on ranks. Rank {r} is running collective: {mine[r][0]}, but Rank "
-                       f"{0 if r == 3 else 3} is running collective: {mine[r][1]}")
-               for r in range(4)}  # fmt: skip
+    metrics = {
+        r: _end(
+            f"SystemExit(203) from RuntimeError: Detected mismatch between collectives "
+            f"on ranks. Rank {r} is running collective: {mine[r][0]}, but Rank "
+            f"{0 if r == 3 else 3} is running collective: {mine[r][1]}"
+        )
+        for r in range(4)
+    }
     exits = {r: {"code": 203, "t": 19.9, "by_itself": True} for r in range(4)}
     v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
@@ -130,8 +143,10 @@ def test_torchs_mismatch_check_is_read_through_fms_exit_203():
 def test_every_rank_failing_alike_names_no_rank():
     """The pool's run 25 (fms per-rank under DETAIL): every rank raised the same error at once,
     before the fault mattered. No rank caused it: none is named."""
-    error = ("SystemExit(203) from RuntimeError: Backend gloo does not support "
-             "allgather_into_tensor_coalesced")  # fmt: skip
+    error = (
+        "SystemExit(203) from RuntimeError: Backend gloo does not support "
+        "allgather_into_tensor_coalesced"
+    )
     metrics = {r: _end(error) for r in range(4)}
     exits = {r: {"code": 1, "t": 30.3, "by_itself": True} for r in range(4)}
     v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
@@ -173,13 +188,24 @@ def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
     the one rank 0 was 0.29 s late to; rank 0's mean lateness came out 4.99 times theirs, and a
     rule on lateness named no one. The group waited for rank 0 alone."""
     after_first = {  # seq: (rank 0, 1, 2, 3), seconds (to 0.1 ms, as recorded)
-        317: (0.0935, 0.0013, 0.0002, 0.0), 318: (0.0, 0.0, 0.0026, 0.0012),
-        319: (0.0, 0.0, 0.0031, 0.0031), 320: (0.0049, 0.0, 0.0035, 0.0032),
-        321: (0.0981, 0.0, 0.005, 0.0033), 322: (0.0015, 0.0002, 0.0028, 0.0),
-        323: (0.0845, 0.0022, 0.0007, 0.0), 324: (0.287, 0.102, 0.0, 0.1033),
-    }  # fmt: skip
-    ranks = {r: {"fr": [{"seq": seq, "op": "all_gather", "state": "done", "t": 100 + ts[r]}
-                        for seq, ts in after_first.items()]} for r in range(4)}  # fmt: skip
+        317: (0.0935, 0.0013, 0.0002, 0.0),
+        318: (0.0, 0.0, 0.0026, 0.0012),
+        319: (0.0, 0.0, 0.0031, 0.0031),
+        320: (0.0049, 0.0, 0.0035, 0.0032),
+        321: (0.0981, 0.0, 0.005, 0.0033),
+        322: (0.0015, 0.0002, 0.0028, 0.0),
+        323: (0.0845, 0.0022, 0.0007, 0.0),
+        324: (0.287, 0.102, 0.0, 0.1033),
+    }
+    ranks = {
+        r: {
+            "fr": [
+                {"seq": seq, "op": "all_gather", "state": "done", "t": 100 + ts[r]}
+                for seq, ts in after_first.items()
+            ]
+        }
+        for r in range(4)
+    }
     v = verdict.judge({"world": 4, "progressing": True, "ranks": ranks})
     assert (v["class"], v["culprits"]) == ("slow", [0]), v
     assert v["waited_s"]["0"] > 0.05 and max(v["waited_s"][r] for r in "123") < 0.002, v

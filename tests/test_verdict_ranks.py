@@ -35,8 +35,9 @@ def test_a_stopped_rank_is_named_frozen_and_where_the_others_wait(ranks):  # noq
     r.wait_for(lambda: _stepping(r), "steps")
     os.kill(_pid(r, 2), signal.SIGSTOP)
     try:
-        v, taken = r.judged(lambda t: all("waiting in all" in t["ranks"][x]["summary"]
-                                          for x in (0, 1, 3)))  # fmt: skip
+        v, taken = r.judged(
+            lambda t: all("waiting in all" in t["ranks"][x]["summary"] for x in (0, 1, 3))
+        )
     finally:
         os.kill(_pid(r, 2), signal.SIGCONT)
     assert taken["ranks"][2]["state"] == "stopped (SIGSTOP: it cannot dump)"
@@ -70,7 +71,8 @@ def test_a_throttled_rank_is_named_slow_by_when_it_reaches_each_collective(ranks
     assert taken["ranks"][1]["state"] == "dumped", taken["summaries"]  # never called frozen
     v = verdict.judge(verdict_facts.gather(4, r.metrics(), taken, progressing=True))
     assert (v["class"], v["culprits"]) == ("slow", [1]), v
-    assert v["evidence"].startswith("rank 1 reaches the collectives late: the others waited "
-                                    "for it alone a mean ")  # fmt: skip
+    assert v["evidence"].startswith(
+        "rank 1 reaches the collectives late: the others waited for it alone a mean "
+    )
     late = v["waited_s"]
     assert late["1"] > 0.02 and all(late[x] < late["1"] / 5 for x in ("0", "2", "3")), late

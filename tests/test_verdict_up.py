@@ -15,10 +15,29 @@ from conftest import ROOT, harness
 def test_a_stalled_up_names_the_rank_the_others_wait_for(tmp_path):
     # rank 0 works 35 s before a collective: the stall watch fires at 15 s and has 20 s to
     # read every rank's stack while rank 0 is still at that work
-    env = {"HARNESS_DESYNC": "slow-main", "HARNESS_DESYNC_RANK": "0", "HARNESS_DESYNC_AT": "50",
-           "HARNESS_DESYNC_S": "35"}  # fmt: skip
-    out = harness("up", "--layout", "host", "--nproc", "4", "--steps", "30", "--stall", "15",
-                  "--timeout", "600", "--run-id", "stalled", runs=tmp_path, env=env)  # fmt: skip
+    env = {
+        "HARNESS_DESYNC": "slow-main",
+        "HARNESS_DESYNC_RANK": "0",
+        "HARNESS_DESYNC_AT": "50",
+        "HARNESS_DESYNC_S": "35",
+    }
+    out = harness(
+        "up",
+        "--layout",
+        "host",
+        "--nproc",
+        "4",
+        "--steps",
+        "30",
+        "--stall",
+        "15",
+        "--timeout",
+        "600",
+        "--run-id",
+        "stalled",
+        runs=tmp_path,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     verdict = next((x for x in out.stdout.splitlines() if x.startswith("harness: verdict")), "")
     assert verdict.startswith(

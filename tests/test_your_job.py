@@ -66,14 +66,18 @@ def test_every_flag_a_command_cannot_honour_is_refused_by_name(command, tmp_path
         if command in flag.commands:
             flag_table.refuse_unused(a, command)  # honoured: no complaint
             continue
-        with pytest.raises(HarnessError, match=rf"^{flag.var}=\S+ does not apply to `make "
-                                               rf"{command}`: .+Drop it"):  # fmt: skip
+        with pytest.raises(
+            HarnessError,
+            match=rf"^{flag.var}=\S+ does not apply to `make "
+            rf"{command}`: .+Drop it",
+        ):
             flag_table.refuse_unused(a, command)
 
 
 def test_a_refused_flag_stops_the_command_before_anything_is_written(tmp_path):
-    out = harness("kube", "--gpus", "0", "--layout", "per-rank", "--memory", "8g",
-                  runs=tmp_path / "runs")  # fmt: skip
+    out = harness(
+        "kube", "--gpus", "0", "--layout", "per-rank", "--memory", "8g", runs=tmp_path / "runs"
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "LAYOUT=per-rank does not apply to `make kube`: a Kubeflow job's shape" in out.stderr
     assert "MEMORY=8g does not apply to `make kube`" in out.stderr
@@ -82,10 +86,19 @@ def test_a_refused_flag_stops_the_command_before_anything_is_written(tmp_path):
 
 def user_job(tmp_path: Path, model: Path, data: Path) -> Path:
     """A job file of a user's: their model and data, and values that are not the demo's."""
-    job = {"model_name_or_path": str(model), "training_data_path": str(data),
-           "learning_rate": 7.0e-4, "num_train_epochs": 3, "per_device_train_batch_size": 2,
-           "gradient_accumulation_steps": 2, "max_seq_length": 48, "seed": 3,
-           "save_steps": 5, "lr_scheduler_type": "cosine", "warmup_steps": 2}  # fmt: skip
+    job = {
+        "model_name_or_path": str(model),
+        "training_data_path": str(data),
+        "learning_rate": 7.0e-4,
+        "num_train_epochs": 3,
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 2,
+        "max_seq_length": 48,
+        "seed": 3,
+        "save_steps": 5,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": 2,
+    }
     path = tmp_path / "myjob.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
@@ -130,8 +143,9 @@ def test_without_a_model_anywhere_the_demo_is_named(tmp_path):
     assert "model the demo's tiny model (the demo: JOB and MODEL name none)" in said
 
 
-@pytest.mark.parametrize("key, var", [("model_name_or_path", "MODEL"),
-                                      ("training_data_path", "DATA")])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, var", [("model_name_or_path", "MODEL"), ("training_data_path", "DATA")]
+)
 def test_a_job_path_that_is_not_here_is_refused_with_the_fix(key, var, users, tmp_path):
     job_file, _, _ = users
     job = yaml.safe_load(job_file.read_text())
@@ -150,8 +164,20 @@ def test_kube_renders_the_job_up_runs_key_by_key(users, tmp_path):
     """Only the paths differ: where the pods find the model and data."""
     job_file, model, data = users
     config = ROOT / "configs/accelerate/ddp.yaml"
-    common = ("--gpus", "0", "--job", str(job_file), "--config", str(config), "--seed", "7",
-              "--steps", "40", "--timeout", "123")  # fmt: skip
+    common = (
+        "--gpus",
+        "0",
+        "--job",
+        str(job_file),
+        "--config",
+        str(config),
+        "--seed",
+        "7",
+        "--steps",
+        "40",
+        "--timeout",
+        "123",
+    )
     _, up_job, _ = up_dry_run(*common, runs=tmp_path / "up")
     kube = ("kube", *common, "--kind", "trainjob", "--nodes", "2", "--nproc", "1")
     # the job file's own paths are on this machine: a pod cannot see them (one rule with MODEL)
@@ -162,8 +188,14 @@ def test_kube_renders_the_job_up_runs_key_by_key(users, tmp_path):
         and "MODEL=pvc:<claim>/<path>" in out.stderr
     )
     assert not (tmp_path / "kube").exists()
-    out = harness(*kube, "--model", "pvc:models/mine", "--data", f"pvc:data/{data.name}",
-                  runs=tmp_path / "kube")  # fmt: skip
+    out = harness(
+        *kube,
+        "--model",
+        "pvc:models/mine",
+        "--data",
+        f"pvc:data/{data.name}",
+        runs=tmp_path / "kube",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = Path(out.stdout.strip().splitlines()[-1])
     cm = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ConfigMap")
@@ -171,7 +203,8 @@ def test_kube_renders_the_job_up_runs_key_by_key(users, tmp_path):
     paths = {"model_name_or_path", "training_data_path"}
     assert kube_job.keys() == up_job.keys()
     assert {k: v for k, v in kube_job.items() if k not in paths} == {
-        k: v for k, v in up_job.items() if k not in paths}  # fmt: skip
+        k: v for k, v in up_job.items() if k not in paths
+    }
     assert (kube_job["seed"], kube_job["max_steps"], kube_job["ddp_timeout"]) == (7, 40, 123)
     assert kube_job["learning_rate"] == 7.0e-4 and kube_job["num_train_epochs"] == 3
     # the claims are mounted where up binds the host paths: /model and /data/<name>

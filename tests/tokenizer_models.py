@@ -70,9 +70,12 @@ def no_pad(out: Path, arch: str = "llama") -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=list(LLAMA3.values()),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=list(LLAMA3.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus(), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=512, **LLAMA3)
     return _save(Path(out), tokenizer, len(tokenizer), arch)
@@ -88,7 +91,7 @@ def sentencepiece_llama(out: Path) -> Path:
         decoders,
         models,
         normalizers,
-        processors,  # fmt: skip
+        processors,
         trainers,
     )
     from transformers import PreTrainedTokenizerFast
@@ -97,26 +100,45 @@ def sentencepiece_llama(out: Path) -> Path:
 
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     # Llama 2's tokenizer.json: the spaces made "▁" by a normalizer, no pre-tokenizer
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
-                                           normalizers.Replace(" ", "▁")])  # fmt: skip
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])  # fmt: skip
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=[f"<0x{i:02X}>" for i in range(256)],
-                                  show_progress=False)  # fmt: skip
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=[f"<0x{i:02X}>" for i in range(256)],
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus(), trainer=trainer)
     # normalized, as TinyLlama's are: fms's tokenizers (0.21) then reads a '</s>' typed in a
     # text as characters even after fms re-adds it as the EOS
-    tok.add_special_tokens([AddedToken(t, normalized=True, special=True)
-                            for t in ("<unk>", "<s>", "</s>")])  # fmt: skip
+    tok.add_special_tokens(
+        [AddedToken(t, normalized=True, special=True) for t in ("<unk>", "<s>", "</s>")]
+    )
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
     )
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                        unk_token="<unk>", model_max_length=512)  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=512,
+    )
     _save(Path(out), tokenizer, len(tokenizer))
-    return variant_in_place(Path(out), tokenizer_class="LlamaTokenizer", add_bos_token=True,
-                            add_eos_token=False, legacy=True)  # fmt: skip
+    return variant_in_place(
+        Path(out),
+        tokenizer_class="LlamaTokenizer",
+        add_bos_token=True,
+        add_eos_token=False,
+        legacy=True,
+    )
 
 
 def variant_in_place(out: Path, **tokenizer_config) -> Path:

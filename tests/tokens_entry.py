@@ -41,8 +41,12 @@ def main(out: str, mode: str) -> None:
     node = Node.from_env(out)
     result = {"rank": rank, "node": node is not None}
     try:
-        ds = build([Ex(i, f"d.jsonl:{i + 1}") for i in range(N)], tokenize_as(rank, mode, seen),
-                   node, "training")  # fmt: skip
+        ds = build(
+            [Ex(i, f"d.jsonl:{i + 1}") for i in range(N)],
+            tokenize_as(rank, mode, seen),
+            node,
+            "training",
+        )
         result.update(rows=ds.rows, learnable=ds.learnable, parts=len(ds.parts))
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"

@@ -55,12 +55,30 @@ from tuning.shared import affinity
 EXIT_REFUSED = 2
 # SFTConfig fields handed to TrainingArguments under the same name, unchanged.
 PASSED_THROUGH = (
-    "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
-    "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate",
-    "lr_scheduler_type", "optim", "adam_beta1", "adam_beta2", "adam_epsilon", "logging_strategy",
-    "weight_decay", "max_grad_norm", "seed", "data_seed", "logging_steps", "eval_steps",
-    "save_strategy", "save_steps", "save_total_limit", "ddp_timeout",
-)  # fmt: skip
+    "output_dir",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "lr_scheduler_type",
+    "optim",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "logging_strategy",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "data_seed",
+    "logging_steps",
+    "eval_steps",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "ddp_timeout",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,10 +277,18 @@ def _restart_store(world: int, timeout: int) -> dict:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
     if not attempt or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=False, timeout=timedelta(seconds=timeout))  # fmt: skip
-    return {"store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
-            "rank": int(os.environ["RANK"]), "world_size": world}  # fmt: skip
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timedelta(seconds=timeout),
+    )
+    return {
+        "store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
+        "rank": int(os.environ["RANK"]),
+        "world_size": world,
+    }
 
 
 class Sharding(TrainerCallback):
@@ -274,8 +300,12 @@ class Sharding(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         local = sum(_local_numel(p) for p in model.parameters())
-        self.writer.log("sharding", distributed_type=self.distributed_type,
-                        params_local=local, params_total=self.total)  # fmt: skip
+        self.writer.log(
+            "sharding",
+            distributed_type=self.distributed_type,
+            params_local=local,
+            params_total=self.total,
+        )
 
 
 def _local_numel(param) -> int:

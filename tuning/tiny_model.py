@@ -27,10 +27,17 @@ SIZES = ("tiny", "1b")
 # TinyLlama-1.1B's architecture (a 1B-class Llama whose embeddings are not tied, so torchtitan's
 # "non-embedding parameters" count the output layer unambiguously).
 LLAMA_1B = dict(
-    hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-    num_key_value_heads=4, max_position_embeddings=2048, vocab_size=32000, rms_norm_eps=1e-5,
-    attention_dropout=0.0, tie_word_embeddings=False,
-)  # fmt: skip
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_hidden_layers=22,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+    vocab_size=32000,
+    rms_norm_eps=1e-5,
+    attention_dropout=0.0,
+    tie_word_embeddings=False,
+)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE, model_max_length: int = 512):
@@ -63,14 +70,27 @@ def build_config(arch: str, tokenizer, layers: int = 2, hidden: int = 64):
     }
     if arch == "gpt2":
         return AutoConfig.for_model(
-            "gpt2", n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
-        )  # fmt: skip
+            "gpt2",
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=4,
+            n_positions=512,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **ids,
+        )
     common = dict(
-        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        attention_dropout=0.0, tie_word_embeddings=False, **ids,
-    )  # fmt: skip
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        attention_dropout=0.0,
+        tie_word_embeddings=False,
+        **ids,
+    )
     if arch == "mistral":
         common["sliding_window"] = None
     if arch not in ARCHS:

@@ -47,8 +47,12 @@ def install(environ=os.environ) -> str | None:
         step = self.state.global_step + 1
         seen["micro"] = seen["micro"] + 1 if seen["step"] == step else 0
         seen["step"] = step
-        line = {"rank": int(environ.get("RANK", "0")), "step": step, "micro": seen["micro"],
-                "keys": sorted(inputs)}  # fmt: skip
+        line = {
+            "rank": int(environ.get("RANK", "0")),
+            "step": step,
+            "micro": seen["micro"],
+            "keys": sorted(inputs),
+        }
         line.update({k: _plain(inputs[k]) for k in FIELDS if k in inputs})
         line["num_items_in_batch"] = _plain(num_items_in_batch)
         loss = original(self, model, inputs, num_items_in_batch, *args, **kwargs)

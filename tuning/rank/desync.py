@@ -36,11 +36,24 @@ KINDS = ("slow-main", "skip-collective", "mismatch")
 HOWS = ("op", "shape")
 # torch.distributed's collectives (module functions): the ones wrapped
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "barrier",
-    "all_to_all", "all_to_all_single", "gather", "scatter", "gather_object",
-    "scatter_object_list", "all_reduce_coalesced",
-)  # fmt: skip
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "barrier",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "gather_object",
+    "scatter_object_list",
+    "all_reduce_coalesced",
+)
 # The ops a shape strike takes. fms (HF Trainer, FSDP2) calls no all_reduce of its own in a step
 # (FSDP's collectives are async or functional) until its save; its loss gather each logging step
 # is an all_gather_into_tensor (pool run 25 never struck before the save at step 10)
@@ -62,8 +75,10 @@ class Plan:
         self.how = env.get("HARNESS_DESYNC_HOW") or "op"
         self.when = env.get("HARNESS_DESYNC_WHEN") or None
         if self.how not in HOWS or self.at < 1 or (self.kind == "slow-main" and self.seconds <= 0):
-            raise ValueError("HARNESS_DESYNC_HOW is op or shape, HARNESS_DESYNC_AT >= 1, and "
-                             "slow-main needs HARNESS_DESYNC_S > 0")  # fmt: skip
+            raise ValueError(
+                "HARNESS_DESYNC_HOW is op or shape, HARNESS_DESYNC_AT >= 1, and "
+                "slow-main needs HARNESS_DESYNC_S > 0"
+            )
 
 
 def _int(env, name: str, default: int) -> int:
@@ -117,10 +132,22 @@ class Striker:
 
     def _said(self, name: str, did: str) -> None:
         site = _site()
-        print(f"harness desync: rank {self.rank} {did} (collective {self.count} since armed, "
-              f"at {site})", file=sys.stderr, flush=True)  # fmt: skip
-        self.report({"event": "fault", "kind": self.plan.kind, "collective": self.count,
-                     "op": name, "did": did, "site": site})  # fmt: skip
+        print(
+            f"harness desync: rank {self.rank} {did} (collective {self.count} since armed, "
+            f"at {site})",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.report(
+            {
+                "event": "fault",
+                "kind": self.plan.kind,
+                "collective": self.count,
+                "op": name,
+                "did": did,
+                "site": site,
+            }
+        )
 
     def slow_main(self, name: str, original, bound):
         self._said(name, f"works {self.plan.seconds:g} s alone before {name}")
@@ -139,12 +166,14 @@ class Striker:
         if self.plan.how == "shape":
             tensor = bound.arguments.get("tensor", bound.arguments.get("input_tensor"))
             other = torch.zeros(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
-            self._said(name, f"called {name} on {list(other.shape)} instead of "
-                             f"{list(tensor.shape)}")  # fmt: skip
+            self._said(
+                name, f"called {name} on {list(other.shape)} instead of {list(tensor.shape)}"
+            )
             if name == "all_reduce":
                 return _outer(dist.all_reduce)(other, group=group)
-            out = torch.zeros(dist.get_world_size(group) * other.numel(), dtype=tensor.dtype,
-                              device=tensor.device)  # fmt: skip
+            out = torch.zeros(
+                dist.get_world_size(group) * other.numel(), dtype=tensor.dtype, device=tensor.device
+            )
             return _outer(dist.all_gather_into_tensor)(out, other, group=group)
         device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
         buf = torch.zeros(1, device=device)

@@ -46,8 +46,9 @@ def analyse(folder: str, since: float = 0.0) -> dict:
             path = os.path.join(folder, name)
             if name.startswith("rank") and os.path.getmtime(path) >= since:
                 shutil.copy(path, fresh)
-        args = JobConfig().parse_args([fresh, "--allow-incomplete-ranks", "--prefix", "rank",
-                                       "--mismatch_cap", str(CAP)])  # fmt: skip
+        args = JobConfig().parse_args(
+            [fresh, "--allow-incomplete-ranks", "--prefix", "rank", "--mismatch_cap", str(CAP)]
+        )
         details, version = read_dir(args)
     repaired = _repair(details)
     report = io.StringIO()
@@ -62,10 +63,16 @@ def analyse(folder: str, since: float = 0.0) -> dict:
     alike = sum(1 for c in flagged if c["alike"])
     flagged = [c for c in flagged if not c["alike"]][:SHOWN]
     ranks = sorted(int(d["rank"]) for d in details.values())
-    return {"ok": True, "version": version, "ranks": ranks,
-            "collectives": len(db.collectives), "flagged": flagged, "alike": alike,
-            "repaired": repaired,
-            "report": report.getvalue().strip()}  # fmt: skip
+    return {
+        "ok": True,
+        "version": version,
+        "ranks": ranks,
+        "collectives": len(db.collectives),
+        "flagged": flagged,
+        "alike": alike,
+        "repaired": repaired,
+        "report": report.getvalue().strip(),
+    }
 
 
 def _repair(details: dict) -> bool:
@@ -76,8 +83,9 @@ def _repair(details: dict) -> bool:
         if all(name in config for name, _ in names):
             continue
         ranks = next(iter(config.values()))["ranks"] if config else "[]"
-        d["pg_config"] = {name: {"name": name, "desc": desc, "ranks": ranks}
-                          for name, desc in names}  # fmt: skip
+        d["pg_config"] = {
+            name: {"name": name, "desc": desc, "ranks": ranks} for name, desc in names
+        }
         repaired = True
     return repaired
 
@@ -85,22 +93,36 @@ def _repair(details: dict) -> bool:
 def _flagged(c) -> dict:
     op = c.collective_name.rpartition(":")[2]
     differs = {
-        str(rank): {"op": m.collective_name.rpartition(":")[2], "in": m.input_sizes,
-                    "out": m.output_sizes, "why": str(m.type_of_mismatch)}
+        str(rank): {
+            "op": m.collective_name.rpartition(":")[2],
+            "in": m.input_sizes,
+            "out": m.output_sizes,
+            "why": str(m.type_of_mismatch),
+        }
         for rank, m in (c.mismatch_collectives or {}).items()
-    }  # fmt: skip
-    same = all((d["op"], d["in"], d["out"]) == (op, c.input_sizes, c.output_sizes)
-               for d in differs.values())  # fmt: skip
-    return {"seq": c.collective_seq_id, "op": op, "in": c.input_sizes, "out": c.output_sizes,
-            "missing": sorted(c.missing_ranks or []), "differs": differs,
-            "torch_culprits": sorted(int(r) for r in differs),
-            "alike": bool(differs) and same and not c.missing_ranks}  # fmt: skip
+    }
+    same = all(
+        (d["op"], d["in"], d["out"]) == (op, c.input_sizes, c.output_sizes)
+        for d in differs.values()
+    )
+    return {
+        "seq": c.collective_seq_id,
+        "op": op,
+        "in": c.input_sizes,
+        "out": c.output_sizes,
+        "missing": sorted(c.missing_ranks or []),
+        "differs": differs,
+        "torch_culprits": sorted(int(r) for r in differs),
+        "alike": bool(differs) and same and not c.missing_ranks,
+    }
 
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 2):
-        print("usage: fr_check.py <folder of rank<N> flight recorder dumps> [since: unix s]",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "usage: fr_check.py <folder of rank<N> flight recorder dumps> [since: unix s]",
+            file=sys.stderr,
+        )
         return 2
     try:
         out = analyse(argv[0], float(argv[1]) if len(argv) == 2 else 0.0)

@@ -19,8 +19,12 @@ import errno
 import os
 
 # torch.save's failures when a write fails under it (its errno is lost)
-TORCH_WRITE = ("inline_container.cc", "PytorchStreamWriter failed", "iostream error",
-               "file write failed")  # fmt: skip
+TORCH_WRITE = (
+    "inline_container.cc",
+    "PytorchStreamWriter failed",
+    "iostream error",
+    "file write failed",
+)
 FULL_BYTES = 1 << 20  # a volume with less free than this is full for any checkpoint
 WRITABLE = ("/tmp", "/dev/shm")  # tmpfs mounts of the harness's containers (and the pod's)
 
@@ -66,16 +70,20 @@ def explain(exc: BaseException, output_dir: str) -> str | None:
 
 def no_space(path: str | None, output_dir: str) -> str:
     free = free_bytes(output_dir)
-    return (f"ENOSPC (errno 28, No space left on device) writing {path or output_dir}: "
-            f"{output_dir} has {free} bytes free. Free room on the volume (or give it more) and "
-            "resume: the newest complete checkpoint is intact")  # fmt: skip
+    return (
+        f"ENOSPC (errno 28, No space left on device) writing {path or output_dir}: "
+        f"{output_dir} has {free} bytes free. Free room on the volume (or give it more) and "
+        "resume: the newest complete checkpoint is intact"
+    )
 
 
 def read_only(path: str | None) -> str:
     out = os.environ.get("HARNESS_OUTPUT_DIR", "/output")
-    return (f"EROFS (errno 30): the container's root file system is read-only, as a "
-            f"PyTorchJob pod's is (readOnlyRootFilesystem), and the trainer wrote "
-            f"{path or 'a file'} (working directory {os.getcwd()}). A trainer can write only "
-            f"under the output dir {out} (checkpoints, results), or {' and '.join(WRITABLE)} "
-            "(scratch, lost at the end; HOME is /tmp): write there, not in the working "
-            "directory")  # fmt: skip
+    return (
+        f"EROFS (errno 30): the container's root file system is read-only, as a "
+        f"PyTorchJob pod's is (readOnlyRootFilesystem), and the trainer wrote "
+        f"{path or 'a file'} (working directory {os.getcwd()}). A trainer can write only "
+        f"under the output dir {out} (checkpoints, results), or {' and '.join(WRITABLE)} "
+        "(scratch, lost at the end; HOME is /tmp): write there, not in the working "
+        "directory"
+    )

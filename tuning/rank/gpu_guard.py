@@ -55,16 +55,22 @@ def fix(cuda_build: str | None, driver: str | None, devices: int, local_ranks: i
     floor = DRIVER_FLOOR.get(cuda_build.split(".")[0])
     need = f"torch's CUDA {cuda_build} needs an NVIDIA driver" + (f" >= {floor}" if floor else "")
     if driver is None:
-        return (f"no driver reaches this container: run it with the NVIDIA runtime (Docker's "
-                f"--gpus, Compose's device reservation, a pod's nvidia.com/gpu limit); {need}, "
-                f"{cpu}")  # fmt: skip
+        return (
+            f"no driver reaches this container: run it with the NVIDIA runtime (Docker's "
+            f"--gpus, Compose's device reservation, a pod's nvidia.com/gpu limit); {need}, "
+            f"{cpu}"
+        )
     if floor and _older(driver, floor):
-        return (f"driver {driver} is too old: {need} (CUDA 13 images: >= 580; the CUDA 12.8 "
-                f"image: >= 525.60.13); upgrade the driver, use the image for your driver, "
-                f"{cpu}")  # fmt: skip
+        return (
+            f"driver {driver} is too old: {need} (CUDA 13 images: >= 580; the CUDA 12.8 "
+            f"image: >= 525.60.13); upgrade the driver, use the image for your driver, "
+            f"{cpu}"
+        )
     if devices < local_ranks:
-        return (f"{local_ranks} ranks on this node but {devices} GPU(s) visible: run at most "
-                f"one rank per GPU (GPUS={devices}, or PET_NPROC_PER_NODE), {cpu}")  # fmt: skip
+        return (
+            f"{local_ranks} ranks on this node but {devices} GPU(s) visible: run at most "
+            f"one rank per GPU (GPUS={devices}, or PET_NPROC_PER_NODE), {cpu}"
+        )
     return f"check CUDA_VISIBLE_DEVICES and the GPUs' state (nvidia-smi), {cpu}"
 
 

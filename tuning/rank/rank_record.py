@@ -73,9 +73,15 @@ class Record:
 
     def write(self, event: str, **fields) -> None:
         now = time.time()
-        line = {"event": event, "rank": self.rank, "world_size": self.world_size,
-                "time": round(now, 3), "t": round(now - self.started, 3),
-                "source": "harness_rank", **fields}  # fmt: skip
+        line = {
+            "event": event,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "time": round(now, 3),
+            "t": round(now - self.started, 3),
+            "source": "harness_rank",
+            **fields,
+        }
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(self.path, "a") as f:

@@ -57,9 +57,13 @@ def install(output_dir: str, rank: int) -> str | None:
         os.makedirs(folder, exist_ok=True)
         out = open(path, "a", buffering=1)
         faulthandler.register(SIGNAL, file=out, all_threads=True, chain=False)
-        info = {"pid": os.getpid(), "rank": rank, "file": os.path.abspath(path),
-                "start_ticks": _start_ticks(),
-                "main_thread": threading.main_thread().ident}  # fmt: skip
+        info = {
+            "pid": os.getpid(),
+            "rank": rank,
+            "file": os.path.abspath(path),
+            "start_ticks": _start_ticks(),
+            "main_thread": threading.main_thread().ident,
+        }
         tmp = os.path.join(folder, f".rank{rank}.pid.json.{os.getpid()}")
         with open(tmp, "w") as f:
             json.dump(info, f)
@@ -121,10 +125,18 @@ def collectives(folder: str | None = None) -> list[dict]:
         state = "done" if e.get("retired") else e.get("state")
         state = "pending" if state == "scheduled" else state
         created = e.get("time_created_ns")
-        out.append({"op": op, "backend": backend or None, "seq": e.get("collective_seq_id"),
-                    "pg": e.get("pg_id"), "state": state, "in": e.get("input_sizes"),
-                    "out": e.get("output_sizes"),
-                    "t": round(created / 1e9, 4) if created else None})  # fmt: skip
+        out.append(
+            {
+                "op": op,
+                "backend": backend or None,
+                "seq": e.get("collective_seq_id"),
+                "pg": e.get("pg_id"),
+                "state": state,
+                "in": e.get("input_sizes"),
+                "out": e.get("output_sizes"),
+                "t": round(created / 1e9, 4) if created else None,
+            }
+        )
     return out
 
 

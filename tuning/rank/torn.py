@@ -47,8 +47,9 @@ WAIT_S = 120  # how long a rank other than 0 waits for rank 0 to move them
 
 def checkpoints(output: Path) -> list[Path]:
     """output/checkpoint-N directories by N, as get_last_checkpoint orders them."""
-    found = [p for p in Path(output).glob("checkpoint-*")
-             if p.is_dir() and CHECKPOINT.fullmatch(p.name)]  # fmt: skip
+    found = [
+        p for p in Path(output).glob("checkpoint-*") if p.is_dir() and CHECKPOINT.fullmatch(p.name)
+    ]
     return sorted(found, key=lambda p: int(p.name.rsplit("-", 1)[1]))
 
 

@@ -70,8 +70,14 @@ def callback_class(write, sleep_s: float):
                 write("step", **line)
 
         def on_train_begin(self, args, state, control, **kwargs):
-            write("phase", name="training", step=state.global_step, trainer=self.trainer,
-                  output_dir=args.output_dir, max_steps=state.max_steps)  # fmt: skip
+            write(
+                "phase",
+                name="training",
+                step=state.global_step,
+                trainer=self.trainer,
+                output_dir=args.output_dir,
+                max_steps=state.max_steps,
+            )
             self.began = time.time()
 
         def on_step_begin(self, args, state, control, **kwargs):
@@ -81,9 +87,14 @@ def callback_class(write, sleep_s: float):
             self.began = time.time()
 
         def on_step_end(self, args, state, control, **kwargs):
-            line = {"step": state.global_step, "loss": None, "lr": None, "epoch": state.epoch,
-                    "step_s": round(time.time() - self.began, 6),
-                    "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+            line = {
+                "step": state.global_step,
+                "loss": None,
+                "lr": None,
+                "epoch": state.epoch,
+                "step_s": round(time.time() - self.began, 6),
+                "peak_rss_bytes": peak_rss_bytes(),
+            }
             self.pending = line
             self.mark = time.time()  # what an evaluation or a save after this step costs
             if not control.should_log:  # else the Trainer logs this step's loss next (on_log)
@@ -106,8 +117,7 @@ def callback_class(write, sleep_s: float):
             self.flush()
             now = time.time()
             path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            write("checkpoint", step=state.global_step, path=path,
-                  save_s=round(now - self.mark, 3))  # fmt: skip
+            write("checkpoint", step=state.global_step, path=path, save_s=round(now - self.mark, 3))
             self.mark = now
 
         def on_train_end(self, args, state, control, **kwargs):

@@ -61,9 +61,12 @@ class AtomicSaveMixin:
             os.rename(staged, final)
             os.rmdir(os.path.dirname(staged))
             _fsync(run_dir)  # ... and the rename itself
-            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint,
-                               use_mtime=True)  # fmt: skip
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         pause = float(os.environ.get("HARNESS_SAVE_SLEEP") or 0)

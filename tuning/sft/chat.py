@@ -37,15 +37,21 @@ def config_problem(cfg) -> str | None:
     instruction_template and response_template are both set and ignores its chat keys
     otherwise: here a key that would do nothing is refused."""
     if cfg.instruction_template and not cfg.response_template:
-        return ("instruction_template needs a response_template (chat records: the text"
-                " that starts a user turn and the one that starts an assistant turn): set"
-                " both")  # fmt: skip
+        return (
+            "instruction_template needs a response_template (chat records: the text"
+            " that starts a user turn and the one that starts an assistant turn): set"
+            " both"
+        )
     if cfg.dataset_conversation_field and not cfg.instruction_template:
-        return ("dataset_conversation_field is read only for chat records: set"
-                " instruction_template and response_template too")  # fmt: skip
+        return (
+            "dataset_conversation_field is read only for chat records: set"
+            " instruction_template and response_template too"
+        )
     if cfg.instruction_template and cfg.data_formatter_template:
-        return ("data_formatter_template does nothing with chat records (instruction_template"
-                " set; fms ignores it too): remove one of them")  # fmt: skip
+        return (
+            "data_formatter_template does nothing with chat records (instruction_template"
+            " set; fms ignores it too): remove one of them"
+        )
     return None
 
 
@@ -62,11 +68,19 @@ def conversation_of(where: str, record: dict, field: str | None) -> list[dict]:
     """The record's turns (its `field`); a DataError naming the fix if there are none."""
     if not field or field not in record:
         found = [k for k, v in record.items() if _is_turns(v)]
-        fix = f"set dataset_conversation_field: {found[0]}" if found else (
-            "put the turns (a list of {'role': ..., 'content': ...}) in a field and set"
-            " dataset_conversation_field to its name")  # fmt: skip
-        what = (f"dataset_conversation_field {field!r} is not in the record" if field else
-                "no dataset_conversation_field")  # fmt: skip
+        fix = (
+            f"set dataset_conversation_field: {found[0]}"
+            if found
+            else (
+                "put the turns (a list of {'role': ..., 'content': ...}) in a field and set"
+                " dataset_conversation_field to its name"
+            )
+        )
+        what = (
+            f"dataset_conversation_field {field!r} is not in the record"
+            if field
+            else "no dataset_conversation_field"
+        )
         raise DataError(
             f"{where}: {what} (record has {sorted(record)}). fms 3.2.2 reads the turns from it;"
             " without it fms hands the whole record to the chat template, which renders no"

@@ -290,11 +290,18 @@ def build_parser() -> argparse.ArgumentParser:
             why = NO_OP_KEYS.get(name) or "refused unless fms's default"
             parser.add_argument(f"--{name}", dest=name, nargs="*", help=f"fms key: {why}")
         elif kind is bool:  # fms (HfArgumentParser): a bare --flag means true
-            parser.add_argument(f"--{name}", dest=name, nargs="?", const="true", metavar="BOOL",
-                                help=f"default: {default!r}")  # fmt: skip
+            parser.add_argument(
+                f"--{name}",
+                dest=name,
+                nargs="?",
+                const="true",
+                metavar="BOOL",
+                help=f"default: {default!r}",
+            )
         elif kind is list:
-            parser.add_argument(f"--{name}", dest=name, nargs="+", metavar="NAME",
-                                help=f"default: {default!r}")  # fmt: skip
+            parser.add_argument(
+                f"--{name}", dest=name, nargs="+", metavar="NAME", help=f"default: {default!r}"
+            )
         else:
             meta = kind.__name__.upper()
             parser.add_argument(f"--{name}", dest=name, metavar=meta, help=f"default: {default!r}")

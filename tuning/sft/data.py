@@ -129,7 +129,7 @@ def _chat(records: list[Record], instruction_template: str, field: str | None) -
             record=record,
             instruction_template=instruction_template,
             conversation=chat.conversation_of(where, record, field),
-        )  # fmt: skip
+        )
         for index, (where, line, record) in enumerate(records)
     ]
 
@@ -149,10 +149,13 @@ def load_examples(
     records = read_path(path)
     if not records:
         raise DataError(f"{path}: empty data file (no records)")
-    fmt = dict(dataset_text_field=dataset_text_field, response_template=response_template,
-               data_formatter_template=data_formatter_template,
-               instruction_template=instruction_template,
-               dataset_conversation_field=dataset_conversation_field)  # fmt: skip
+    fmt = dict(
+        dataset_text_field=dataset_text_field,
+        response_template=response_template,
+        data_formatter_template=data_formatter_template,
+        instruction_template=instruction_template,
+        dataset_conversation_field=dataset_conversation_field,
+    )
     shape = shape_of(records[0], path, **fmt)
     if shape == "p":
         return _pretokenized(records)

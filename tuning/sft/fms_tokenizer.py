@@ -29,12 +29,16 @@ BY_TYPE = {
         " diffllama ernie4_5 ernie4_5_moe idefics idefics2 idefics3 jamba janus jetmoe llama"
         " llama4 llama4_text llava llava_next llava_next_video llava_onevision mistral mixtral"
         " mllama paligemma persimmon phi3 phimoe video_llava vipllava voxtral zamba"
-        " zamba2".split(), "llama"),
-    **dict.fromkeys("falcon_mamba gpt_neox mamba mamba2 mpt olmo olmo2 olmoe rwkv stablelm"
-                    " xlstm".split(), "neox"),
+        " zamba2".split(),
+        "llama",
+    ),
+    **dict.fromkeys(
+        "falcon_mamba gpt_neox mamba mamba2 mpt olmo olmo2 olmoe rwkv stablelm xlstm".split(),
+        "neox",
+    ),
     # no fast class mapped: 4.55 loads the slow GPT2Tokenizer
     **dict.fromkeys("granite granitemoe granitemoehybrid granitemoeshared".split(), "gpt2"),
-}  # fmt: skip
+}
 # What those classes give a tokenizer whose files name no bos/eos/unk (their __init__
 # defaults, added to the vocabulary at load in this order): fms starts from these.
 LOADED = {

@@ -197,8 +197,9 @@ class StepMetricsCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         now = time.perf_counter()
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        self.writer.log("checkpoint", step=state.global_step, path=path,
-                        save_s=round(now - self._mark, 3))  # fmt: skip
+        self.writer.log(
+            "checkpoint", step=state.global_step, path=path, save_s=round(now - self._mark, 3)
+        )
         self._t0 = self._mark = time.perf_counter()  # saving is not part of the next step's time
 
 

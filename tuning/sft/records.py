@@ -39,9 +39,11 @@ ACCEPTED = (
     ".json/.jsonl (JSON Lines or a JSON array of objects), .parquet, .arrow, .txt/.md (one text"
     " a line), or a directory of such files"
 )
-MAGIC = {b"PAR1": "a Parquet file (name it *.parquet)",
-         b"ARROW1": "an Arrow file (name it *.arrow)",
-         b"\xff\xff\xff\xff": "an Arrow stream (name it *.arrow)"}  # fmt: skip
+MAGIC = {
+    b"PAR1": "a Parquet file (name it *.parquet)",
+    b"ARROW1": "an Arrow file (name it *.arrow)",
+    b"\xff\xff\xff\xff": "an Arrow stream (name it *.arrow)",
+}
 BOM = b"\xef\xbb\xbf"
 _WS = re.compile(r"[ \t\r\n]*")  # JSON's whitespace
 _WS_BYTES = re.compile(rb"[ \t\r\n\x0b\x0c]*")
@@ -230,8 +232,9 @@ def directory_files(path: Path) -> tuple[str, list[Path]]:
         try:
             builder = datasets.load_dataset_builder(str(path), cache_dir=cache)
         except Exception as exc:
-            raise DataError(f"{path}: no data files datasets reads here ({exc}); accepted: "
-                            f"{ACCEPTED}") from None  # fmt: skip
+            raise DataError(
+                f"{path}: no data files datasets reads here ({exc}); accepted: {ACCEPTED}"
+            ) from None
     splits = dict(builder.config.data_files or {})
     if set(splits) != {"train"}:
         raise DataError(

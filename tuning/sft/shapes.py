@@ -14,8 +14,13 @@ SHAPES = (
     " instruction_template and response_template"
 )
 CHAT_FIELDS = ("messages", "conversations")  # trl's conversational records
-FORMATTING = ("dataset_text_field", "response_template", "data_formatter_template",
-              "instruction_template", "dataset_conversation_field")  # fmt: skip
+FORMATTING = (
+    "dataset_text_field",
+    "response_template",
+    "data_formatter_template",
+    "instruction_template",
+    "dataset_conversation_field",
+)
 
 
 def formatting(cfg) -> dict:
@@ -40,18 +45,27 @@ def _pretokenized_rules(first: Record, path, formatting: dict) -> None:
         )
 
 
-def shape_of(first: Record, path, dataset_text_field=None, response_template=None,
-             data_formatter_template=None, instruction_template=None,
-             dataset_conversation_field=None) -> str:  # fmt: skip
+def shape_of(
+    first: Record,
+    path,
+    dataset_text_field=None,
+    response_template=None,
+    data_formatter_template=None,
+    instruction_template=None,
+    dataset_conversation_field=None,
+) -> str:
     """The shape the first record's fields (or a table's columns) make with the config: "p",
     "chat", "io" or "text"; a DataError naming what was found and what is accepted when none."""
     keys = set(first.data)
     text_field, formatter = dataset_text_field, data_formatter_template
     if "input_ids" in keys:
-        formatting = {"dataset_text_field": text_field, "response_template": response_template,
-                      "data_formatter_template": formatter,
-                      "instruction_template": instruction_template,
-                      "dataset_conversation_field": dataset_conversation_field}  # fmt: skip
+        formatting = {
+            "dataset_text_field": text_field,
+            "response_template": response_template,
+            "data_formatter_template": formatter,
+            "instruction_template": instruction_template,
+            "dataset_conversation_field": dataset_conversation_field,
+        }
         _pretokenized_rules(first, path, formatting)
         return "p"
     if instruction_template and response_template:  # fms's chat route comes next

@@ -46,8 +46,9 @@ FIXED = {
 }
 
 
-def tokens_to_add(current: dict, family: str | None, separate_tokenizer: bool,
-                  extra: list[str] | None = None) -> dict:  # fmt: skip
+def tokens_to_add(
+    current: dict, family: str | None, separate_tokenizer: bool, extra: list[str] | None = None
+) -> dict:
     """The special tokens fms adds to a tokenizer whose bos/eos/unk/pad are `current` (None:
     missing), in fms's order: its class's defaults where it loads them, get_special_tokens_dict's
     cases, then the job's add_special_tokens."""

@@ -11,8 +11,16 @@ ELEMENT_ATTR = re.compile(r"element\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 LEGACY_KEY = re.compile(r"""[^'"\[\]().|%,+*/~=<>!{}]+""")  # {{Tweet text}}: a name, not Jinja
 # The names fms puts beside the record's fields when it renders a template
 # (tokenizer.special_tokens_map); until the tokenizer is known they render as these defaults.
-SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                 "mask_token", "additional_special_tokens")  # fmt: skip
+SPECIAL_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+    "additional_special_tokens",
+)
 
 
 class NeedsJinja(Exception):

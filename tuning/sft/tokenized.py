@@ -63,8 +63,11 @@ class TokenizedDataset:
         k = bisect.bisect_right(self.starts, i) - 1
         part, j = self.parts[k], i - self.starts[k]
         a, b = part.offsets[j], part.offsets[j + 1]
-        return {"input_ids": part.ids[a:b].tolist(), "labels": part.labels[a:b].tolist(),
-                "index": int(part.index[j])}  # fmt: skip
+        return {
+            "input_ids": part.ids[a:b].tolist(),
+            "labels": part.labels[a:b].tolist(),
+            "index": int(part.index[j]),
+        }
 
     @property
     def rows(self) -> list[dict]:
@@ -92,9 +95,10 @@ def pack(examples, tokenize: Callable) -> Part:
         offsets.append(len(ids))
         index.append(row["index"])
         learnable = learnable or any(x != IGNORE_INDEX for x in row["labels"][1:])
-    arrays = (np.frombuffer(a, dtype=t) if len(a) else np.zeros(0, t)
-              for a, t in ((offsets, np.int64), (index, np.int64), (ids, np.int32),
-                           (labels, np.int32)))  # fmt: skip
+    arrays = (
+        np.frombuffer(a, dtype=t) if len(a) else np.zeros(0, t)
+        for a, t in ((offsets, np.int64), (index, np.int64), (ids, np.int32), (labels, np.int32))
+    )
     return Part(*arrays, learnable)
 
 
@@ -142,8 +146,10 @@ class Node:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
         if local_world < 2 or not dist.is_initialized():
             return None
-        tag = (f"node{os.environ.get('GROUP_RANK', '0')}"
-               f"-try{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")  # fmt: skip
+        tag = (
+            f"node{os.environ.get('GROUP_RANK', '0')}"
+            f"-try{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        )
         folder = Path(output_dir) / ".harness"
         return cls(int(os.environ.get("LOCAL_RANK") or 0), local_world, folder, tag)
 
@@ -151,8 +157,9 @@ class Node:
         return self.folder / f"tokens-{name}-{self.tag}-part{local_rank}.bin"
 
     def slice(self, n: int) -> slice:
-        return slice(n * self.local_rank // self.local_world,
-                     n * (self.local_rank + 1) // self.local_world)  # fmt: skip
+        return slice(
+            n * self.local_rank // self.local_world, n * (self.local_rank + 1) // self.local_world
+        )
 
 
 def _agree(failed: int) -> tuple[int, int]:

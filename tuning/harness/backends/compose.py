@@ -72,9 +72,12 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
     ]
     own = layout.output_of(node.name)
     if layout.output_volume or own:  # the harness follows the ranks by their metrics: kept here
-        volumes[1:] = [_bind(own, OUTPUT_DIR, rel) if own else
-                       {"type": "volume", "source": "output", "target": OUTPUT_DIR},
-                       _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel)]  # fmt: skip
+        volumes[1:] = [
+            _bind(own, OUTPUT_DIR, rel)
+            if own
+            else {"type": "volume", "source": "output", "target": OUTPUT_DIR},
+            _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel),
+        ]
         if layout.entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
             volumes.append(_bind(output / FMS_LOGS, f"{OUTPUT_DIR}/{FMS_LOGS}", rel))
     if layout.model:
@@ -133,12 +136,15 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
             "resources": {
                 "reservations": {
                     "devices": [
-                        {"driver": "nvidia", "device_ids": list(node.gpu_ids),
-                         "capabilities": ["gpu"]}
+                        {
+                            "driver": "nvidia",
+                            "device_ids": list(node.gpu_ids),
+                            "capabilities": ["gpu"],
+                        }
                     ]
                 }
             }
-        }  # fmt: skip
+        }
     return svc
 
 

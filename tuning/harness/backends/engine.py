@@ -92,8 +92,12 @@ def image_record(c: docker.DockerClient | None, tag: str) -> dict:
         img = c.images.get(tag)
     except docker.errors.DockerException:
         return {"tag": tag, "id": None}
-    return {"tag": tag, "id": img.id, "repo_digests": img.attrs.get("RepoDigests") or [],
-            "harness_source": img.labels.get("harness.source")}  # fmt: skip
+    return {
+        "tag": tag,
+        "id": img.id,
+        "repo_digests": img.attrs.get("RepoDigests") or [],
+        "harness_source": img.labels.get("harness.source"),
+    }
 
 
 def run_tool(cmd: list[str], **kw) -> None:
@@ -115,8 +119,10 @@ def labelled(c: docker.DockerClient, run_id: str | None = None, *, runs: str | N
     }
     if runs is None:
         return found
-    return {kind: [x for x in objs if within(labels_of(x).get(RUNS_LABEL), runs)]
-            for kind, objs in found.items()}  # fmt: skip
+    return {
+        kind: [x for x in objs if within(labels_of(x).get(RUNS_LABEL), runs)]
+        for kind, objs in found.items()
+    }
 
 
 def within(folder: str | None, runs: str) -> bool:
@@ -129,8 +135,9 @@ def labels_of(obj) -> dict[str, str]:
     return (obj.labels if hasattr(obj, "labels") else obj.attrs.get("Labels")) or {}
 
 
-def remove_labelled(c: docker.DockerClient, run_id: str | None = None, *,
-                    runs: str | None) -> dict[str, list[str]]:  # fmt: skip
+def remove_labelled(
+    c: docker.DockerClient, run_id: str | None = None, *, runs: str | None
+) -> dict[str, list[str]]:
     """Remove containers, then networks and volumes, labelled by the harness (as `labelled`
     selects them). Idempotent. Returns what it removed: run id -> ["container <name>", ...]."""
     gone: dict[str, list[str]] = {}

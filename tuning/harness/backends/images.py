@@ -90,16 +90,40 @@ def wheelhouse_command(recipe: Recipe, where: Path) -> list[str]:
     """`pip download` of the locked versions on the host (the offline build's wheels)."""
     pins = [a for lock in recipe.locks for a in ("-c", str(ROOT / lock))]
     index = ["--extra-index-url", recipe.torch_index] if recipe.wheels_need_index else []
-    return [sys.executable, "-m", "pip", "download", "-q", "-d", str(where), *index, *pins,
-            "-r", str(ROOT / recipe.requirements)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "-d",
+        str(where),
+        *index,
+        *pins,
+        "-r",
+        str(ROOT / recipe.requirements),
+    ]
 
 
 def build_command(recipe: Recipe, tag: str, base: str, want: str) -> list[str]:
     """The `docker build` of `recipe`: offline (from BASE_OFFLINE, the staged wheelhouse) with
     no network; online, pip reads the registry and the recipe's TORCH_INDEX."""
-    cmd = ["docker", "build", "-f", recipe.dockerfile, "-t", tag, "--build-arg",
-           f"BASE_IMAGE={base}", "--label", f"harness.base={base}", "--label",
-           f"harness.source={want}", "--label", f"harness.recipe={recipe.name}"]  # fmt: skip
+    cmd = [
+        "docker",
+        "build",
+        "-f",
+        recipe.dockerfile,
+        "-t",
+        tag,
+        "--build-arg",
+        f"BASE_IMAGE={base}",
+        "--label",
+        f"harness.base={base}",
+        "--label",
+        f"harness.source={want}",
+        "--label",
+        f"harness.recipe={recipe.name}",
+    ]
     for key, value in recipe.build_args:
         cmd += ["--build-arg", f"{key}={value}"]
     return [*cmd, "--network", "none", "."] if base == BASE_OFFLINE else [*cmd, "."]
@@ -109,11 +133,13 @@ def dry_run(tag: str, device: str) -> list[str]:
     """What `make image` would run, both ways: online (a registry answers) and offline."""
     recipe = recipe_for(tag, device)
     want, where = digest(recipe), WHEELHOUSES / recipe.name
-    return [f"# {tag} (recipe {recipe.name}, CUDA {recipe.cuda or 'none'}); where a registry "
-            "answers:", shlex.join(build_command(recipe, tag, BASE_REGISTRY, want)),
-            "# where none does: the wheelhouse on the host, then a build with no network",
-            shlex.join(wheelhouse_command(recipe, where)),
-            shlex.join(build_command(recipe, tag, BASE_OFFLINE, want))]  # fmt: skip
+    return [
+        f"# {tag} (recipe {recipe.name}, CUDA {recipe.cuda or 'none'}); where a registry answers:",
+        shlex.join(build_command(recipe, tag, BASE_REGISTRY, want)),
+        "# where none does: the wheelhouse on the host, then a build with no network",
+        shlex.join(wheelhouse_command(recipe, where)),
+        shlex.join(build_command(recipe, tag, BASE_OFFLINE, want)),
+    ]
 
 
 def _stage(source: Path | None) -> None:
@@ -128,8 +154,7 @@ def _stage(source: Path | None) -> None:
             shutil.copy2(whl, STAGED / whl.name)
 
 
-def ensure(c: docker.DockerClient, tag: str, device: str = "cpu", rebuild=False,
-           log=print) -> str:  # fmt: skip
+def ensure(c: docker.DockerClient, tag: str, device: str = "cpu", rebuild=False, log=print) -> str:
     """Build `tag` (recipe_for) if it is missing or older than its sources, or when asked.
     Returns the base it was built from. Checked once per harness process: a bench's or fault
     matrix's later runs use the image its first run had, even if the sources change meanwhile

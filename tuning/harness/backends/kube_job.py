@@ -48,14 +48,25 @@ def render(layout: JobLayout, max_restarts: int = 0):
     containers, tmps = [], []
     for rank in range(n):
         name = container_name(rank)
-        own = {"PET_MASTER_ADDR": MASTER, "PET_MASTER_PORT": str(MASTER_PORT),
-               "PET_NNODES": str(n), "PET_NPROC_PER_NODE": "1", NODE_RANK: str(rank),
-               **nccl}  # fmt: skip
+        own = {
+            "PET_MASTER_ADDR": MASTER,
+            "PET_MASTER_PORT": str(MASTER_PORT),
+            "PET_NNODES": str(n),
+            "PET_NPROC_PER_NODE": "1",
+            NODE_RANK: str(rank),
+            **nccl,
+        }
         env = kube_pod.env(layout) + [c.V1EnvVar(name=k, value=v) for k, v in own.items()]
         tmps.append(f"tmp-{name}")  # /tmp (HOME, caches) a container's own, as under Compose
-        containers.append(kube_pod.container(
-            layout, name, tmp=tmps[-1], env=env,
-            resources=kube_pod.resources(layout, ranks=1, gpus=gpus)))  # fmt: skip
+        containers.append(
+            kube_pod.container(
+                layout,
+                name,
+                tmp=tmps[-1],
+                env=env,
+                resources=kube_pod.resources(layout, ranks=1, gpus=gpus),
+            )
+        )
     template = kube_pod.pod_template(layout, containers, tmps=tuple(tmps), restart_policy="Never")
     return c.V1Job(
         api_version=API_VERSION,
@@ -63,7 +74,7 @@ def render(layout: JobLayout, max_restarts: int = 0):
         metadata=c.V1ObjectMeta(name=layout.name, labels=kube_pod.labels(layout)),
         spec=c.V1JobSpec(
             backoff_limit=max_restarts, completions=1, parallelism=1, template=template
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -77,8 +88,10 @@ def containers(job) -> list[Node]:
     for ctr in job.spec.template.spec.containers:
         env = {e.name: e.value for e in ctr.env or []}
         if NODE_RANK not in env:
-            raise HarnessError(f"Job {name}: container {ctr.name} has no {NODE_RANK}; "
-                               "its launcher would not know its rank")  # fmt: skip
+            raise HarnessError(
+                f"Job {name}: container {ctr.name} has no {NODE_RANK}; "
+                "its launcher would not know its rank"
+            )
         gpus = int(((ctr.resources and ctr.resources.limits) or {}).get("nvidia.com/gpu", 0))
         ids = tuple(str(first + g) for g in range(gpus))
         first += gpus

@@ -168,8 +168,14 @@ def mounts(layout: JobLayout, tmp: str = "tmp") -> list:
     names = volume_names(layout)
     for m in layout.claims:
         if m.target != OUTPUT_DIR:  # MODEL and DATA: the path in the claim, read-only
-            out.append(c.V1VolumeMount(name=names[m.claim], mount_path=m.target,
-                                       sub_path=m.path or None, read_only=True))  # fmt: skip
+            out.append(
+                c.V1VolumeMount(
+                    name=names[m.claim],
+                    mount_path=m.target,
+                    sub_path=m.path or None,
+                    read_only=True,
+                )
+            )
     return out
 
 
@@ -211,18 +217,25 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
     output = layout.output_claim
     out = [
         c.V1Volume(name="job", config_map=c.V1ConfigMapVolumeSource(name=config_map_name(layout))),
-        c.V1Volume(name="dshm",
-                   empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT)),
+        c.V1Volume(
+            name="dshm", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT)
+        ),
         # Checkpoints and metrics: an existing claim (OUTPUT_CLAIM) that outlives the pod, or
         # an emptyDir that goes with it (a restart then starts from step 0: kube/ says so).
-        c.V1Volume(name="output", persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(
-            claim_name=output)) if output else
-        c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),
+        c.V1Volume(
+            name="output",
+            persistent_volume_claim=c.V1PersistentVolumeClaimVolumeSource(claim_name=output),
+        )
+        if output
+        else c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),
         *(c.V1Volume(name=t, empty_dir=c.V1EmptyDirVolumeSource()) for t in tmps),
-    ]  # fmt: skip
+    ]
     if layout.entry:
-        out.append(c.V1Volume(name="launch", config_map=c.V1ConfigMapVolumeSource(
-            name=launch_map_name(layout))))  # fmt: skip
+        out.append(
+            c.V1Volume(
+                name="launch", config_map=c.V1ConfigMapVolumeSource(name=launch_map_name(layout))
+            )
+        )
     if layout.src:  # each key at its path in SRC (a key holds no '/')
         items = [c.V1KeyToPath(key=key, path=path) for key, path in kube_src.items(layout.src)]
         source = c.V1ConfigMapVolumeSource(name=src_map_name(layout), items=items)
@@ -234,8 +247,13 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
     return out
 
 
-def pod_template(layout: JobLayout, containers: list, pod_labels: dict | None = None,
-                 tmps: tuple[str, ...] = ("tmp",), **spec_kw):  # fmt: skip
+def pod_template(
+    layout: JobLayout,
+    containers: list,
+    pod_labels: dict | None = None,
+    tmps: tuple[str, ...] = ("tmp",),
+    **spec_kw,
+):
     c = k8s()
     gid = int(layout.user.split(":")[1])
     # A claim's files belong to whoever made them: fsGroup makes the kubelet give a claim that

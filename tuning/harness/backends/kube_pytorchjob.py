@@ -38,8 +38,9 @@ def render(layout: JobLayout, max_restarts: int = 0, restart_policy: str | None 
     policy = kube_restarts.v1_policy(restart_policy, max_restarts)
     port = k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")
     template = kube_pod.pod_template(layout, [kube_pod.container(layout, CONTAINER, ports=[port])])
-    specs = {"Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy=policy,
-                                                   template=template)}  # fmt: skip
+    specs = {
+        "Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy=policy, template=template)
+    }
     if layout.replicas > 1:
         specs["Worker"] = kf.KubeflowOrgV1ReplicaSpec(
             replicas=layout.replicas - 1, restart_policy=policy, template=template
@@ -53,7 +54,7 @@ def render(layout: JobLayout, max_restarts: int = 0, restart_policy: str | None 
             nproc_per_node=str(layout.per_pod),
             run_policy=kf.KubeflowOrgV1RunPolicy(
                 clean_pod_policy="Running", backoff_limit=max_restarts
-            ),  # fmt: skip
+            ),
         ),
     )
 
@@ -106,5 +107,8 @@ def operator_pods(job) -> list[Node]:
 
 
 def image_of(job) -> str:
-    return next(c.image for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
-                if c.name == CONTAINER)  # fmt: skip
+    return next(
+        c.image
+        for c in job.spec.pytorch_replica_specs["Master"].template.spec.containers
+        if c.name == CONTAINER
+    )

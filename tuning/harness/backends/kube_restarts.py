@@ -85,11 +85,15 @@ def job_action(exit_code: int, restarts: int, backoff_limit: int) -> str:
 def rules(kind: str, obj) -> dict:
     """The restart fields of a rendered PyTorchJob, TrainingRuntime or Job, as one record."""
     if kind == "Job":
-        return {"restartPolicy": obj.spec.template.spec.restart_policy,
-                "backoffLimit": obj.spec.backoff_limit}  # fmt: skip
+        return {
+            "restartPolicy": obj.spec.template.spec.restart_policy,
+            "backoffLimit": obj.spec.backoff_limit,
+        }
     if kind == "PyTorchJob":
         specs = obj.spec.pytorch_replica_specs
-        return {"restartPolicy": {k: v.restart_policy for k, v in specs.items()},
-                "backoffLimit": obj.spec.run_policy.backoff_limit}  # fmt: skip
+        return {
+            "restartPolicy": {k: v.restart_policy for k, v in specs.items()},
+            "backoffLimit": obj.spec.run_policy.backoff_limit,
+        }
     policy = obj.spec.template.spec.failure_policy
     return {"failurePolicy.maxRestarts": (policy and policy.max_restarts) or 0}

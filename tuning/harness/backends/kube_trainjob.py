@@ -41,39 +41,61 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int
     meta = {"name": layout.name, "labels": kube_pod.labels(layout)}
     # the TrainJob's resourcesPerNode sets the resources, its command and args the launch
     ctr = kube_pod.container(layout, NODE, resources=None, args=None, command=None)
-    pod = kube_pod.pod_template(layout, [ctr],
-                                pod_labels={**kube_pod.labels(layout), **ANCESTOR})  # fmt: skip
+    pod = kube_pod.pod_template(layout, [ctr], pod_labels={**kube_pod.labels(layout), **ANCESTOR})
     template = kube_pod.plain(pod)
     # One pod failing fails its Job at once; JobSet's failurePolicy then recreates every pod.
-    job_spec = {"backoffLimit": 0, "template": {**template, "spec": {
-        **template["spec"], "restartPolicy": "Never"}}}  # fmt: skip
-    runtime = m.TrainerV1alpha1TrainingRuntime.from_dict({
-        "apiVersion": API_VERSION, "kind": "TrainingRuntime",
-        "metadata": {**meta, "labels": {**meta["labels"],
-                                        "trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": layout.replicas, "torch": {}},
-            "template": {"spec": {
-                "failurePolicy": {"maxRestarts": max_restarts},
-                "replicatedJobs": [{"name": NODE, "replicas": 1, "template": {
-                    "metadata": {"labels": ANCESTOR}, "spec": job_spec}}],
-            }},
-        },
-    })  # fmt: skip
-    train_job = m.TrainerV1alpha1TrainJob.from_dict({
-        "apiVersion": API_VERSION, "kind": "TrainJob", "metadata": meta,
-        "spec": {
-            "runtimeRef": {"apiGroup": API_GROUP, "kind": "TrainingRuntime",
-                           "name": layout.name},
-            "trainer": {
-                "image": layout.image, "command": kube_pod.launch_command(layout, explicit=True),
-                **({"args": layout.trainer_args} if layout.trainer_args else {}),
-                "env": [kube_pod.plain(e) for e in kube_pod.env(layout)],
-                "numNodes": layout.replicas, "numProcPerNode": layout.per_pod,
-                "resourcesPerNode": kube_pod.plain(kube_pod.resources(layout)),
+    job_spec = {
+        "backoffLimit": 0,
+        "template": {**template, "spec": {**template["spec"], "restartPolicy": "Never"}},
+    }
+    runtime = m.TrainerV1alpha1TrainingRuntime.from_dict(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "TrainingRuntime",
+            "metadata": {
+                **meta,
+                "labels": {**meta["labels"], "trainer.kubeflow.org/framework": "torch"},
             },
-        },
-    })  # fmt: skip
+            "spec": {
+                "mlPolicy": {"numNodes": layout.replicas, "torch": {}},
+                "template": {
+                    "spec": {
+                        "failurePolicy": {"maxRestarts": max_restarts},
+                        "replicatedJobs": [
+                            {
+                                "name": NODE,
+                                "replicas": 1,
+                                "template": {"metadata": {"labels": ANCESTOR}, "spec": job_spec},
+                            }
+                        ],
+                    }
+                },
+            },
+        }
+    )
+    train_job = m.TrainerV1alpha1TrainJob.from_dict(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "TrainJob",
+            "metadata": meta,
+            "spec": {
+                "runtimeRef": {
+                    "apiGroup": API_GROUP,
+                    "kind": "TrainingRuntime",
+                    "name": layout.name,
+                },
+                "trainer": {
+                    "image": layout.image,
+                    "command": kube_pod.launch_command(layout, explicit=True),
+                    **({"args": layout.trainer_args} if layout.trainer_args else {}),
+                    "env": [kube_pod.plain(e) for e in kube_pod.env(layout)],
+                    "numNodes": layout.replicas,
+                    "numProcPerNode": layout.per_pod,
+                    "resourcesPerNode": kube_pod.plain(kube_pod.resources(layout)),
+                },
+            },
+        }
+    )
     return (*kube_pod.config_maps(layout, job, accelerate_yaml), runtime, train_job)
 
 
@@ -108,8 +130,10 @@ def trainer_pods(runtime, train_job) -> list[Node]:
     name = train_job.metadata.name
     trainer = train_job.spec.trainer
     if train_job.spec.runtime_ref.name != runtime.metadata.name:
-        raise HarnessError(f"TrainJob {name} refers to runtime {train_job.spec.runtime_ref.name!r},"
-                           f" not {runtime.metadata.name!r}")  # fmt: skip
+        raise HarnessError(
+            f"TrainJob {name} refers to runtime {train_job.spec.runtime_ref.name!r},"
+            f" not {runtime.metadata.name!r}"
+        )
     env = {e.name: e.value for e in node_container(runtime).env or []}
     env.update({e.name: e.value for e in trainer.env or []})
     nnodes = trainer.num_nodes or runtime.spec.ml_policy.num_nodes or 1
@@ -119,9 +143,13 @@ def trainer_pods(runtime, train_job) -> list[Node]:
     gpus = int(gpus.actual_instance) if gpus is not None else 0
     pods = []
     for rank in range(nnodes):
-        pet = {"PET_NNODES": str(nnodes), "PET_NPROC_PER_NODE": str(nproc),
-               "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": f"{name}-{NODE}-0-0.{name}",
-               "PET_MASTER_PORT": str(MASTER_PORT)}  # fmt: skip
+        pet = {
+            "PET_NNODES": str(nnodes),
+            "PET_NPROC_PER_NODE": str(nproc),
+            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": f"{name}-{NODE}-0-0.{name}",
+            "PET_MASTER_PORT": str(MASTER_PORT),
+        }
         ids = tuple(str(rank * gpus + g) for g in range(gpus))  # host GPUs, rehearsal only
         pod = f"{name}-{NODE}-0-{rank}"
         pods.append(Node(pod, rank, nproc, ids, {**env, **pet}, aliases=(f"{pod}.{name}",)))

@@ -49,8 +49,14 @@ def backend(layout: Layout) -> type:
 
 
 class ComposeNodes:
-    def __init__(self, layout: Layout, run_dir: Path, commands: dict, client=None,
-                 services: list[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        layout: Layout,
+        run_dir: Path,
+        commands: dict,
+        client=None,
+        services: list[str] | None = None,
+    ):
         self.layout, self.run_dir, self.client = layout, run_dir, client
         self.services = list(services or [])  # Compose services to start; empty: every one
         self.file = run_dir / "compose.yaml"
@@ -73,15 +79,33 @@ class ComposeNodes:
 
     def start(self) -> None:
         self.issued_at = time.time()  # the moment `compose up` is issued (bench: container start)
-        engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
-                       "--quiet-pull", *self.services, capture=True)  # fmt: skip
+        engine.compose(
+            self.file,
+            "up",
+            "--detach",
+            "--no-build",
+            "--pull",
+            "never",
+            "--quiet-pull",
+            *self.services,
+            capture=True,
+        )
         self._find()
 
     def start_late(self, name: str) -> None:
         """Start a service `start` left out (fault late-master: rank 0's node, N s late)."""
         self.services.append(name)
-        engine.compose(self.file, "up", "--detach", "--no-build", "--pull", "never",
-                       "--quiet-pull", name, capture=True)  # fmt: skip
+        engine.compose(
+            self.file,
+            "up",
+            "--detach",
+            "--no-build",
+            "--pull",
+            "never",
+            "--quiet-pull",
+            name,
+            capture=True,
+        )
         self._find()
 
     def _find(self) -> None:
@@ -98,8 +122,10 @@ class ComposeNodes:
             try:
                 ctr.reload()
             except docker.errors.NotFound:
-                raise NodeLost(f"{name}'s container {ctr.name} was removed from outside the "
-                               "harness (docker rm, or `make down`)") from None  # fmt: skip
+                raise NodeLost(
+                    f"{name}'s container {ctr.name} was removed from outside the "
+                    "harness (docker rm, or `make down`)"
+                ) from None
             except (docker.errors.APIError, requests.exceptions.ConnectionError) as e:
                 raise NodeLost(f"the engine did not answer about {name} ({e})") from None
             s = ctr.attrs["State"]
@@ -124,19 +150,30 @@ class ComposeNodes:
         engine.compose(self.file, "stop", "--timeout", "5", capture=True)
         stopped = time.time()
         engine.compose(self.file, "start", *self.services, capture=True)
-        self.restarts.append({"time": round(t, 3), "by": "harness", "failed": failed,
-                              "stopped_s": round(stopped - t, 2),
-                              "restarted_s": round(time.time() - t, 2)})  # fmt: skip
+        self.restarts.append(
+            {
+                "time": round(t, 3),
+                "by": "harness",
+                "failed": failed,
+                "stopped_s": round(stopped - t, 2),
+                "restarted_s": round(time.time() - t, 2),
+            }
+        )
 
     def details(self) -> dict[str, dict]:
         out = {}
         for name, ctr in self.containers.items():
             ctr.reload()
             s = ctr.attrs["State"]
-            out[name] = {"container": ctr.name, "exit_code": s["ExitCode"],
-                         "oom_killed": s["OOMKilled"], "started_at": s["StartedAt"],
-                         "finished_at": s["FinishedAt"],
-                         "issued_at": self.issued_at, "error": s["Error"] or None}  # fmt: skip
+            out[name] = {
+                "container": ctr.name,
+                "exit_code": s["ExitCode"],
+                "oom_killed": s["OOMKilled"],
+                "started_at": s["StartedAt"],
+                "finished_at": s["FinishedAt"],
+                "issued_at": self.issued_at,
+                "error": s["Error"] or None,
+            }
         return out
 
     def save_logs(self) -> None:
@@ -147,8 +184,16 @@ class ComposeNodes:
                 print(f"harness: could not read {name}'s log: {e}", file=sys.stderr)
 
     def stop(self) -> None:
-        engine.compose(self.file, "down", "--volumes", "--remove-orphans", "--timeout", "10",
-                       check=False, capture=True)  # fmt: skip
+        engine.compose(
+            self.file,
+            "down",
+            "--volumes",
+            "--remove-orphans",
+            "--timeout",
+            "10",
+            check=False,
+            capture=True,
+        )
         engine.remove_labelled(self.client, self.layout.run_id, runs=self.runs)
 
 
@@ -177,8 +222,14 @@ class HostNodes:
 
     restarts_left = 0  # torchrun restarts the group itself (HARNESS_MAX_RESTARTS)
 
-    def __init__(self, layout: Layout, run_dir: Path, commands: dict, client=None,
-                 services: list[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        layout: Layout,
+        run_dir: Path,
+        commands: dict,
+        client=None,
+        services: list[str] | None = None,
+    ):
         self.layout, self.run_dir = layout, run_dir
         self.argv, self.env = commands["host"]["argv"], commands["host"]["env"]
         self.proc: subprocess.Popen | None = None
@@ -196,9 +247,15 @@ class HostNodes:
         env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
         cpus = affinity.union(env.get(affinity.VAR, ""), range(self.layout.world_size))
         self.issued_at = time.time()
-        self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with(os.getpid(), cpus))  # fmt: skip
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid(), cpus),
+        )
 
     def poll(self) -> dict[str, int | None]:
         return {"host": self.proc.poll()}
@@ -207,9 +264,15 @@ class HostNodes:
         raise NotImplementedError("host ranks are restarted by torchrun, never by the harness")
 
     def details(self) -> dict[str, dict]:
-        return {"host": {"container": None, "exit_code": self.proc.returncode,
-                         "oom_killed": False, "pid": self.proc.pid,
-                         "issued_at": self.issued_at}}  # fmt: skip
+        return {
+            "host": {
+                "container": None,
+                "exit_code": self.proc.returncode,
+                "oom_killed": False,
+                "pid": self.proc.pid,
+                "issued_at": self.issued_at,
+            }
+        }
 
     def save_logs(self) -> None:
         pass  # written as it runs

@@ -30,16 +30,23 @@ def layouts() -> dict[str, Layout]:
     for kind in KINDS:
         for gpus in GPU_COUNTS:
             plan = devices.assumed(gpus)
-            out[f"{kind}-{gpus}gpu.yaml"] = Layout(kind=kind, gpus=plan.count, gpu_ids=plan.ids,
-                                                   image=plan.image, run_id="example",
-                                                   run_dir=str(DIR / "run"))  # fmt: skip
+            out[f"{kind}-{gpus}gpu.yaml"] = Layout(
+                kind=kind,
+                gpus=plan.count,
+                gpu_ids=plan.ids,
+                image=plan.image,
+                run_id="example",
+                run_dir=str(DIR / "run"),
+            )
     return out
 
 
 def rendered() -> dict[Path, str]:
     """Every example file and its content: the Compose files and the job they mount."""
-    files = {DIR / name: compose.dump(compose.render(lay, relative_to=DIR))
-             for name, lay in layouts().items()}  # fmt: skip
+    files = {
+        DIR / name: compose.dump(compose.render(lay, relative_to=DIR))
+        for name, lay in layouts().items()
+    }
     any_gpu = next(iter(layouts().values()))
     job = job_of_file(any_gpu, trainers.DEFAULT_JOB)
     files[DIR / "run/job/job.yaml"] = yaml.safe_dump(job, sort_keys=False)

@@ -13,8 +13,11 @@ from tuning.harness.spec.layout import IMAGE
 
 def register(sub) -> None:
     p = sub.add_parser("gpus", help="list this host's GPUs; --check-driver: refuse an old driver")
-    p.add_argument("--check-driver", action="store_true",
-                   help="exit 2 when the driver is too old for the GPU image")  # fmt: skip
+    p.add_argument(
+        "--check-driver",
+        action="store_true",
+        help="exit 2 when the driver is too old for the GPU image",
+    )
     p.set_defaults(fn=main)
 
 
@@ -30,12 +33,17 @@ def main(a: argparse.Namespace) -> int:
         busy = busy_why(g, apps)
         flags = ["MIG" if g.mig else "", "" if g in seen else "hidden", busy and f"busy: {busy}"]
         extra = ", ".join(f for f in flags if f)
-        print(f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
-              + (f" ({extra})" if extra else ""))  # fmt: skip
+        print(
+            f"  {g.index} {g.uuid} {g.name} compute {g.compute_cap[0]}.{g.compute_cap[1]}"
+            + (f" ({extra})" if extra else "")
+        )
     if a.check_driver:
         tag = image_recipes.resolve(a.image or IMAGE, "gpu", a.cuda)
         check_driver(inv.driver, seen, tag)
         recipe = image_recipes.named(tag)
-        print(f"gpus: driver {inv.driver} runs {tag} (CUDA {recipe.cuda})" if recipe
-              else f"gpus: {tag} is not an image of this harness; not checked")  # fmt: skip
+        print(
+            f"gpus: driver {inv.driver} runs {tag} (CUDA {recipe.cuda})"
+            if recipe
+            else f"gpus: {tag} is not an image of this harness; not checked"
+        )
     return 0

@@ -43,8 +43,7 @@ def down_(a: argparse.Namespace) -> int:
         print(f"harness: removed run {rid}: {', '.join(things)}")
     if not gone:
         which = f"run {run_id}" if run_id else "any harness run"
-        print(f"harness: nothing to remove: no container, network or volume of {which} of "
-              f"{where}")  # fmt: skip
+        print(f"harness: nothing to remove: no container, network or volume of {which} of {where}")
     if runs is not None:
         _say_others(c, run_id, runs)
     return 0
@@ -52,12 +51,17 @@ def down_(a: argparse.Namespace) -> int:
 
 def _say_others(c, run_id: str | None, runs: str) -> None:
     """Other folders' runs are left alone, said so (a run id of theirs may match this one's)."""
-    others = [x for x in engine.labelled(c, run_id, runs=None)["containers"]
-              if x.labels.get(RUNS_LABEL) != runs]  # fmt: skip
+    others = [
+        x
+        for x in engine.labelled(c, run_id, runs=None)["containers"]
+        if x.labels.get(RUNS_LABEL) != runs
+    ]
     if others:
-        print(f"harness: left {len(others)} container(s) of other RUNS folders (other "
-              "checkouts or users) alone; `make ps ALL=1` lists them, `make down ALL=1` "
-              "removes them")  # fmt: skip
+        print(
+            f"harness: left {len(others)} container(s) of other RUNS folders (other "
+            "checkouts or users) alone; `make ps ALL=1` lists them, `make down ALL=1` "
+            "removes them"
+        )
 
 
 def ps(a: argparse.Namespace) -> int:

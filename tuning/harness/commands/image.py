@@ -19,8 +19,9 @@ def register(sub) -> None:
 
 def main(a: argparse.Namespace) -> int:
     if a.trainer not in (None, *trainers.TRAINERS):
-        raise HarnessError(f"TRAINER={a.trainer} is unknown; use one of "
-                           f"{', '.join(trainers.TRAINERS)}")  # fmt: skip
+        raise HarnessError(
+            f"TRAINER={a.trainer} is unknown; use one of {', '.join(trainers.TRAINERS)}"
+        )
     if a.device not in (None, "cpu", "gpu"):
         raise HarnessError(f"DEVICE={a.device} is unknown; use cpu or gpu")
     # DEVICE=cpu asks nothing of the driver (a broken one must not stop a CPU image)

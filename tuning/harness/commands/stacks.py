@@ -32,8 +32,10 @@ def main(a: argparse.Namespace) -> int:
             + "; `make stacks RUN_ID=<id>` takes a running one (`make ps` lists them)"
         )
     taken = stacks.dump(run_dir / "output", places, "on demand")
-    print(f"harness: stacks of run {run_dir.name} ({taken['dump_s']} s); every thread's in "
-          f"{run_dir / 'output/stacks'}:")  # fmt: skip
+    print(
+        f"harness: stacks of run {run_dir.name} ({taken['dump_s']} s); every thread's in "
+        f"{run_dir / 'output/stacks'}:"
+    )
     for line in taken["summaries"]:
         print(f"  {line}")
     return 0

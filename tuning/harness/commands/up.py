@@ -28,15 +28,19 @@ def main(a: argparse.Namespace) -> int:
             preflight.check_accelerate_config(spec.accelerate_config, None)
         lifecycle.dry_run(spec.layout, spec.accelerate_config)
         # The job every rank reads, as a second YAML document (kube's ConfigMap holds the same)
-        print(f"---\n# {spec.layout.job_dir}/{spec.layout.job_file}: {spec.sources_said()}; "
-              f"accelerate config {spec.accelerate_config}")  # fmt: skip
+        print(
+            f"---\n# {spec.layout.job_dir}/{spec.layout.job_file}: {spec.sources_said()}; "
+            f"accelerate config {spec.accelerate_config}"
+        )
         print(yaml.safe_dump(spec.job, sort_keys=False), end="")
         return 0
     # A stalled run prints where every rank is (run/stall.py); it goes on, as it would without.
     watch = stall.StallWatch(after, spec.summary_extra) if after != 0 else None
     limit = after if after is not None else stall.FLOOR_S
-    timeouts.say(timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), None),
-                 "before the run")  # fmt: skip
+    timeouts.say(
+        timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), None),
+        "before the run",
+    )
     summary = lifecycle.start(spec, on_tick=watch)
     run_dir = spec.runs_root / spec.layout.run_id
     # a stall's verdict that named nobody (taken while a script with no step lines was still

@@ -97,14 +97,17 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
         str(r): next((x.get("distributed_type") for x in lines if x.get("event") == "end"), None)
         for r, lines in sorted(metrics.items())
     }
-    out = {"trainer": trainer_record(layout),
-           "metrics_source": RECORDER_NOTE if layout.recorder_steps else METRICS_NOTE,
-           # what the config asked for, and what accelerate set up in each rank (recorder)
-           "distributed_type_asked": cfg.get("distributed_type"),
-           "distributed_type_seen": seen,
-           "hf_train_metrics": hf_train_metrics(log.read_text(errors="replace"))
-           if log.is_file() else None,
-           "tokens_per_s": None}  # fmt: skip
+    out = {
+        "trainer": trainer_record(layout),
+        "metrics_source": RECORDER_NOTE if layout.recorder_steps else METRICS_NOTE,
+        # what the config asked for, and what accelerate set up in each rank (recorder)
+        "distributed_type_asked": cfg.get("distributed_type"),
+        "distributed_type_seen": seen,
+        "hf_train_metrics": hf_train_metrics(log.read_text(errors="replace"))
+        if log.is_file()
+        else None,
+        "tokens_per_s": None,
+    }
     pairs, source = trl_tokens(log, runs.steps(metrics.get(0, [])))
     out["tokens_per_s_source"] = source
     if not pairs:

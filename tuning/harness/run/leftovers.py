@@ -28,8 +28,15 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 def claim(run_dir: Path) -> None:
     """This process owns the run, until summary.json says it ended."""
-    runs.write_json(run_dir / OWNER, {"pid": os.getpid(), "started": _started(os.getpid()),
-                                      "boot_id": _boot_id(), "time": time.time()})  # fmt: skip
+    runs.write_json(
+        run_dir / OWNER,
+        {
+            "pid": os.getpid(),
+            "started": _started(os.getpid()),
+            "boot_id": _boot_id(),
+            "time": time.time(),
+        },
+    )
 
 
 def alive(run_dir: Path) -> bool:
@@ -43,8 +50,9 @@ def alive(run_dir: Path) -> bool:
     )
 
 
-def reap(client, runs_root: Path, only: str | None = None, log=print,
-         every: bool = False) -> dict[str, list[str]]:  # fmt: skip
+def reap(
+    client, runs_root: Path, only: str | None = None, log=print, every: bool = False
+) -> dict[str, list[str]]:
     """Clean up after every dead run (or run `only`) under `runs_root`: those with containers
     left (a container's /output mount names its run) and those with a run directory there.
     every=True (`make down ALL=1`): dead runs of every RUNS folder on the engine too; else
@@ -54,8 +62,11 @@ def reap(client, runs_root: Path, only: str | None = None, log=print,
     folder = None if every else runs_key(runs_root)
     for ctr in engine.labelled(client, runs=folder)["containers"] if client else ():
         # /output names the run dir; a volume there (fault disk-full): its metrics bind does
-        binds = {m.get("Destination"): Path(m["Source"]) for m in ctr.attrs.get("Mounts", [])
-                 if m.get("Type") == "bind"}  # fmt: skip
+        binds = {
+            m.get("Destination"): Path(m["Source"])
+            for m in ctr.attrs.get("Mounts", [])
+            if m.get("Type") == "bind"
+        }
         metrics = binds.get(f"{OUTPUT_DIR}/metrics")
         out = binds.get(OUTPUT_DIR) or (metrics and metrics.parent)
         if out:  # helpers (fault's netem check) mount nothing and remove themselves
@@ -80,8 +91,7 @@ def _bury(client, run_dir: Path, containers: list, log) -> list[str]:
         if containers
         else "its ranks are gone too"
     )
-    log(f"harness: run {run_id}'s harness is gone (killed?); {left}; recording the run "
-        "interrupted")  # fmt: skip
+    log(f"harness: run {run_id}'s harness is gone (killed?); {left}; recording the run interrupted")
     for ctr in containers:
         node = ctr.labels.get("harness.node", ctr.name)
         try:
@@ -93,13 +103,17 @@ def _bury(client, run_dir: Path, containers: list, log) -> list[str]:
     if run_dir.is_dir() and not (run_dir / "summary.json").is_file():
         owner = runs.read_json(run_dir / OWNER)
         metrics = runs.read_metrics(run_dir / "output")
-        runs.write_json(run_dir / "summary.json", {
-            "run_id": run_id, "status": "interrupted",
-            "reason": f"its harness (pid {owner.get('pid', '?')}) died while the ranks ran; "
-                      f"found and cleaned up at {time.strftime('%Y-%m-%dT%H:%M:%S')} by a later "
-                      f"harness (pid {os.getpid()}), which removed {names}",
-            **runs.summarize(metrics, owner.get("time", time.time())),
-        })  # fmt: skip
+        runs.write_json(
+            run_dir / "summary.json",
+            {
+                "run_id": run_id,
+                "status": "interrupted",
+                "reason": f"its harness (pid {owner.get('pid', '?')}) died while the ranks ran; "
+                f"found and cleaned up at {time.strftime('%Y-%m-%dT%H:%M:%S')} by a later "
+                f"harness (pid {os.getpid()}), which removed {names}",
+                **runs.summarize(metrics, owner.get("time", time.time())),
+            },
+        )
     return gone
 
 

@@ -71,8 +71,10 @@ def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
 def render(layout: Layout, commands: dict[str, dict]) -> dict[str, str]:
     """The files a run writes before its nodes start, besides /job (path in the run
     directory -> text): each node's launch command, and the backend's own (compose.yaml)."""
-    files = {f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
-             for name, cmd in commands.items()}  # fmt: skip
+    files = {
+        f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
+        for name, cmd in commands.items()
+    }
     return {**files, **backend(layout).render(layout)}
 
 
@@ -126,9 +128,12 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
     kind = "GPU" if layout.gpus else "CPU"
     if not spec.quiet:
-        print(spec.banner or f"harness: run {layout.run_id}: layout {layout.kind}, "
-              f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
-              f"{run_dir}")  # fmt: skip
+        print(
+            spec.banner
+            or f"harness: run {layout.run_id}: layout {layout.kind}, "
+            f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
+            f"{run_dir}"
+        )
         if spec.sources:  # what trains, said: never the demo's without a word
             print(f"harness: {spec.sources_said()}")
         if layout.entry and layout.recorder_steps:
@@ -138,20 +143,33 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     )
     # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
     restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
-    extra = {**({"reason": reason} if reason else {}),
-             "image": engine.image_record(client, layout.image), **spec.summary_extra}  # fmt: skip
+    extra = {
+        **({"reason": reason} if reason else {}),
+        "image": engine.image_record(client, layout.image),
+        **spec.summary_extra,
+    }
     summary = write_summary(layout, run_dir, status, details, t0, restarts, extra)
     if status == "failed" and spec.explain:
         explain_failure(run_dir, summary)
     why = f" ({reason})" if reason else ""
     if not spec.quiet:
-        print(f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final "
-              f"loss {summary['final_loss']}; {run_dir / 'summary.json'}")  # fmt: skip
+        print(
+            f"harness: {spec.title}{status}{why}; first loss {summary['first_loss']}, final "
+            f"loss {summary['final_loss']}; {run_dir / 'summary.json'}"
+        )
     return summary
 
 
-def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None, grace: float,
-            t0: float, on_tick=None, quiet=False) -> tuple[str, dict, str | None]:  # fmt: skip
+def execute(
+    layout: Layout,
+    run_dir: Path,
+    nodes: Nodes,
+    total_steps: int | None,
+    grace: float,
+    t0: float,
+    on_tick=None,
+    quiet=False,
+) -> tuple[str, dict, str | None]:
     """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
     `succeeded`); the status comes from what the ranks did (runs.status_of), not only from
     their exit codes.
@@ -205,8 +223,10 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             if failed_at is None and failed:
                 failed_at = time.monotonic()  # peers should fail too; don't wait forever
             if failed_at and time.monotonic() - failed_at > grace:
-                reason = (f"a rank failed and the others were still running after {grace:.0f} s"
-                          "; the harness stopped them")  # fmt: skip
+                reason = (
+                    f"a rank failed and the others were still running after {grace:.0f} s"
+                    "; the harness stopped them"
+                )
                 print(f"harness: {reason}", file=sys.stderr)
                 break
             time.sleep(0.5)
@@ -230,8 +250,11 @@ def execute(layout: Layout, run_dir: Path, nodes: Nodes, total_steps: int | None
             nodes.stop()
         except Exception as e:  # a Docker API error in teardown: recorded, never a traceback
             status, reason = "failed", f"{reason + '; ' if reason else ''}teardown failed: {e}"
-            print(f"harness: teardown failed: {e}; `make down RUN_ID={layout.run_id}` "
-                  "removes what is left", file=sys.stderr)  # fmt: skip
+            print(
+                f"harness: teardown failed: {e}; `make down RUN_ID={layout.run_id}` "
+                "removes what is left",
+                file=sys.stderr,
+            )
         for s, handler in old.items():
             signal.signal(s, handler)
     return status, details, reason
@@ -245,9 +268,11 @@ def _hung_on_exit(nodes, state: dict, metrics: dict, grace: float) -> str:
     ends = sorted({e.get("status", "?") for e in runs.ends_seen(metrics).values()})
     taken = stacks.take(nodes, "hung after every rank's trainer returned")
     where = "; ".join(taken["summaries"]) if taken else "its stacks could not be dumped"
-    reason = (f"{', '.join(running)} still running {grace:.0f} s after every rank's "
-              f"trainer returned (end lines: {', '.join(ends)}): a process hung on its way out "
-              f"({where}); the harness stopped it")  # fmt: skip
+    reason = (
+        f"{', '.join(running)} still running {grace:.0f} s after every rank's "
+        f"trainer returned (end lines: {', '.join(ends)}): a process hung on its way out "
+        f"({where}); the harness stopped it"
+    )
     print(f"harness: {reason}", file=sys.stderr)
     return reason
 
@@ -260,20 +285,39 @@ def _safe(nodes) -> bool:
         return False
 
 
-def write_summary(layout: Layout, run_dir: Path, status: str, details: dict, t0: float,
-                  restarts: list[dict] = (), extra: dict | None = None) -> dict:  # fmt: skip
+def write_summary(
+    layout: Layout,
+    run_dir: Path,
+    status: str,
+    details: dict,
+    t0: float,
+    restarts: list[dict] = (),
+    extra: dict | None = None,
+) -> dict:
     metrics = runs.read_metrics(run_dir / "output")
     seen, shards = runs.world_sizes_seen(metrics), runs.sharding_seen(metrics)
     ranks = []
     for node in layout.nodes():
         d = details.get(node.name, {})
         for r in node.ranks:
-            ranks.append({"rank": r, "node": node.name, **d, "world_size_seen": seen.get(r),
-                          **shards.get(r, {})})  # fmt: skip
-    summary = {"run_id": layout.run_id, **layout.record(), "status": status,
-               **runs.summarize(metrics, t0), "ranks": ranks,
-               "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
-               "torn_checkpoints": torn.moved(run_dir / "output")}  # fmt: skip
+            ranks.append(
+                {
+                    "rank": r,
+                    "node": node.name,
+                    **d,
+                    "world_size_seen": seen.get(r),
+                    **shards.get(r, {}),
+                }
+            )
+    summary = {
+        "run_id": layout.run_id,
+        **layout.record(),
+        "status": status,
+        **runs.summarize(metrics, t0),
+        "ranks": ranks,
+        "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
+        "torn_checkpoints": torn.moved(run_dir / "output"),
+    }
     if layout.entry:
         summary.update(foreign.summary_fields(layout, run_dir, metrics))
     summary.update(extra or {})
@@ -304,8 +348,12 @@ def host_asset(out: Path, module: str, *args: str, made: str = "") -> Path:
     that says it is complete."""
     if not (out / made).is_file():  # written aside, then renamed: a reader sees all or none
         tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-        subprocess.run([sys.executable, "-m", module, "--out", str(tmp), *args], check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", module, "--out", str(tmp), *args],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
         if out.is_dir():
             shutil.rmtree(out)  # an earlier try's, incomplete
         os.replace(tmp, out)

@@ -12,8 +12,13 @@ EVERY = 10
 
 
 class Progress:
-    def __init__(self, stream=sys.stdout, total_steps: int | None = None, every: int = EVERY,
-                 quiet: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        stream=sys.stdout,
+        total_steps: int | None = None,
+        every: int = EVERY,
+        quiet: bool = False,
+    ):
         self.stream = stream
         self.tty = stream.isatty()
         self.total = total_steps

@@ -34,13 +34,18 @@ def parse(text: str) -> dict:
         head = _THREAD.match(raw)
         frame = _FRAME.match(raw)
         if head:
-            threads.append({"id": int(head.group(2), 16), "current": head.group(1) != "Thread",
-                            "frames": []})  # fmt: skip
+            threads.append(
+                {"id": int(head.group(2), 16), "current": head.group(1) != "Thread", "frames": []}
+            )
         elif frame and threads:
             line = frame.group("line")
-            threads[-1]["frames"].append({"file": frame.group("file"),
-                                          "line": int(line) if line.isdigit() else None,
-                                          "func": frame.group("func")})  # fmt: skip
+            threads[-1]["frames"].append(
+                {
+                    "file": frame.group("file"),
+                    "line": int(line) if line.isdigit() else None,
+                    "func": frame.group("func"),
+                }
+            )
         elif raw.startswith(FR_PREFIX):
             try:
                 collectives.append(json.loads(raw[len(FR_PREFIX) :]))
@@ -79,8 +84,13 @@ def position(parsed: dict, ident: int | None = None) -> dict | None:
     user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
     outer = frames[frames.index(dist) + 1 :] if dist else []
     caller = next((f for f in outer if not _WRAPPING.search(f["file"])), None)
-    return {"call": dist["func"] if dist else None, "dist": dist, "user": user, "top": frames[0],
-            "caller": caller}  # fmt: skip
+    return {
+        "call": dist["func"] if dist else None,
+        "dist": dist,
+        "user": user,
+        "top": frames[0],
+        "caller": caller,
+    }
 
 
 def pending(parsed: dict) -> dict | None:
@@ -114,14 +124,32 @@ def summary(rank: int, parsed: dict, ident: int | None = None) -> str:
 # Slow phases a healthy rank can spend minutes in, by the functions on its main thread (the
 # innermost match wins): the HF Trainer's and torch's own names.
 PHASES = (
-    ("saving a checkpoint", {"_save_checkpoint", "save_model", "_save", "save_pretrained",
-                             "_save_optimizer_and_scheduler", "save_state", "save_file"}),
+    (
+        "saving a checkpoint",
+        {
+            "_save_checkpoint",
+            "save_model",
+            "_save",
+            "save_pretrained",
+            "_save_optimizer_and_scheduler",
+            "save_state",
+            "save_file",
+        },
+    ),
     ("evaluating", {"evaluate", "evaluation_loop", "prediction_step"}),
-    ("loading the model", {"from_pretrained", "_load_pretrained_model", "load_state_dict",
-                           "load_checkpoint", "_load_from_checkpoint"}),
+    (
+        "loading the model",
+        {
+            "from_pretrained",
+            "_load_pretrained_model",
+            "load_state_dict",
+            "load_checkpoint",
+            "_load_from_checkpoint",
+        },
+    ),
     ("preparing the data", {"map", "load_dataset", "tokenize_examples", "load_examples"}),
     ("in a training step", {"training_step"}),
-)  # fmt: skip
+)
 
 
 def phase(parsed: dict, ident: int | None = None) -> tuple[str, dict] | None:

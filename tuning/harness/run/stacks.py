@@ -81,9 +81,14 @@ def nodes_of(nodes) -> list[Node]:
 
 
 def from_containers(containers) -> list[Node]:
-    return [Node(c.labels.get("harness.node", c.name),
-                 [int(r) for r in c.labels.get("harness.ranks", "").split(",") if r], c)
-            for c in containers]  # fmt: skip
+    return [
+        Node(
+            c.labels.get("harness.node", c.name),
+            [int(r) for r in c.labels.get("harness.ranks", "").split(",") if r],
+            c,
+        )
+        for c in containers
+    ]
 
 
 def _by_rank(output: Path, pattern: str) -> dict[int, dict]:
@@ -123,24 +128,33 @@ def dump(output: Path, places: list[Node], why: str, world: int | None = None) -
         state, code = node.state()
         mine = [r for r in node.ranks if r in info]
         for r in node.ranks:
-            states[r] = {"paused": "paused (its container is frozen: it cannot dump)",
-                         "exited": f"exited ({code})"}.get(state) or "not registered"  # fmt: skip
+            states[r] = {
+                "paused": "paused (its container is frozen: it cannot dump)",
+                "exited": f"exited ({code})",
+            }.get(state) or "not registered"
         if state != "running" or not mine:
             continue
         script = ""
         for r in mine:
             offsets[r] = _size(output / "stacks" / f"rank{r}.txt")
             header = f"=== stacks of rank {r} at {stamp} ({why}) ==="
-            script += _SIGNAL.format(pid=int(info[r]["pid"]), file=shlex.quote(info[r]["file"]),
-                                     rank=r, ticks=info[r].get("start_ticks"),
-                                     header=shlex.quote(header), looks=STOP_LOOKS)  # fmt: skip
+            script += _SIGNAL.format(
+                pid=int(info[r]["pid"]),
+                file=shlex.quote(info[r]["file"]),
+                rank=r,
+                ticks=info[r].get("start_ticks"),
+                header=shlex.quote(header),
+                looks=STOP_LOOKS,
+            )
         for line in node.sh(script).splitlines():  # "<rank> <what> [times seen stopped]"
             r, _, what = line.partition(" ")
             if not (r.isdigit() and int(r) in states):
                 continue
             word, _, seen = what.partition(" ")
-            states[int(r)] = {"stopped": "stopped (SIGSTOP: it cannot dump)",
-                              "exited": "exited"}.get(word, word)  # fmt: skip
+            states[int(r)] = {
+                "stopped": "stopped (SIGSTOP: it cannot dump)",
+                "exited": "exited",
+            }.get(word, word)
             if word == "signalled" and seen not in ("", "0"):
                 throttled.add(int(r))
     for r in range(world or 0):
@@ -154,15 +168,26 @@ def dump(output: Path, places: list[Node], why: str, world: int | None = None) -
             line = stack_text.summary(r, parsed, info[r].get("main_thread"))
             if r in throttled:
                 line += "; seen stopped, then running again: it is stopped and continued"
-            ranks[r] = {"state": "dumped", "summary": line, **parsed, "text": texts[r],
-                        "main_thread": info[r].get("main_thread"),
-                        "throttled": r in throttled}  # fmt: skip
+            ranks[r] = {
+                "state": "dumped",
+                "summary": line,
+                **parsed,
+                "text": texts[r],
+                "main_thread": info[r].get("main_thread"),
+                "throttled": r in throttled,
+            }
         else:
             line = f"rank {r}: {states[r]}"
             ranks[r] = {"state": states[r], "summary": line}
         lines.append(line)
-    return {"time": stamp, "started_at": round(t0, 3), "why": why,
-            "dump_s": round(time.time() - t0, 2), "summaries": lines, "ranks": ranks}  # fmt: skip
+    return {
+        "time": stamp,
+        "started_at": round(t0, 3),
+        "why": why,
+        "dump_s": round(time.time() - t0, 2),
+        "summaries": lines,
+        "ranks": ranks,
+    }
 
 
 def _size(path: Path) -> int:

@@ -82,12 +82,16 @@ class StallWatch:
         if quiet is None:
             return None
         limit = self.limit(metrics)
-        how = "set by STALL" if self.limit_s is not None else (
-            f"max({FLOOR_S:.0f} s, {STEPS_PER_STALL} x the median time between logged steps)"
-        )  # fmt: skip
-        print(f"harness: no rank has logged progress for {quiet:.0f} s (stall time {limit:.0f} s, "
-              f"{how}); the ranks' stacks follow. The run goes on: the collective timeout "
-              "ends a stuck one, Ctrl-C stops it.")  # fmt: skip
+        how = (
+            "set by STALL"
+            if self.limit_s is not None
+            else (f"max({FLOOR_S:.0f} s, {STEPS_PER_STALL} x the median time between logged steps)")
+        )
+        print(
+            f"harness: no rank has logged progress for {quiet:.0f} s (stall time {limit:.0f} s, "
+            f"{how}); the ranks' stacks follow. The run goes on: the collective timeout "
+            "ends a stuck one, Ctrl-C stops it."
+        )
         taken = stacks.take(nodes, f"no progress for {quiet:.0f} s")
         if taken is None:
             return None
@@ -96,10 +100,16 @@ class StallWatch:
             print(f"harness: a slow phase, not necessarily a hang: {busy}")
         first = self.extra.get("stall")  # kept before judging: a Ctrl-C may come meanwhile
         self.extra["stall"] = first or {
-            "quiet_s": round(quiet, 1), "stall_s": round(limit, 1), "set_by": how,
-            "time": taken["time"], "dump_s": taken["dump_s"], "summaries": taken["summaries"],
-            "phases": busy, "stacks_dir": "output/stacks", "verdict": None,
-        }  # fmt: skip
+            "quiet_s": round(quiet, 1),
+            "stall_s": round(limit, 1),
+            "set_by": how,
+            "time": taken["time"],
+            "dump_s": taken["dump_s"],
+            "summaries": taken["summaries"],
+            "phases": busy,
+            "stacks_dir": "output/stacks",
+            "verdict": None,
+        }
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
         found = verdict_run.judge_live(nodes, metrics, taken)  # may take a while (fr_check)
         if first is None:

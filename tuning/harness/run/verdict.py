@@ -35,10 +35,18 @@ from tuning.harness.run.verdict_words import ranks_text
 from tuning.harness.run.verdict_words import verdict as _verdict
 
 CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
-    "Connection reset by peer", "Connection closed by peer", "Broken pipe",
-    "Network is unreachable", "No route to host", "Connection refused", "collective timeout",
-    "process-group timeout", "rendezvous timeout", "SIGTERM", "gloo size check",
-}  # fmt: skip
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Network is unreachable",
+    "No route to host",
+    "Connection refused",
+    "collective timeout",
+    "process-group timeout",
+    "rendezvous timeout",
+    "SIGTERM",
+    "gloo size check",
+}
 WHOLE_JOB_S = 0.5  # every rank's SIGTERM within this of the first: the job's, not one rank's
 LATE_S = 0.02  # slow: a rank waited for alone a mean over this, and SLOW_X times any other
 SLOW_X = 5
@@ -99,8 +107,13 @@ def _died(ranks) -> dict | None:
     culprits = [r for r, d in first.items() if d["t"] - t0 <= 1.0]  # the first, and any with it
     hows = {first[r]["how"] for r in culprits}
     if len(culprits) == len(ranks) > 1 and len(hows) == 1:  # a cause they share, not a rank's
-        return _verdict("died", [], f"every rank {hows.pop()}: a cause they share (the job, "
-                        "the image, the setup), not one rank's", "hand")  # fmt: skip
+        return _verdict(
+            "died",
+            [],
+            f"every rank {hows.pop()}: a cause they share (the job, "
+            "the image, the setup), not one rank's",
+            "hand",
+        )
     how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
     return _verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
 
@@ -148,8 +161,12 @@ def _frozen(ranks) -> dict | None:
     unjoined = [r for r in frozen if not ranks[r].get("joined")]
     joined_others = [r for r, x in ranks.items() if r not in frozen and x.get("joined")]
     if unjoined == frozen and joined_others:  # it never got as far as the group
-        return _verdict("never arrived", frozen, f"{said}, before it joined the process group"
-                        f"{_where_others(ranks, frozen)}", "hand")  # fmt: skip
+        return _verdict(
+            "never arrived",
+            frozen,
+            f"{said}, before it joined the process group{_where_others(ranks, frozen)}",
+            "hand",
+        )
     return _verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
 
 
@@ -194,10 +211,15 @@ def _slow(ranks) -> dict | None:
     others = [v for r, v in alone.items() if r != worst]
     if alone[worst] < LATE_S or alone[worst] < SLOW_X * max(others):
         return None
-    return _verdict("slow", [worst], f"rank {worst} reaches the collectives late: the others "
-                    f"waited for it alone a mean {alone[worst]:.2f} s per collective over the "
-                    f"last ones every rank finished (for any other: at most {max(others):.3f} s)",
-                    "hand", waited_s={str(r): round(v, 4) for r, v in alone.items()})  # fmt: skip
+    return _verdict(
+        "slow",
+        [worst],
+        f"rank {worst} reaches the collectives late: the others "
+        f"waited for it alone a mean {alone[worst]:.2f} s per collective over the "
+        f"last ones every rank finished (for any other: at most {max(others):.3f} s)",
+        "hand",
+        waited_s={str(r): round(v, 4) for r, v in alone.items()},
+    )
 
 
 def _busy(ranks) -> dict | None:
@@ -208,9 +230,14 @@ def _busy(ranks) -> dict | None:
         recorded = [p for p in waiting.values() if p.get("seq") is not None]
         p = (recorded or list(waiting.values()))[0]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
-        return _verdict("never arrived", busy, f"{ranks_text(busy)} never entered {what}, where "
-                        f"{ranks_text(waiting)} {_wait(ranks, waiting)}; {said}", "hand",
-                        seq=p.get("seq"))  # fmt: skip
+        return _verdict(
+            "never arrived",
+            busy,
+            f"{ranks_text(busy)} never entered {what}, where "
+            f"{ranks_text(waiting)} {_wait(ranks, waiting)}; {said}",
+            "hand",
+            seq=p.get("seq"),
+        )
     return None
 
 
@@ -219,8 +246,12 @@ def _left(ranks) -> dict | None:
     waiting = _waiters(ranks, done)
     if not done or not waiting:
         return None
-    return _verdict("left a collective", done, f"{ranks_text(done)} ended (completed) while "
-                    f"{_where_others(ranks, done)[2:]}", "hand")  # fmt: skip
+    return _verdict(
+        "left a collective",
+        done,
+        f"{ranks_text(done)} ended (completed) while {_where_others(ranks, done)[2:]}",
+        "hand",
+    )
 
 
 def _nothing(ranks) -> str:

@@ -15,13 +15,22 @@ from tuning.harness.run import stack_text
 from tuning.harness.run.verdict import CONSEQUENCES
 
 # gloo's and c10d's errors from inside a collective: a timeout, a peer lost
-_IN_A_COLLECTIVE = re.compile(r"Timed out waiting|Connection (closed|reset) by peer|Broken pipe"
-                              r"|Application timeout|wait timeout after")  # fmt: skip
+_IN_A_COLLECTIVE = re.compile(
+    r"Timed out waiting|Connection (closed|reset) by peer|Broken pipe"
+    r"|Application timeout|wait timeout after"
+)
 
 
-def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | None = None,
-           nodes: dict | None = None, progressing: bool = False, fr_check: dict | None = None,
-           failed: dict | None = None) -> dict:  # fmt: skip
+def gather(
+    world: int,
+    metrics: dict,
+    taken: dict | None = None,
+    exits: dict | None = None,
+    nodes: dict | None = None,
+    progressing: bool = False,
+    fr_check: dict | None = None,
+    failed: dict | None = None,
+) -> dict:
     """facts for verdict.judge. metrics: {rank: [lines]}; taken: stacks.dump's result; exits:
     {rank: {"code", "signal", "oom", "signature", "t", "by_itself", "outside"}} (outside: why
     it was stopped from outside, where its pod said); nodes: {rank: {"started", "net"}} (net:
@@ -31,17 +40,21 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
     dumped = (taken or {}).get("ranks") or {}
     # Did any rank get as far as the rank recorder? Where none did (fms's per-rank workers wait
     # for torchrun's rendezvous before they exist), an unregistered rank is no sign of anything
-    registered = any(metrics.get(r) or not _state(dumped, r).startswith(("not registered",
-                                                                        "not started"))
-                     for r in range(world))  # fmt: skip
+    registered = any(
+        metrics.get(r) or not _state(dumped, r).startswith(("not registered", "not started"))
+        for r in range(world)
+    )
     ranks = {}
     for r in range(world):
         lines = metrics.get(r) or []
         d = dumped.get(r) or dumped.get(str(r)) or {}
         node = (nodes or {}).get(r) or {}
         end = next((y for y in reversed(lines) if y.get("event") == "end"), None)
-        x = {"joined": any(x.get("event") == "phase" and x.get("name") == "rendezvous"
-                           for x in lines)}  # fmt: skip
+        x = {
+            "joined": any(
+                x.get("event") == "phase" and x.get("name") == "rendezvous" for x in lines
+            )
+        }
         state = _state(dumped, r)
         x["started"] = node.get("started", bool(lines) or not state.startswith("not started"))
         x["why_absent"] = node.get("why_absent") or "no container or process ever held it"
@@ -49,8 +62,9 @@ def gather(world: int, metrics: dict, taken: dict | None = None, exits: dict | N
             # its process may exist (stopped before it ran: no-show), but it never got as far as
             # the rank recorder's first line
             x["started"] = False
-            x["why_absent"] = ("its process wrote nothing and never registered: no metrics "
-                               "line, no pid file")  # fmt: skip
+            x["why_absent"] = (
+                "its process wrote nothing and never registered: no metrics line, no pid file"
+            )
         if state.startswith("paused"):
             x["frozen"] = "is frozen (its container is paused: it cannot run or dump)"
         elif state.startswith("stopped"):
@@ -85,11 +99,17 @@ def _position(x: dict, d: dict) -> None:
     if pos["call"]:
         p = stack_text.pending(d) or {}
         c = pos["caller"]
-        x["waiting"] = {"call": pos["call"], "op": p.get("op") or pos["call"],
-                        "seq": p.get("seq"), "in": p.get("in"), "out": p.get("out"),
-                        "site": stack_text.where(pos["user"]) if pos["user"] else None,
-                        "caller": f"{c['file'].split('-packages/')[-1]}:{c['line']} ({c['func']})"
-                        if c else None}  # fmt: skip
+        x["waiting"] = {
+            "call": pos["call"],
+            "op": p.get("op") or pos["call"],
+            "seq": p.get("seq"),
+            "in": p.get("in"),
+            "out": p.get("out"),
+            "site": stack_text.where(pos["user"]) if pos["user"] else None,
+            "caller": f"{c['file'].split('-packages/')[-1]}:{c['line']} ({c['func']})"
+            if c
+            else None,
+        }
         return
     top, user = pos["top"], pos["user"]
     said = f"in {top['func']} at {stack_text.where(top)}"
@@ -108,8 +128,14 @@ def _at_failure(x: dict, entries: list[dict], error: str) -> None:
     if p is None and entries and _IN_A_COLLECTIVE.search(error):
         p = entries[-1]
     if p:
-        x["waiting"] = {"call": p["op"], "op": p["op"], "seq": p.get("seq"), "in": p.get("in"),
-                        "out": p.get("out"), "at_failure": True}  # fmt: skip
+        x["waiting"] = {
+            "call": p["op"],
+            "op": p["op"],
+            "seq": p.get("seq"),
+            "in": p.get("in"),
+            "out": p.get("out"),
+            "at_failure": True,
+        }
 
 
 def _sigterm(x: dict, lines: list[dict], ex: dict | None) -> None:

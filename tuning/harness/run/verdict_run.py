@@ -30,8 +30,10 @@ def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
                 c.reload()
                 names = list(c.attrs["NetworkSettings"]["Networks"])
                 if off_network(layout, names):
-                    net = (f"container {c.name} has no interface on the run's network "
-                           f"(it is on: {', '.join(names) or 'none'})")  # fmt: skip
+                    net = (
+                        f"container {c.name} has no interface on the run's network "
+                        f"(it is on: {', '.join(names) or 'none'})"
+                    )
             for r in node.ranks:
                 out[r] = {"started": ran, "net": net}
     except Exception as e:  # a diagnostic: what it could not read is said, not raised
@@ -71,20 +73,34 @@ def from_outside(metrics: dict, logs: Path) -> dict:
     }
 
 
-def judge(world: int, output, metrics: dict, taken: dict | None, fr: dict | None = None,
-          exits: dict | None = None, facts_of_nodes: dict | None = None) -> dict:  # fmt: skip
+def judge(
+    world: int,
+    output,
+    metrics: dict,
+    taken: dict | None,
+    fr: dict | None = None,
+    exits: dict | None = None,
+    facts_of_nodes: dict | None = None,
+) -> dict:
     """The verdict over a dump `taken` (None: none; its "progressing": taken while the ranks
     still stepped), torch's analysis `fr`, the metrics and what failed ranks recorded."""
     progressing = bool(taken and taken.get("progressing"))
-    facts = verdict_facts.gather(world, metrics, taken, exits, facts_of_nodes, progressing, fr,
-                                 stacks.failed(output))  # fmt: skip
+    facts = verdict_facts.gather(
+        world, metrics, taken, exits, facts_of_nodes, progressing, fr, stacks.failed(output)
+    )
     return verdict.judge(facts)
 
 
 def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
     """The verdict now, for a run the harness is driving (its nodes as they are)."""
-    return judge(nodes.layout.world_size, nodes.run_dir / "output", metrics, taken,
-                 fr_of(nodes, taken), facts_of_nodes=node_facts(nodes))  # fmt: skip
+    return judge(
+        nodes.layout.world_size,
+        nodes.run_dir / "output",
+        metrics,
+        taken,
+        fr_of(nodes, taken),
+        facts_of_nodes=node_facts(nodes),
+    )
 
 
 def said(v: dict) -> list[str]:

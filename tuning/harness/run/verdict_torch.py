@@ -24,8 +24,10 @@ import sys
 from tuning.harness.errors import ROOT
 from tuning.harness.run.verdict_words import ranks_text, verdict
 
-_DETAIL = re.compile(r"Detected mismatch between collectives on ranks\. Rank (\d+) is running "
-                     r"collective: (.*?), but Rank (\d+) is running collective: (.*)")  # fmt: skip
+_DETAIL = re.compile(
+    r"Detected mismatch between collectives on ranks\. Rank (\d+) is running "
+    r"collective: (.*?), but Rank (\d+) is running collective: (.*)"
+)
 _OP = re.compile(r"OpType=(\w+)")
 _SHAPE = re.compile(r"TensorShape=\[([^\]]*)\]")
 _SEQ = re.compile(r"SequenceNumber=(\d+)")
@@ -54,18 +56,30 @@ def detail_mismatch(ranks: dict) -> dict | None:
     odd = sorted(r for r, n in named.items() if n == top)
     if top == 1 and len(said) <= 2:  # each names the other: no odd one out
         odd = sorted({*said, *named})
-        pairs = "; ".join(f"rank {r} ran {mine}, rank {o} {theirs}"
-                          for r, (o, mine, theirs, _) in sorted(said.items()))  # fmt: skip
-        return verdict("desync", odd, f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped "
-                        f"the ranks: {pairs}; with no majority there is no odd one out, so both "
-                        "are named", "torch")  # fmt: skip
+        pairs = "; ".join(
+            f"rank {r} ran {mine}, rank {o} {theirs}"
+            for r, (o, mine, theirs, _) in sorted(said.items())
+        )
+        return verdict(
+            "desync",
+            odd,
+            f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped "
+            f"the ranks: {pairs}; with no majority there is no odd one out, so both "
+            "are named",
+            "torch",
+        )
     accusers = sorted(r for r, (o, *_) in said.items() if o in odd)
     _, mine, theirs, fp = said[accusers[0]]
     seq = _SEQ.search(fp)
     at = f" (their collective #{seq.group(1)})" if seq else ""
-    return verdict("desync", odd, f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped the "
-                    f"ranks: {ranks_text(odd)} ran {theirs} where {ranks_text(accusers)} ran "
-                    f"{mine}{at}", "torch")  # fmt: skip
+    return verdict(
+        "desync",
+        odd,
+        f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped the "
+        f"ranks: {ranks_text(odd)} ran {theirs} where {ranks_text(accusers)} ran "
+        f"{mine}{at}",
+        "torch",
+    )
 
 
 def run_fr_check(places, output, since: float) -> dict | None:
@@ -75,8 +89,12 @@ def run_fr_check(places, output, since: float) -> dict | None:
         if node.state()[0] != "running":
             continue
         if node.ctr is None:
-            cmd = [sys.executable, str(ROOT / "tuning/rank/fr_check.py"), str(output / "stacks/fr"),
-                   str(since)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                str(ROOT / "tuning/rank/fr_check.py"),
+                str(output / "stacks/fr"),
+                str(since),
+            ]
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=FR_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -84,9 +102,11 @@ def run_fr_check(places, output, since: float) -> dict | None:
             text = out.stdout
         else:
             since_arg = shlex.quote(str(since))
-            script = ("f=/opt/harness-launch/fr_check.py; [ -f $f ] || "
-                      "f=/opt/harness/tuning/rank/fr_check.py; timeout "
-                      f"{FR_TIMEOUT_S} python3 $f /output/stacks/fr {since_arg}")  # fmt: skip
+            script = (
+                "f=/opt/harness-launch/fr_check.py; [ -f $f ] || "
+                "f=/opt/harness/tuning/rank/fr_check.py; timeout "
+                f"{FR_TIMEOUT_S} python3 $f /output/stacks/fr {since_arg}"
+            )
             text = node.sh(script)
         line = next((x for x in reversed(text.splitlines()) if x.startswith("{")), None)
         try:
@@ -104,13 +124,20 @@ def attach(found: dict, fr: dict | None) -> dict:
     if not fr.get("ok"):
         return {**found, "fr_trace": {"ran": False, "error": fr.get("error")}}
     first = (fr.get("flagged") or [None])[0]
-    out = {"ran": True, "ranks": fr.get("ranks"), "repaired": fr.get("repaired"),
-           "flagged": first, "alike": fr.get("alike", 0)}  # fmt: skip
+    out = {
+        "ran": True,
+        "ranks": fr.get("ranks"),
+        "repaired": fr.get("repaired"),
+        "flagged": first,
+        "alike": fr.get("alike", 0),
+    }
     if first:
         differs = ", ".join(f"rank {r}: {d['op']} {d['in']}" for r, d in first["differs"].items())
         missing = f"; missing ranks {first['missing']}" if first["missing"] else ""
-        out["said"] = (f"torch's fr_trace flags {first['op']} {first['in']} #{first['seq']}"
-                       f"{': ' + differs if differs else ''}{missing}")  # fmt: skip
+        out["said"] = (
+            f"torch's fr_trace flags {first['op']} {first['in']} #{first['seq']}"
+            f"{': ' + differs if differs else ''}{missing}"
+        )
         if found.get("seq") is not None:
             out["agrees"] = first["seq"] == found["seq"]
     else:

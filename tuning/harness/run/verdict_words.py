@@ -13,5 +13,4 @@ def ranks_text(ranks) -> str:
 
 def verdict(kind: str, culprits, evidence: str, rule: str, **more) -> dict:
     """{"class", "culprits", "evidence", "rule": "torch" (torch's own check) | "hand", ...}."""
-    return {"class": kind, "culprits": sorted(culprits), "evidence": evidence, "rule": rule,
-            **more}  # fmt: skip
+    return {"class": kind, "culprits": sorted(culprits), "evidence": evidence, "rule": rule, **more}

@@ -42,9 +42,12 @@ def check_run_id(run_id: str, limit: int = RUN_ID_MAX) -> str:
     LABEL_MAX for the ids commands derive from a checked one."""
     if len(run_id) <= limit and RUN_ID_RE.fullmatch(run_id):
         return run_id
-    why = (f"is {len(run_id)} characters, more than {limit}" if len(run_id) > limit
-           else "must be lower-case letters, digits and '-', starting and ending with a "
-                "letter or digit")  # fmt: skip
+    why = (
+        f"is {len(run_id)} characters, more than {limit}"
+        if len(run_id) > limit
+        else "must be lower-case letters, digits and '-', starting and ending with a "
+        "letter or digit"
+    )
     raise ValueError(f"RUN_ID={run_id!r} {why}; e.g. RUN_ID=my-run-2")
 
 
@@ -151,8 +154,17 @@ def read_fms_logs(output_dir: Path, utc_offset_s: int = 0) -> list[dict]:
             step_s = (
                 (t - prev["time"]) / (step - prev["step"]) if prev and step > prev["step"] else None
             )
-            out.append({"event": "step", "step": step, "loss": loss, "epoch": data.get("epoch"),
-                        "time": t, "step_s": step_s, "source": FMS_LOGS})  # fmt: skip
+            out.append(
+                {
+                    "event": "step",
+                    "step": step,
+                    "loss": loss,
+                    "epoch": data.get("epoch"),
+                    "time": t,
+                    "step_s": step_s,
+                    "source": FMS_LOGS,
+                }
+            )
     return out
 
 
@@ -178,9 +190,11 @@ def summarize(metrics: dict[int, list[dict]], t0: float) -> dict:
     warm = [s for s in rank0 if s["step"] > WARMUP_STEPS] or rank0
     warm_steps = {s["step"] for s in warm}
     tokens = sum(
-        s.get("tokens", 0) for lines in metrics.values() for s in steps(lines)
+        s.get("tokens", 0)
+        for lines in metrics.values()
+        for s in steps(lines)
         if s["step"] in warm_steps
-    )  # fmt: skip
+    )
     timed = [s["step_s"] for s in warm if s["step_s"] is not None]  # fms: none for its first
     seconds = sum(timed)
     return {
@@ -259,8 +273,10 @@ def status_of(
     broken = sorted(r for r, e in ends.items() if e.get("status") not in ("completed", "preempted"))
     stopped = sorted(r for r, e in ends.items() if e.get("status") == "preempted")
     if stopped and not broken:
-        return "preempted", (f"rank(s) {_ranks(stopped)} stopped early on SIGTERM and "
-                             "checkpointed; RESUME=1 continues from there")  # fmt: skip
+        return "preempted", (
+            f"rank(s) {_ranks(stopped)} stopped early on SIGTERM and "
+            "checkpointed; RESUME=1 continues from there"
+        )
     if broken:
         first = ends[broken[0]]  # its own words (e.g. the GPU guard's), so the summary says why
         why = f": {first['error']}" if first.get("error") else ""
@@ -292,8 +308,10 @@ def checkpoint_world_size(path: Path) -> int | None:
 
 
 def world_sizes_seen(metrics: dict[int, list[dict]]) -> dict[int, int | None]:
-    return {r: next((x["world_size"] for x in lines if "world_size" in x), None)
-            for r, lines in metrics.items()}  # fmt: skip
+    return {
+        r: next((x["world_size"] for x in lines if "world_size" in x), None)
+        for r, lines in metrics.items()
+    }
 
 
 def sharding_seen(metrics: dict[int, list[dict]]) -> dict[int, dict]:

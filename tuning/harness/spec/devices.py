@@ -70,8 +70,13 @@ def assumed(gpus: int, image: str = IMAGE) -> GpuPlan:
     )
 
 
-def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
-             lock_dir: Path | None = None, names: tuple[str, ...] = ()) -> GpuPlan:  # fmt: skip
+def for_host(
+    gpus: int | None,
+    image: str = IMAGE,
+    cuda: str | None = None,
+    lock_dir: Path | None = None,
+    names: tuple[str, ...] = (),
+) -> GpuPlan:
     """GPUS=N (None: every visible GPU) as free host GPUs; `names` (GPUS=device=i,j): those.
     GPUS=0 asks nothing of the host. Not free: held by another run of the harness (its lock:
     always refused), or busy (`busy`), unless the user named it."""
@@ -103,10 +108,16 @@ def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
     taken = picked or seen
     free = [g for g in taken if held[g.index] is None and (g.index in named or g.index not in busy)]
     if len(free) < n:
-        said = [f"GPU {g.index} by run {h.get('run_id', '?')} (harness pid {h.get('pid', '?')})"
-                for g in taken if (h := held[g.index]) is not None]  # fmt: skip
-        said += [f"GPU {g.index} busy: {busy[g.index]}" for g in taken
-                 if g.index in busy and g.index not in named and held[g.index] is None]  # fmt: skip
+        said = [
+            f"GPU {g.index} by run {h.get('run_id', '?')} (harness pid {h.get('pid', '?')})"
+            for g in taken
+            if (h := held[g.index]) is not None
+        ]
+        said += [
+            f"GPU {g.index} busy: {busy[g.index]}"
+            for g in taken
+            if g.index in busy and g.index not in named and held[g.index] is None
+        ]
         asked = f"GPUS=device={','.join(names)}" if names else f"GPUS={n}"
         of = f"{len(picked)} named" if names else f"{len(seen)} visible"
         raise HarnessError(
@@ -117,8 +128,10 @@ def for_host(gpus: int | None, image: str = IMAGE, cuda: str | None = None,
     chosen = tuple(free[:n])
     for g in chosen:
         if g.index in busy:
-            print(f"harness: GPU {g.index} is busy ({busy[g.index]}); taking it, as you named it",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"harness: GPU {g.index} is busy ({busy[g.index]}); taking it, as you named it",
+                file=sys.stderr,
+            )
     tag = image_recipes.resolve(image, "gpu", cuda)
     check_driver(inv.driver, chosen, tag)
     return GpuPlan(n, tag, tuple(str(g.index) for g in chosen), chosen, inv.driver)
@@ -135,8 +148,10 @@ def busy_why(gpu: nvidia.Gpu, apps: dict[str, list[nvidia.App]]) -> str | None:
     if apps.get(gpu.uuid):
         return "compute process(es) " + ", ".join(a.describe() for a in apps[gpu.uuid])
     if gpu.memory_used_mib is not None and gpu.memory_used_mib > BUSY_MIB:
-        return (f"{gpu.memory_used_mib} MiB of memory in use (more than {BUSY_MIB} MiB) by "
-                "a process nvidia-smi does not list here (another container's?)")  # fmt: skip
+        return (
+            f"{gpu.memory_used_mib} MiB of memory in use (more than {BUSY_MIB} MiB) by "
+            "a process nvidia-smi does not list here (another container's?)"
+        )
     return None
 
 
@@ -171,12 +186,17 @@ def check_driver(driver: str | None, gpus, tag: str) -> None:
         if any(g.compute_cap >= cap for g in gpus) and _version(need) > _version(floor):
             floor = need
     if _version(driver) < _version(floor):
-        fits = [r for r in image_recipes.CUDA.values() if r is not recipe
-                and _version(driver) >= _version(r.min_driver)]  # fmt: skip
+        fits = [
+            r
+            for r in image_recipes.CUDA.values()
+            if r is not recipe and _version(driver) >= _version(r.min_driver)
+        ]
         fix = "upgrade the NVIDIA driver" + (f" to {floor} or newer" if not fits else "")
         for r in fits:
-            fix += (f", or use the CUDA {r.cuda} image {r.tag}: `make image DEVICE=gpu "
-                    f"CUDA={r.cuda}`, then `make up CUDA={r.cuda} ...`")  # fmt: skip
+            fix += (
+                f", or use the CUDA {r.cuda} image {r.tag}: `make image DEVICE=gpu "
+                f"CUDA={r.cuda}`, then `make up CUDA={r.cuda} ...`"
+            )
         raise HarnessError(
             f"the NVIDIA driver here is {driver}; image {tag} runs CUDA {recipe.cuda}, which "
             f"needs driver {floor} or newer (R{floor.split('.')[0]}). Fix: {fix}"
@@ -184,8 +204,9 @@ def check_driver(driver: str | None, gpus, tag: str) -> None:
     old = [g for g in gpus if g.compute_cap < recipe.min_compute]
     if old:
         need = ".".join(map(str, recipe.min_compute))
-        named = ", ".join(f"{g.index} ({g.name}, compute {'.'.join(map(str, g.compute_cap))})"
-                          for g in old)  # fmt: skip
+        named = ", ".join(
+            f"{g.index} ({g.name}, compute {'.'.join(map(str, g.compute_cap))})" for g in old
+        )
         raise HarnessError(
             f"GPU {named}: "
             f"image {tag} (CUDA {recipe.cuda}) has kernels for compute capability {need} and "

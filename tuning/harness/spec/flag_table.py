@@ -35,9 +35,11 @@ class Flag:
         return self.var.lower()
 
 
-_KUBE_SHAPE = ("a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "
-               "container per pod; KIND=job is one pod with a container per rank, the shape of "
-               "LAYOUT=per-rank NETWORK=shared")  # fmt: skip
+_KUBE_SHAPE = (
+    "a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "
+    "container per pod; KIND=job is one pod with a container per rank, the shape of "
+    "LAYOUT=per-rank NETWORK=shared"
+)
 _BENCH_LAYOUTS = "bench runs every layout side by side; choose them with LAYOUTS=single,..."
 _FRESH = "every fault run starts afresh, so that what the fault did is all that happened"
 _HERE = "a run here writes to runs/<id>/output; a claim is a cluster's (make kube)"
@@ -45,9 +47,7 @@ _SOAK_FRESH = "a soak starts afresh and resumes from its own checkpoints after e
 
 TABLE = (
     # The job: what trains, the same in every command that runs or renders it.
-    Flag(
-        "JOB", "job file: trainer arguments in YAML (a foreign trainer's: its JSON)", JOB, "file"
-    ),  # fmt: skip
+    Flag("JOB", "job file: trainer arguments in YAML (a foreign trainer's: its JSON)", JOB, "file"),
     Flag(
         "MODEL",
         "model directory (default: the job file's model_name_or_path, else the demo's "
@@ -61,13 +61,13 @@ TABLE = (
         "(default: the job file's training_data_path, else the demo data); kube: as MODEL",
         JOB,
         "path",
-    ),  # fmt: skip
+    ),
     Flag(
         "CONFIG",
         "accelerate config (default configs/accelerate/fsdp.yaml; fsdp-cpu.yaml on CPU ranks)",
         JOB,
         "file",
-    ),  # fmt: skip
+    ),
     Flag(
         "SEED",
         "seed for init, data order and dropout; pool: a fresh draw of runs from it",
@@ -81,19 +81,19 @@ TABLE = (
         "harness (this repo's trainer, default) | fms (fms-hf-tuning 3.2.2 in its own image)",
         (*JOB, "image"),
         "name",
-    ),  # fmt: skip
+    ),
     Flag(
         "IMAGE",
         "the image the ranks run (a trainer of your own: with ENTRY)",
         (*JOB, "image", "gpus"),
         "img",
-    ),  # fmt: skip
+    ),
     Flag(
         "ENTRY",
         "your trainer: a script (train.py, in SRC) or a module (docs/your-job.md)",
         JOB,
         "x.py|mod",
-    ),  # fmt: skip
+    ),
     Flag(
         "ARGS",
         'ENTRY\'s command line, quoted whole: ARGS="--output_dir /output --learning_rate 1e-5"',
@@ -114,35 +114,35 @@ TABLE = (
         "(indices or UUIDs: those, busy or not); kube: N per pod",
         JOB,
         "N",
-    ),  # fmt: skip
+    ),
     Flag("NPROC", "CPU ranks when GPUS=0 (default 2); kube: per pod", JOB, "n"),
     Flag(
         "CUDA",
         "the GPU image's CUDA: 13.0 (default, driver R580+) or 12.8 (R525-R570)",
         (*JOB, "image", "gpus"),
         "12.8",
-    ),  # fmt: skip
+    ),
     Flag(
         "LAYOUT",
         "single (default) | per-rank | host",
         ("up", "fault", "soak"),
         "name",
         why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
-    ),  # fmt: skip
+    ),
     Flag(
         "NETWORK",
         "per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)",
         ("up", "fault", "soak"),
         "mode",
         why_not={"bench": _BENCH_LAYOUTS, "kube": _KUBE_SHAPE},
-    ),  # fmt: skip
+    ),
     Flag(
         "MEMORY",
         "memory limit per container, e.g. 8g (default: none)",
         RUN,
         "size",
         why_not={"kube": "a pod's memory is its requests per rank (kube_pod.py)"},
-    ),  # fmt: skip
+    ),
     Flag("PIDS", "process limit per container, e.g. 4096 (default: none)", RUN, "n"),
     # Restarts and resumes.
     Flag(
@@ -154,7 +154,7 @@ TABLE = (
             "bench": "a bench measures runs that are not restarted",
             "soak": "a soak restarts the group without a limit until DURATION is up",
         },
-    ),  # fmt: skip
+    ),
     Flag(
         "RESUME",
         "resume from RUNS/latest's newest checkpoint (checked and named first)",
@@ -191,20 +191,20 @@ TABLE = (
         "prefix (default pool)",
         (*JOB, "down", "logs", "stacks", "pool"),
         "id",
-    ),  # fmt: skip
+    ),
     Flag(
         "DRY_RUN",
         "print what would run, run nothing",
         ("up", "bench", "image", "pool"),
         switch=True,
         why_not={"kube": "kube renders and runs nothing unless REHEARSE=1"},
-    ),  # fmt: skip
+    ),
     Flag(
         "STALL",
         "dump every rank's stack after s s without progress (default max(60, 10 x step); 0: off)",
         ("up",),
         "s",
-    ),  # fmt: skip
+    ),
     # bench
     Flag(
         "REPEAT",
@@ -212,7 +212,7 @@ TABLE = (
         "bounds that keep a goal's false MET or MISSED at 3.7 %",
         ("bench",),
         "r",
-    ),  # fmt: skip
+    ),
     Flag(
         "BUDGET",
         "REPEAT=auto's cap on time: 900s, 15m, 1h (default 46m: the design's 30 rounds here)",
@@ -224,10 +224,10 @@ TABLE = (
         "the layouts, comma-separated, in run order (default: all four)",
         ("bench",),
         "a,b",
-    ),  # fmt: skip
+    ),
     Flag(
         "THREADS", "OMP_NUM_THREADS of every rank (default: cores // world size)", ("bench",), "n"
-    ),  # fmt: skip
+    ),
     # fault
     Flag("FAULT", "the failure to reproduce (docs/faults.md), or all", ("fault",), "kind"),
     Flag(
@@ -236,26 +236,26 @@ TABLE = (
         ("fault",),
         "i",
         why_not={"kube": "the rehearsal kills a pod: KILL=i"},
-    ),  # fmt: skip
+    ),
     Flag("AT_STEP", "the step to hit it at (default 12)", ("fault", "kube"), "k"),
     Flag(
         "RDZV_TIMEOUT",
         "seconds ranks wait for a missing peer at start (default TIMEOUT)",
         ("fault", "kube"),
         "s",
-    ),  # fmt: skip
+    ),
     Flag(
         "LATE",
         "late-master: seconds rank 0's node starts after the others (default 10)",
         ("fault",),
         "s",
-    ),  # fmt: skip
+    ),
     Flag(
         "PICK",
         "pool: the experiments to run, by number, e.g. 1,9,23 (default: all; DRY_RUN=1 lists them)",
         ("pool",),
         "n,m",
-    ),  # fmt: skip
+    ),
     # soak
     Flag(
         "MTBF",
@@ -300,13 +300,13 @@ TABLE = (
         "option 2)",
         ("kube",),
         "kind",
-    ),  # fmt: skip
+    ),
     Flag(
         "RESTART_POLICY",
         "PyTorchJob: Never | OnFailure | ExitCode (MAX_RESTARTS: backoffLimit)",
         ("kube",),
         "p",
-    ),  # fmt: skip
+    ),
     Flag(
         "OUTPUT_CLAIM",
         "an existing PersistentVolumeClaim mounted at /output (checkpoints outlive a pod; "
@@ -315,9 +315,7 @@ TABLE = (
         "pvc",
         why_not={c: _HERE for c in RUN},
     ),
-    Flag(
-        "REHEARSE", "also run the job's pods here, as Compose services", ("kube",), switch=True
-    ),  # fmt: skip
+    Flag("REHEARSE", "also run the job's pods here, as Compose services", ("kube",), switch=True),
     Flag(
         "GPU_HOURS_PER_FAILURE",
         "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
@@ -334,9 +332,7 @@ TABLE = (
         why_not={"fault": "make fault hits RANK=i with FAULT=kill"},
     ),
     # image
-    Flag(
-        "DEVICE", "cpu | gpu: which image (default: gpu when GPUs are visible)", ("image",), "d"
-    ),  # fmt: skip
+    Flag("DEVICE", "cpu | gpu: which image (default: gpu when GPUs are visible)", ("image",), "d"),
     Flag("REBUILD", "build the image even if it is up to date", ("image",), switch=True),
     # down, ps: this checkout's runs (its RUNS folder), unless ALL=1
     Flag(
@@ -344,7 +340,7 @@ TABLE = (
         "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
         ("down", "ps"),
         switch=True,
-    ),  # fmt: skip
+    ),
 )
 BY_VAR = {f.var: f for f in TABLE}
 BY_DEST = {f.dest: f for f in TABLE}

@@ -94,14 +94,21 @@ class RunFlags:
 
 
 # name: (the Makefile's variable, minimum) of every whole-number flag
-_WHOLE = {"steps": ("STEPS", 1), "seed": ("SEED", 0), "timeout": ("TIMEOUT", 1),
-          "gpus": ("GPUS", 0), "nproc": ("NPROC", 1), "max_restarts": ("MAX_RESTARTS", 0),
-          "pids": ("PIDS", 16)}  # fmt: skip
+_WHOLE = {
+    "steps": ("STEPS", 1),
+    "seed": ("SEED", 0),
+    "timeout": ("TIMEOUT", 1),
+    "gpus": ("GPUS", 0),
+    "nproc": ("NPROC", 1),
+    "max_restarts": ("MAX_RESTARTS", 0),
+    "pids": ("PIDS", 16),
+}
 
 
 def _typed(a: argparse.Namespace, cls: type) -> dict:
-    values = {f.name: getattr(a, f.name) for f in fields(cls)
-              if getattr(a, f.name, None) is not None}  # fmt: skip
+    values = {
+        f.name: getattr(a, f.name) for f in fields(cls) if getattr(a, f.name, None) is not None
+    }
     raw = str(values.get("gpus", ""))
     if raw.startswith(DEVICE):
         values["gpu_names"] = gpu_names(raw)
@@ -131,8 +138,10 @@ def gpu_names(raw: str) -> tuple[str, ...]:
     """GPUS=device=i,j,...: the host GPUs named by nvidia-smi index or UUID."""
     names = tuple(x.strip() for x in raw.removeprefix(DEVICE).split(",") if x.strip())
     if not names or len(set(names)) != len(names):
-        raise HarnessError(f"GPUS={raw!r} names no GPU, or one twice; e.g. GPUS=device=2,3 "
-                           "(nvidia-smi's indices or UUIDs)")  # fmt: skip
+        raise HarnessError(
+            f"GPUS={raw!r} names no GPU, or one twice; e.g. GPUS=device=2,3 "
+            "(nvidia-smi's indices or UUIDs)"
+        )
     return names
 
 
@@ -156,9 +165,13 @@ def _trainer_preset(f: RunFlags) -> RunFlags:
     entry = f.entry or None
     if trainer == "fms":
         default_job = Path(f.job) == trainers.DEFAULT_JOB
-        return replace(f, trainer=trainer, entry=entry or trainers.FMS_ENTRY,
-                       image=trainers.FMS_IMAGE if f.image == IMAGE else f.image,
-                       job=str(trainers.FMS_JOB) if default_job else f.job)  # fmt: skip
+        return replace(
+            f,
+            trainer=trainer,
+            entry=entry or trainers.FMS_ENTRY,
+            image=trainers.FMS_IMAGE if f.image == IMAGE else f.image,
+            job=str(trainers.FMS_JOB) if default_job else f.job,
+        )
     if entry and f.image == IMAGE and not f.src and not own_trainer.is_script(entry):
         raise HarnessError(
             f"ENTRY={entry} names a module: set IMAGE=<your image that has it>, or SRC=<the "
@@ -167,15 +180,20 @@ def _trainer_preset(f: RunFlags) -> RunFlags:
         )
     for var, value in (("ARGS", f.args), ("SRC", f.src)):
         if value and not entry:
-            raise HarnessError(f"{var}={value} is for a trainer of your own: set ENTRY=<your "
-                               "script or module> as well")  # fmt: skip
+            raise HarnessError(
+                f"{var}={value} is for a trainer of your own: set ENTRY=<your "
+                "script or module> as well"
+            )
     return replace(f, trainer=trainer, entry=entry)
 
 
 # What the harness would otherwise put into a job file, which a trainer taking ARGS never reads.
-_ARGS_OWN = {"steps": ("STEPS", "--max_steps"), "seed": ("SEED", "--seed"),
-             "timeout": ("TIMEOUT", "--ddp_timeout"),
-             "job": ("JOB", "your script's own config flag")}  # fmt: skip
+_ARGS_OWN = {
+    "steps": ("STEPS", "--max_steps"),
+    "seed": ("SEED", "--seed"),
+    "timeout": ("TIMEOUT", "--ddp_timeout"),
+    "job": ("JOB", "your script's own config flag"),
+}
 
 
 def _nothing_beside_args(a: argparse.Namespace, f: RunFlags) -> None:
@@ -184,9 +202,13 @@ def _nothing_beside_args(a: argparse.Namespace, f: RunFlags) -> None:
     by name, with where they go instead."""
     if own_trainer.words(f.args) is None:
         return
-    typed = [(var, where, getattr(a, name)) for name, (var, where) in _ARGS_OWN.items()
-             if getattr(a, name, None) not in (None, "")]  # fmt: skip
+    typed = [
+        (var, where, getattr(a, name))
+        for name, (var, where) in _ARGS_OWN.items()
+        if getattr(a, name, None) not in (None, "")
+    ]
     if typed:
         said = "; ".join(f"{var}={value}: put {where} in ARGS" for var, where, value in typed)
-        raise HarnessError(f"{said}. ARGS is ENTRY's whole command line; the harness adds "
-                           "nothing to it")  # fmt: skip
+        raise HarnessError(
+            f"{said}. ARGS is ENTRY's whole command line; the harness adds nothing to it"
+        )

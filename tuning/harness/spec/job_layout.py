@@ -36,8 +36,10 @@ class ClaimMount:
                 "digits, '-' and '.'; as `kubectl get pvc` lists it)"
             )
         if self.path.startswith("/") or ".." in self.path.split("/"):
-            raise LayoutError(f"{self.said_by}: {self.path!r} must be a path inside claim "
-                              f"{self.claim}, without '..'")  # fmt: skip
+            raise LayoutError(
+                f"{self.said_by}: {self.path!r} must be a path inside claim "
+                f"{self.claim}, without '..'"
+            )
 
 
 @dataclass(frozen=True)

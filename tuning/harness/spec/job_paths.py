@@ -61,7 +61,7 @@ class Source:
             "claim": f"{self.path} on claim {self.claim}",
             "demo": "the demo's " + ("tiny model" if self.var == "MODEL" else "data"),
         }
-        return f"{what[self.where]} ({self.said_by})"  # fmt: skip
+        return f"{what[self.where]} ({self.said_by})"
 
 
 def _job_value(job: dict, var: str) -> str | None:
@@ -135,8 +135,9 @@ def for_run(
     if path.exists():
         return Source(var, "host", str(path.resolve()), key)
     if own_image and path.is_absolute():
-        return Source(var, "image", value, key + " (not on this machine: taken as a path "
-                      "inside IMAGE)")  # fmt: skip
+        return Source(
+            var, "image", value, key + " (not on this machine: taken as a path inside IMAGE)"
+        )
     raise HarnessError(
         f"{key} is {value}, which is not on this machine; the ranks read only what is here "
         f"(bound into the containers) or inside the image: set {var}=<local path>, or fix "

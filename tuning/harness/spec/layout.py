@@ -71,17 +71,22 @@ TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/rank/torn.py, beside the launcher and t
 # faults, and torch's flight recorder analysis over the ranks' dumps. A module added there is
 # mounted with the others.
 RANK_FOLDER = Path(__file__).resolve().parents[2] / "rank"
-BESIDE_RECORDER = tuple(sorted(p.name for p in RANK_FOLDER.glob("*.py")
-                               if p.name not in ("__init__.py", "rank_record.py")))  # fmt: skip
+BESIDE_RECORDER = tuple(
+    sorted(
+        p.name for p in RANK_FOLDER.glob("*.py") if p.name not in ("__init__.py", "rank_record.py")
+    )
+)
 SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
 
 
 def launch_files(tuning: Path) -> dict[str, Path]:
     """What a foreign trainer finds in LAUNCH_DIR: each file's name there -> the file of
     `tuning` (the package folder) it is (Compose binds each; kube puts them in a ConfigMap)."""
-    return {Path(LAUNCHER).name: tuning / "launch.py",
-            Path(RANK_RECORD).name: tuning / "rank" / "rank_record.py",
-            **{name: tuning / "rank" / name for name in BESIDE_RECORDER}}  # fmt: skip
+    return {
+        Path(LAUNCHER).name: tuning / "launch.py",
+        Path(RANK_RECORD).name: tuning / "rank" / "rank_record.py",
+        **{name: tuning / "rank" / name for name in BESIDE_RECORDER},
+    }
 
 
 LABEL = "harness.run"  # on every container, network and volume of a run: its run id
@@ -189,9 +194,11 @@ class Layout:
         if self.gpu_uuids and len(self.gpu_uuids) != len(self.gpu_ids):
             raise LayoutError(f"{len(self.gpu_ids)} GPU ids but {len(self.gpu_uuids)} UUIDs")
         if self.entry and self.kind == "host":
-            raise LayoutError(f"ENTRY={self.entry} runs in a container (IMAGE, or the harness's "
-                              "with SRC); LAYOUT=host runs this repo's trainer only. Use "
-                              "LAYOUT=single or per-rank")  # fmt: skip
+            raise LayoutError(
+                f"ENTRY={self.entry} runs in a container (IMAGE, or the harness's "
+                "with SRC); LAYOUT=host runs this repo's trainer only. Use "
+                "LAYOUT=single or per-rank"
+            )
 
     @property
     def device(self) -> str:
@@ -203,8 +210,13 @@ class Layout:
 
     def record(self) -> dict:
         """What summary.json says of the layout."""
-        return {"layout": self.kind, "network": self.network, "device": self.device,
-                "world_size": self.world_size, "ranks_user": self.user}  # fmt: skip
+        return {
+            "layout": self.kind,
+            "network": self.network,
+            "device": self.device,
+            "world_size": self.world_size,
+            "ranks_user": self.user,
+        }
 
     @property
     def shared_namespaces(self) -> bool:

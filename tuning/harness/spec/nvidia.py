@@ -16,14 +16,19 @@ from dataclasses import dataclass
 
 from tuning.harness.errors import HarnessError
 
-QUERY = ["nvidia-smi", "--format=csv,noheader",
-         "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current,"
-         "memory.used"]  # fmt: skip
+QUERY = [
+    "nvidia-smi",
+    "--format=csv,noheader",
+    "--query-gpu=index,uuid,name,driver_version,compute_cap,mig.mode.current,memory.used",
+]
 # The processes with a compute context on each GPU (`nvidia-smi --help-query-compute-apps`);
 # the name last, as it is free text. One of another PID namespace (another container) may
 # not be listed at all: memory.used still counts it.
-APPS = ["nvidia-smi", "--format=csv,noheader",
-        "--query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name"]  # fmt: skip
+APPS = [
+    "nvidia-smi",
+    "--format=csv,noheader",
+    "--query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name",
+]
 LIST = ["nvidia-smi", "-L"]
 NONE = ("none", "void", "")  # NVIDIA_VISIBLE_DEVICES values that mean no GPU (the toolkit's)
 
@@ -75,8 +80,16 @@ def inventory() -> Inventory:
             raise HarnessError(f"`{' '.join(QUERY)}` gave {', '.join(row)!r}; expected 7 fields")
         index, uuid, *name, _driver, cap, mig, used = (x.strip() for x in row)
         major, _, minor = cap.partition(".")
-        gpus.append(Gpu(int(index), uuid, ", ".join(name), (int(major), int(minor or 0)),
-                        mig == "Enabled" or int(index) in with_mig, _mib(used)))  # fmt: skip
+        gpus.append(
+            Gpu(
+                int(index),
+                uuid,
+                ", ".join(name),
+                (int(major), int(minor or 0)),
+                mig == "Enabled" or int(index) in with_mig,
+                _mib(used),
+            )
+        )
     return Inventory(tuple(gpus), rows[0][3].strip() if rows else None)
 
 

@@ -70,9 +70,15 @@ def threads_per_rank(world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // world_size)
 
 
-def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
-                env: Env | None = None, model: Source | None = None,
-                data: Source | None = None) -> Layout:  # fmt: skip
+def layout_from(
+    f: RunFlags,
+    run_id: str,
+    run_dir: Path,
+    plan: GpuPlan,
+    env: Env | None = None,
+    model: Source | None = None,
+    data: Source | None = None,
+) -> Layout:
     """The run's Layout, made once with all it needs: `env(world size, output dir)` gives the
     variables a command adds for its ranks (bench's probe, fault's pacing); `model` and `data`
     where the ranks find them (job_paths; host paths are bound into the containers)."""
@@ -96,16 +102,29 @@ def layout_from(f: RunFlags, run_id: str, run_dir: Path, plan: GpuPlan,
     own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     try:
         return Layout(
-            secrets=secrets, extra_env=extra,
-            kind=f.layout, gpus=plan.count, gpu_ids=plan.ids, nproc=nproc, run_id=run_id,
+            secrets=secrets,
+            extra_env=extra,
+            kind=f.layout,
+            gpus=plan.count,
+            gpu_ids=plan.ids,
+            nproc=nproc,
+            run_id=run_id,
             gpu_uuids=tuple(g.uuid for g in plan.chosen),
-            image=plan.image, port=free_port() if f.layout == "host" else PORT,
-            network=f.network, model=_host(model), data=_host(data),
-            run_dir=str(run_dir), max_restarts=f.max_restarts,
-            memory=f.memory, pids=f.pids, **ranks,
-            entry=own and own.entry, src=own and own.src, args=own and own.args,
+            image=plan.image,
+            port=free_port() if f.layout == "host" else PORT,
+            network=f.network,
+            model=_host(model),
+            data=_host(data),
+            run_dir=str(run_dir),
+            max_restarts=f.max_restarts,
+            memory=f.memory,
+            pids=f.pids,
+            **ranks,
+            entry=own and own.entry,
+            src=own and own.src,
+            args=own and own.args,
             recorder_steps=not trainers.logs_own_steps(f.trainer),
-        )  # fmt: skip
+        )
     except LayoutError as e:
         raise HarnessError(str(e)) from None
 
@@ -134,15 +153,25 @@ def load_job(path: Path) -> dict:
     return trainers.load_job(path)
 
 
-def job_for(layout: Layout, base: dict, model: Source, data: Source, steps: int | None,
-            seed: int | None, timeout: int | None, resume: bool) -> dict:  # fmt: skip
+def job_for(
+    layout: Layout,
+    base: dict,
+    model: Source,
+    data: Source,
+    steps: int | None,
+    seed: int | None,
+    timeout: int | None,
+    resume: bool,
+) -> dict:
     """The trainer's job: the job file's, with the paths where the ranks find the model, the
     data and the output, and the run's flags. A foreign trainer resumes by itself (fms)."""
     job = dict(base)
     job.setdefault("torch_dtype", devices.DTYPE[layout.device])
-    job.update(model_name_or_path=job_paths.rank_path(model, layout),
-               training_data_path=job_paths.rank_path(data, layout),
-               output_dir=layout.output_dir)  # fmt: skip
+    job.update(
+        model_name_or_path=job_paths.rank_path(model, layout),
+        training_data_path=job_paths.rank_path(data, layout),
+        output_dir=layout.output_dir,
+    )
     for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
         if value is not None:
             job[key] = value
@@ -151,12 +180,19 @@ def job_for(layout: Layout, base: dict, model: Source, data: Source, steps: int 
     return job
 
 
-def job_of_file(layout: Layout, path: Path, steps: int | None = None, seed: int | None = None,
-                timeout: int | None = None, resume: bool = False) -> dict:  # fmt: skip
+def job_of_file(
+    layout: Layout,
+    path: Path,
+    steps: int | None = None,
+    seed: int | None = None,
+    timeout: int | None = None,
+    resume: bool = False,
+) -> dict:
     """job_for of a job file run here with no MODEL or DATA: its own paths, else the demo's."""
     base = load_job(path)
-    model, data = (job_paths.for_run(v, None, base, path, bool(layout.entry))
-                   for v in ("MODEL", "DATA"))  # fmt: skip
+    model, data = (
+        job_paths.for_run(v, None, base, path, bool(layout.entry)) for v in ("MODEL", "DATA")
+    )
     return job_for(layout, base, model, data, steps, seed, timeout, resume)
 
 
@@ -197,8 +233,10 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     with_args = own_trainer.words(f.args) is not None  # ENTRY takes ARGS, reads no job file
     base = {} if with_args else load_job(Path(f.job))
     own_image = bool(f.entry)  # a path not here may be inside the user's own image
-    model, data = (job_paths.for_run(v, getattr(f, v.lower()), base, Path(f.job), own_image)
-                   for v in ("MODEL", "DATA"))  # fmt: skip
+    model, data = (
+        job_paths.for_run(v, getattr(f, v.lower()), base, Path(f.job), own_image)
+        for v in ("MODEL", "DATA")
+    )
     layout = layout_from(f, run_id, runs_root / run_id, plan, env, model, data)
     preflight.check_runs_dir(runs_root)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
@@ -219,9 +257,18 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     extra.update({s.var.lower(): s.describe() for s in sources})
     if plan.chosen:
         extra["gpus"] = plan.record()
-    return Spec(layout, job, config, runs_root, f.grace, resume_from=resume_from,
-                user_config=bool(f.config), plan=plan, sources=sources,
-                summary_extra=extra)  # fmt: skip
+    return Spec(
+        layout,
+        job,
+        config,
+        runs_root,
+        f.grace,
+        resume_from=resume_from,
+        user_config=bool(f.config),
+        plan=plan,
+        sources=sources,
+        summary_extra=extra,
+    )
 
 
 def args_job(layout: Layout) -> dict:
@@ -253,13 +300,17 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
     complete = [c for c in found if torn.missing(c) is None]
     if not complete:
         why = "; ".join(f"{c.name}: {torn.missing(c)}" for c in found)
-        raise HarnessError(f"{what}: run {previous.name} has no complete checkpoint in its output"
-                           f"{f' ({why})' if why else ''}; start afresh without RESUME, or name "
-                           "a run that saved one")  # fmt: skip
+        raise HarnessError(
+            f"{what}: run {previous.name} has no complete checkpoint in its output"
+            f"{f' ({why})' if why else ''}; start afresh without RESUME, or name "
+            "a run that saved one"
+        )
     newest = complete[-1]
     for c in found[found.index(newest) + 1 :]:
-        print(f"harness: {c.name} of run {previous.name} is incomplete ({torn.missing(c)}): "
-              "it is moved aside in this run, never loaded")  # fmt: skip
+        print(
+            f"harness: {c.name} of run {previous.name} is incomplete ({torn.missing(c)}): "
+            "it is moved aside in this run, never loaded"
+        )
     saved_by = runs.checkpoint_world_size(newest)
     if saved_by and saved_by != layout.world_size:
         raise HarnessError(
@@ -268,8 +319,10 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
             "or start afresh"
         )
     status = runs.read_json(previous / "summary.json").get("status", "no summary")
-    print(f"harness: resuming from run {previous.name} ({status}): {newest.name}, saved by "
-          f"{saved_by or '?'} rank(s)")  # fmt: skip
+    print(
+        f"harness: resuming from run {previous.name} ({status}): {newest.name}, saved by "
+        f"{saved_by or '?'} rank(s)"
+    )
     return previous
 
 

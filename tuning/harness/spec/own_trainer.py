@@ -78,11 +78,14 @@ def resolve(entry: str, src: str | None, raw_args: str | None, image: str) -> Ow
     folder = _folder(src) if src else None
     if not is_script(entry):
         if not MODULE.fullmatch(entry):
-            raise HarnessError(f"ENTRY={entry!r} is neither a module (my_pkg.train) nor a "
-                               "script (train.py)")  # fmt: skip
+            raise HarnessError(
+                f"ENTRY={entry!r} is neither a module (my_pkg.train) nor a script (train.py)"
+            )
         if folder and image == IMAGE and not _module_in(folder, entry):
-            raise HarnessError(f"ENTRY={entry}: no such module in SRC={src} (looked for "
-                               f"{entry.replace('.', '/')}.py and its package)")  # fmt: skip
+            raise HarnessError(
+                f"ENTRY={entry}: no such module in SRC={src} (looked for "
+                f"{entry.replace('.', '/')}.py and its package)"
+            )
         return OwnTrainer(entry, str(folder) if folder else None, args)
     path = Path(entry).expanduser()
     if folder:
@@ -92,8 +95,10 @@ def resolve(entry: str, src: str | None, raw_args: str | None, image: str) -> Ow
             return OwnTrainer(str(PurePosixPath(SRC_DIR, rel.as_posix())), str(folder), args)
         if host.exists() or not path.is_absolute():
             where = "is outside" if host.exists() else "is not a file in"
-            raise HarnessError(f"ENTRY={entry} {where} SRC={src}: only SRC is bound into the "
-                               "containers; name a script in it (ENTRY=train.py)")  # fmt: skip
+            raise HarnessError(
+                f"ENTRY={entry} {where} SRC={src}: only SRC is bound into the "
+                "containers; name a script in it (ENTRY=train.py)"
+            )
         if image == IMAGE:
             raise HarnessError(
                 f"ENTRY={entry}: no such script on this machine, and the harness "
@@ -116,8 +121,10 @@ def resolve(entry: str, src: str | None, raw_args: str | None, image: str) -> Ow
 def _folder(src: str) -> Path:
     folder = Path(src).expanduser().resolve()
     if not folder.is_dir():
-        raise HarnessError(f"SRC={src}: no such folder on this machine (your code's folder, "
-                           "bound read-only at /src)")  # fmt: skip
+        raise HarnessError(
+            f"SRC={src}: no such folder on this machine (your code's folder, "
+            "bound read-only at /src)"
+        )
     return folder
 
 

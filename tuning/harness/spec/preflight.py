@@ -73,8 +73,10 @@ def check_data(path: str | None, cfg: SFTConfig, model: str | None = None) -> No
         if columns is not None:
             check_columns(path, columns, **fmt)
         checked = "its columns checked" if columns is not None else "not read here"
-        print(f"harness: note: DATA={path}: {describe(path)}, {checked} (no `{missing}` in this"
-              " environment); the trainer checks its records before training")  # fmt: skip
+        print(
+            f"harness: note: DATA={path}: {describe(path)}, {checked} (no `{missing}` in this"
+            " environment); the trainer checks its records before training"
+        )
     except DataError as e:
         raise HarnessError(f"DATA: {e}") from None
 
@@ -129,9 +131,21 @@ def check_accelerate_config(path: Path, image: str | None) -> None:
         )
         return
     if image:
-        cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
-               "-v", f"{path.resolve()}:/cfg.yaml:ro", image, "-c", CHECK_ACCELERATE,
-               "/cfg.yaml"]  # fmt: skip
+        cmd = [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "python",
+            "-v",
+            f"{path.resolve()}:/cfg.yaml:ro",
+            image,
+            "-c",
+            CHECK_ACCELERATE,
+            "/cfg.yaml",
+        ]
     else:
         cmd = [sys.executable, "-c", CHECK_ACCELERATE, str(path)]
     out = subprocess.run(cmd, capture_output=True, text=True)

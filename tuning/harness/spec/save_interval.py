@@ -56,11 +56,13 @@ class Advice:
 
     def sentence(self, restart_said: str = "") -> str:
         rate = f"{self.gpu_hours_per_failure:,.0f}"
-        return (f"{self.gpus} GPUs at one failure per {rate} GPU-hours: a failure every "
-                f"{duration(self.mtbf_s)}; your save takes {seconds(self.save_s)} and a restart "
-                f"{duration(self.restart_s)}{restart_said}: save every {duration(self.tau_s)} "
-                f"({self.save_steps:,} steps at your {self.step_s:.3g} s step); ETT "
-                f"{100 * self.ett:.1f} %")  # fmt: skip
+        return (
+            f"{self.gpus} GPUs at one failure per {rate} GPU-hours: a failure every "
+            f"{duration(self.mtbf_s)}; your save takes {seconds(self.save_s)} and a restart "
+            f"{duration(self.restart_s)}{restart_said}: save every {duration(self.tau_s)} "
+            f"({self.save_steps:,} steps at your {self.step_s:.3g} s step); ETT "
+            f"{100 * self.ett:.1f} %"
+        )
 
 
 def seconds(s: float) -> str:
@@ -115,8 +117,10 @@ def advise(job: dict, devices: int, measured_in, rate: float, take: bool) -> dic
 
     advice = measured_in and from_run(measured_in, devices, rate)
     if not advice:
-        print("harness: save interval: no run of this job with a save measured here; run it "
-              "(make up JOB=...) for the advice")  # fmt: skip
+        print(
+            "harness: save interval: no run of this job with a save measured here; run it "
+            "(make up JOB=...) for the advice"
+        )
         if take:
             raise HarnessError("SAVE_ADVISED=1 needs a run of this job here that saved")
         return job

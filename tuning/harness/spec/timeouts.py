@@ -49,8 +49,7 @@ class Measured:
     rendezvous_spread_s: float | None  # first to last rank to join the group
 
     def slowest(self) -> tuple[str, float] | None:
-        named = [("step", self.slowest_step_s), ("save", self.save_s),
-                 ("evaluation", self.eval_s)]  # fmt: skip
+        named = [("step", self.slowest_step_s), ("save", self.save_s), ("evaluation", self.eval_s)]
         named = [(n, v) for n, v in named if v is not None]
         return max(named, key=lambda x: x[1]) if named else None
 
@@ -66,16 +65,24 @@ def measured(run_dir: Path) -> Measured | None:
     saves = [x["save_s"] for x in lines if x.get("event") == "checkpoint" and "save_s" in x]
     if not saves:  # a trainer that does not time its saves: from its step line to its save
         at = {(x["rank"], x["step"]): x["time"] for x in steps if "rank" in x}
-        saves = [x["time"] - at[key] for x in lines if x.get("event") == "checkpoint"
-                 and (key := (x.get("rank"), x.get("step"))) in at]  # fmt: skip
+        saves = [
+            x["time"] - at[key]
+            for x in lines
+            if x.get("event") == "checkpoint" and (key := (x.get("rank"), x.get("step"))) in at
+        ]
     evals = [x["eval_s"] for x in lines if x.get("event") == "evaluation" and "eval_s" in x]
     joined = [
         x["time"] for x in lines if (x.get("event"), x.get("name")) == ("phase", "rendezvous")
     ]
     median = statistics.median(step_s) if step_s else None
-    return Measured(run_dir.name, median, max(step_s, default=None), max(saves, default=None),
-                    max(evals, default=None),
-                    round(max(joined) - min(joined), 1) if len(joined) > 1 else None)  # fmt: skip
+    return Measured(
+        run_dir.name,
+        median,
+        max(step_s, default=None),
+        max(saves, default=None),
+        max(evals, default=None),
+        round(max(joined) - min(joined), 1) if len(joined) > 1 else None,
+    )
 
 
 def _to_set(seconds: float) -> int:
@@ -89,37 +96,47 @@ def check(t: Timeouts, m: Measured | None) -> list[str]:
     out = []
     if t.stall_s and t.stall_s >= t.collective_s:
         half = int(t.collective_s // 2)
-        out.append(f"the stall watch waits {t.stall_s:.0f} s, the collective timeout only "
-                   f"{t.collective_s:.0f} s: a stuck collective fails the ranks before the "
-                   f"watch can say where they are; set STALL={half}")  # fmt: skip
+        out.append(
+            f"the stall watch waits {t.stall_s:.0f} s, the collective timeout only "
+            f"{t.collective_s:.0f} s: a stuck collective fails the ranks before the "
+            f"watch can say where they are; set STALL={half}"
+        )
     if m is None:
         return out
     src = f"(run {m.run_id})"
     slow = m.slowest()
     if slow and MARGIN * slow[1] > t.collective_s:
         what, s = slow
-        out.append(f"your slowest {what} took {s:.1f} s {src} and the collective timeout is "
-                   f"{t.collective_s:.0f} s: ranks waiting in the next collective while one "
-                   f"rank is that slow (a {what} a little slower on a cluster) time out and the "
-                   f"job fails; set TIMEOUT={_to_set(s)} (ddp_timeout)")  # fmt: skip
+        out.append(
+            f"your slowest {what} took {s:.1f} s {src} and the collective timeout is "
+            f"{t.collective_s:.0f} s: ranks waiting in the next collective while one "
+            f"rank is that slow (a {what} a little slower on a cluster) time out and the "
+            f"job fails; set TIMEOUT={_to_set(s)} (ddp_timeout)"
+        )
     if slow and t.stall_s and slow[1] >= t.stall_s:
         what, s = slow
-        out.append(f"your slowest {what} took {s:.1f} s {src}, longer than the stall time "
-                   f"{t.stall_s:.0f} s: the watch will dump every rank's stack during a healthy "
-                   f"{what}; set STALL={_to_set(s)}")  # fmt: skip
+        out.append(
+            f"your slowest {what} took {s:.1f} s {src}, longer than the stall time "
+            f"{t.stall_s:.0f} s: the watch will dump every rank's stack during a healthy "
+            f"{what}; set STALL={_to_set(s)}"
+        )
     if m.rendezvous_spread_s and MARGIN * m.rendezvous_spread_s > t.rendezvous_s:
-        out.append(f"the ranks joined {m.rendezvous_spread_s:.1f} s apart {src} and the "
-                   f"rendezvous waits {t.rendezvous_s:.0f} s: a node that starts that much later "
-                   f"on a cluster (an image pull, a busy node) fails the start; set "
-                   f"RDZV_TIMEOUT={_to_set(m.rendezvous_spread_s)}")  # fmt: skip
+        out.append(
+            f"the ranks joined {m.rendezvous_spread_s:.1f} s apart {src} and the "
+            f"rendezvous waits {t.rendezvous_s:.0f} s: a node that starts that much later "
+            f"on a cluster (an image pull, a busy node) fails the start; set "
+            f"RDZV_TIMEOUT={_to_set(m.rendezvous_spread_s)}"
+        )
     if t.grace_period_s is not None and m.save_s is not None:
         need = m.save_s + (m.slowest_step_s or 0)
         if need > t.grace_period_s:
-            out.append(f"a preempted pod gets {t.grace_period_s:.0f} s "
-                       f"(terminationGracePeriodSeconds) and your save took {m.save_s:.1f} s "
-                       f"after a step of {m.slowest_step_s or 0:.1f} s {src}: it will be killed "
-                       f"mid-save; set terminationGracePeriodSeconds: {_to_set(need)} in the "
-                       "pod spec")  # fmt: skip
+            out.append(
+                f"a preempted pod gets {t.grace_period_s:.0f} s "
+                f"(terminationGracePeriodSeconds) and your save took {m.save_s:.1f} s "
+                f"after a step of {m.slowest_step_s or 0:.1f} s {src}: it will be killed "
+                f"mid-save; set terminationGracePeriodSeconds: {_to_set(need)} in the "
+                "pod spec"
+            )
     return out
 
 

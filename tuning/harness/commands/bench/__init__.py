@@ -64,10 +64,14 @@ PROBE_SECONDS = 2.0
 BENCH_JOB = trainers.CONFIGS / "jobs/bench.yaml"
 BENCH_WORDS, BENCH_RECORDS = 64, 2048
 BENCH_DATA = HOST_ASSETS / f"bench-w{BENCH_WORDS}.jsonl"
-FOREIGN_NO_PROBE = ("skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
-                    "a foreign trainer's image (TRAINER=fms, ENTRY=...)")  # fmt: skip
-FOREIGN_NO_HOST = ("host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
-                   "trainer runs only in its own image")  # fmt: skip
+FOREIGN_NO_PROBE = (
+    "skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
+    "a foreign trainer's image (TRAINER=fms, ENTRY=...)"
+)
+FOREIGN_NO_HOST = (
+    "host skipped: LAYOUT=host runs this repo's trainer from .venv; a foreign "
+    "trainer runs only in its own image"
+)
 
 
 def register(sub) -> None:
@@ -76,11 +80,18 @@ def register(sub) -> None:
     )
     # The run flags are flag_table's; the probe's sizes are the bench's alone.
     p.add_argument("--probe-min-bytes", type=int, default=PROBE_MIN_BYTES)
-    p.add_argument("--probe-max-bytes", type=int, default=None,
-                   help="largest all_reduce of the probe (default 256 MiB on GPUs, 16 MiB on "
-                   "CPU ranks)")  # fmt: skip
-    p.add_argument("--probe-seconds", type=float, default=PROBE_SECONDS,
-                   help="the probe's time budget per size (--max-seconds-per-size)")  # fmt: skip
+    p.add_argument(
+        "--probe-max-bytes",
+        type=int,
+        default=None,
+        help="largest all_reduce of the probe (default 256 MiB on GPUs, 16 MiB on CPU ranks)",
+    )
+    p.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=PROBE_SECONDS,
+        help="the probe's time budget per size (--max-seconds-per-size)",
+    )
     p.set_defaults(fn=main)
 
 
@@ -109,13 +120,25 @@ def _probe_max(a: argparse.Namespace, f: RunFlags) -> int:
 def _probe_args(a: argparse.Namespace, f: RunFlags, out_dir: str) -> str:
     top = _probe_max(a, f)
     if a.probe_min_bytes < 4 or a.probe_min_bytes % 4 or top < a.probe_min_bytes:
-        raise HarnessError("--probe-min-bytes must be a positive multiple of 4, at most "
-                           "--probe-max-bytes")  # fmt: skip
+        raise HarnessError(
+            "--probe-min-bytes must be a positive multiple of 4, at most --probe-max-bytes"
+        )
     if a.probe_seconds <= 0:
         raise HarnessError("--probe-seconds must be positive")
-    return shlex.join(["--out", out_dir, "--min-bytes", str(a.probe_min_bytes),
-                       "--max-bytes", str(top), "--iters", str(PROBE_ITERS),
-                       "--max-seconds-per-size", str(a.probe_seconds)])  # fmt: skip
+    return shlex.join(
+        [
+            "--out",
+            out_dir,
+            "--min-bytes",
+            str(a.probe_min_bytes),
+            "--max-bytes",
+            str(top),
+            "--iters",
+            str(PROBE_ITERS),
+            "--max-seconds-per-size",
+            str(a.probe_seconds),
+        ]
+    )
 
 
 def _workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
@@ -125,13 +148,15 @@ def _workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
         return f
     if f.data:
         return replace(f, job=str(BENCH_JOB))
-    lifecycle.host_asset(BENCH_DATA, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words",
-                         str(BENCH_WORDS))  # fmt: skip
+    lifecycle.host_asset(
+        BENCH_DATA, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
+    )
     return replace(f, job=str(BENCH_JOB), data=str(BENCH_DATA))
 
 
-def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
-          threads: int) -> options.Spec:  # fmt: skip
+def _spec(
+    a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool, threads: int
+) -> options.Spec:
     """The spec of one layout run: the user's job in layout `name`, or the probe under it;
     layout runs live inside the bench's directory."""
     shape = LAYOUTS[name]
@@ -150,8 +175,9 @@ def _spec(a, f: RunFlags, bench_dir: Path, run_id: str, name: str, probe: bool,
     return replace(options.spec_from(f, run_id, env), quiet=not sys.stdout.isatty())
 
 
-def _plan(bench_id: str, names: list[str], rnd: int,
-          whats=("train", "probe")) -> list[tuple[int, str, str, str]]:  # fmt: skip
+def _plan(
+    bench_id: str, names: list[str], rnd: int, whats=("train", "probe")
+) -> list[tuple[int, str, str, str]]:
     """Round `rnd`'s runs [(round, layout name, "train"|"probe", run id)]: every train, then
     every probe."""
     return [
@@ -221,7 +247,7 @@ def main(a: argparse.Namespace) -> int:
             "min_bytes": a.probe_min_bytes,
             "max_bytes": _probe_max(a, f),
             "max_seconds_per_size": a.probe_seconds,
-        },  # fmt: skip
+        },
         "peak_memory": "per rank: the largest peak_rss_bytes (CUDA: max_memory_allocated) "
         "of its step lines",
         "host_cpus": os.cpu_count(),
@@ -239,7 +265,7 @@ def main(a: argparse.Namespace) -> int:
             }
             if f.entry
             else {}
-        ),  # fmt: skip
+        ),
         "image": f.image,
         "runs": [],
         "interrupted": False,
@@ -260,24 +286,38 @@ def main(a: argparse.Namespace) -> int:
     repeats: dict[str, list[dict]] = {n: [] for n in names}  # repeat i = round i
     status = 0
     old_term = signal.signal(signal.SIGTERM, _sigterm)
-    raw = {"schema_version": 1, "meta": meta,
-           "layouts": [{"name": n, "repeats": repeats[n]} for n in names]}  # fmt: skip
+    raw = {
+        "schema_version": 1,
+        "meta": meta,
+        "layouts": [{"name": n, "repeats": repeats[n]} for n in names],
+    }
     try:
         while rounds.next_round(raw):
             rnd = rounds.done - 1
             for item in _plan(bench_id, rounds.layouts(names), rnd, whats):
                 _, name, what, run_id = item
-                where = (f"round {rnd + 1}/{rounds.planned}{'+' if rounds.auto else ''}, "
-                         f"{name} {what}")  # fmt: skip
+                where = (
+                    f"round {rnd + 1}/{rounds.planned}{'+' if rounds.auto else ''}, {name} {what}"
+                )
                 if sys.stdout.isatty():
                     print(f"\nbench: {where}", flush=True)
                 t_run = time.monotonic()
                 summary = lifecycle.start(spec(item))
                 if not sys.stdout.isatty():
-                    print(f"bench: {where}: {summary['status']} in "
-                          f"{time.monotonic() - t_run:.1f} s ({run_id})", flush=True)  # fmt: skip
-                meta["runs"].append({"run_id": run_id, "round": rnd + 1, "layout": name,
-                                     "what": what, "status": summary["status"]})  # fmt: skip
+                    print(
+                        f"bench: {where}: {summary['status']} in "
+                        f"{time.monotonic() - t_run:.1f} s ({run_id})",
+                        flush=True,
+                    )
+                meta["runs"].append(
+                    {
+                        "run_id": run_id,
+                        "round": rnd + 1,
+                        "layout": name,
+                        "what": what,
+                        "status": summary["status"],
+                    }
+                )
                 if summary["status"] == "interrupted":
                     meta["interrupted"] = True
                     raise KeyboardInterrupt  # its partial figures would bias the report
@@ -300,8 +340,10 @@ def main(a: argparse.Namespace) -> int:
 
 
 def _dry_run(plan, checked, meta) -> int:
-    print(f"bench {meta['bench_id']}: {meta['rounds']} over {', '.join(meta['layouts'])}; "
-          f"OMP_NUM_THREADS={meta['omp_num_threads']}")  # fmt: skip
+    print(
+        f"bench {meta['bench_id']}: {meta['rounds']} over {', '.join(meta['layouts'])}; "
+        f"OMP_NUM_THREADS={meta['omp_num_threads']}"
+    )
     for rnd, name, what, run_id in plan:
         print(f"  round {rnd + 1}: {name} {what} -> {run_id}")
     for (name, what), spec in checked.items():

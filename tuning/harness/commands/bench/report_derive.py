@@ -36,8 +36,14 @@ from tuning.harness.commands.bench.report_stats import paired
 from tuning.harness.commands.bench.stopping import Design, from_meta
 from tuning.shared.transport import probe_transport
 
-PHASES = ("container_start_s", "launcher_s", "imports_s", "rendezvous_s", "model_load_s",
-          "first_step_s")  # fmt: skip
+PHASES = (
+    "container_start_s",
+    "launcher_s",
+    "imports_s",
+    "rendezvous_s",
+    "model_load_s",
+    "first_step_s",
+)
 REFERENCES = ("host", "single")
 
 
@@ -180,10 +186,11 @@ def derive(report: dict, design: Design | None = None) -> dict:
     empty = {"median": None, "pairs": 0, "interval": None, "per_round": []}
     for name, d in derived["layouts"].items():
         d["ratios"] = {
-            metric: {ref: paired(per[name][metric], per[ref][metric]) if ref in per else empty
-                     for ref in REFERENCES}
-            for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s",
-                           "launch_to_first_step_s")
-        }  # fmt: skip
+            metric: {
+                ref: paired(per[name][metric], per[ref][metric]) if ref in per else empty
+                for ref in REFERENCES
+            }
+            for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s", "launch_to_first_step_s")
+        }
     derived["goals"] = goals(report, derived, per, design or from_meta(report.get("meta")))
     return derived

@@ -66,8 +66,10 @@ def _step_cause(report: dict, derived: dict, per: dict) -> str:
     shown = f"busbw ratio single/host {bw['median']:.3f} {_iv(bw, '.3f')}"
     if bw["interval"] and bw["interval"][1] < 1.0:
         return f"the collective is slower ({shown}); " + _transport_cause(derived, "single", "host")
-    return (f"no measured part explains it: the collective is not slower beyond its "
-            f"uncertainty ({shown}); the rest is the step's compute.")  # fmt: skip
+    return (
+        f"no measured part explains it: the collective is not slower beyond its "
+        f"uncertainty ({shown}); the rest is the step's compute."
+    )
 
 
 def _phase_cause(report: dict, derived: dict, per: dict) -> str:
@@ -90,14 +92,40 @@ def _phase_cause(report: dict, derived: dict, per: dict) -> str:
 
 # (name, layout, reference, per-round figure, paired by, target, op, unit, cause of a miss)
 GOALS = (
-    ("single/host steady step time", "single", "host", "step_s", "ratio", GOAL_STEP_RATIO,
-     "<=", "", _step_cause),
-    ("per-rank-shared/single busbw at largest size", "per-rank-shared", "single",
-     "busbw_largest_GBps", "ratio", GOAL_BUSBW_RATIO, ">=", "",
-     lambda report, derived, per: _transport_cause(derived, "per-rank-shared", "single")),
-    ("single - host launch-to-first-step", "single", "host", "launch_to_first_step_s",
-     "difference", GOAL_LAUNCH_DELTA_S, "<=", " s", _phase_cause),
-)  # fmt: skip
+    (
+        "single/host steady step time",
+        "single",
+        "host",
+        "step_s",
+        "ratio",
+        GOAL_STEP_RATIO,
+        "<=",
+        "",
+        _step_cause,
+    ),
+    (
+        "per-rank-shared/single busbw at largest size",
+        "per-rank-shared",
+        "single",
+        "busbw_largest_GBps",
+        "ratio",
+        GOAL_BUSBW_RATIO,
+        ">=",
+        "",
+        lambda report, derived, per: _transport_cause(derived, "per-rank-shared", "single"),
+    ),
+    (
+        "single - host launch-to-first-step",
+        "single",
+        "host",
+        "launch_to_first_step_s",
+        "difference",
+        GOAL_LAUNCH_DELTA_S,
+        "<=",
+        " s",
+        _phase_cause,
+    ),
+)
 
 
 def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list[dict]:
@@ -108,10 +136,21 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
         absent = [n for n in (layout, ref) if n not in per]
         p = paired(per[layout][figure], per[ref][figure], by) if not absent else None
         if p is None or p["median"] is None:
-            out.append({"name": name, "target": shown_target, "value": None, "interval": None,
-                        "pairs": 0, "per_round": [], "verdict": "NOT MEASURED",
-                        "more_rounds": 0, "need": None, "sentence": f"{name}: not measured (no "
-                        f"{' or '.join(absent) or 'paired data'})."})  # fmt: skip
+            out.append(
+                {
+                    "name": name,
+                    "target": shown_target,
+                    "value": None,
+                    "interval": None,
+                    "pairs": 0,
+                    "per_round": [],
+                    "verdict": "NOT MEASURED",
+                    "more_rounds": 0,
+                    "need": None,
+                    "sentence": f"{name}: not measured (no "
+                    f"{' or '.join(absent) or 'paired data'}).",
+                }
+            )
             continue
         d = stopping.decide(p["per_round"], target, op, design)
         v, iv, n, tag, more = d["median"], d["interval"], d["pairs"], d["verdict"], d["more_rounds"]

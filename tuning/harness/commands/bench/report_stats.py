@@ -68,9 +68,13 @@ def paired(xs: list, refs: list, by: str = "ratio") -> dict:
     interval (`interval`; null under two pairs) and that interval's coverage."""
     vals = per_round(xs, refs, by)
     iv = interval(vals)
-    return {"median": statistics.median(vals) if vals else None, "pairs": len(vals),
-            "interval": list(iv) if iv else None, "coverage": coverage_of(len(vals)),
-            "per_round": vals}  # fmt: skip
+    return {
+        "median": statistics.median(vals) if vals else None,
+        "pairs": len(vals),
+        "interval": list(iv) if iv else None,
+        "coverage": coverage_of(len(vals)),
+        "per_round": vals,
+    }
 
 
 def meets(x: float, target: float, op: str) -> bool:
@@ -98,8 +102,9 @@ def more_rounds(value: float, iv: tuple[float, float] | None, target: float, pai
     return max(floor, min(need - pairs, MAX_ROUNDS_SHOWN + 1))
 
 
-def verdict(value: float, iv: tuple[float, float] | None, target: float, op: str,
-            pairs: int) -> tuple[str, int]:  # fmt: skip
+def verdict(
+    value: float, iv: tuple[float, float] | None, target: float, op: str, pairs: int
+) -> tuple[str, int]:
     """("MET" | "MISSED" | "UNRESOLVED", rounds more to resolve it: 0 unless UNRESOLVED)."""
     tag = clears(iv, target, op) if iv is not None and pairs >= MIN_PAIRS else None
     return (tag, 0) if tag else ("UNRESOLVED", more_rounds(value, iv, target, pairs))

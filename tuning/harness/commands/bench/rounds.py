@@ -90,12 +90,16 @@ class Rounds:
             if not open_goals:
                 self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."
             elif self.done >= MAX_ROUNDS:
-                self.stopped = (f"REPEAT=auto: stopped at the most rounds ({MAX_ROUNDS}); still "
-                                f"unresolved: {', '.join(open_goals)}.")  # fmt: skip
+                self.stopped = (
+                    f"REPEAT=auto: stopped at the most rounds ({MAX_ROUNDS}); still "
+                    f"unresolved: {', '.join(open_goals)}."
+                )
             elif elapsed + per_round > self.budget:
-                self.stopped = (f"REPEAT=auto: the budget of {self.budget:.0f} s ran out after "
-                                f"{self.done} rounds ({elapsed:.0f} s); still unresolved: "
-                                f"{', '.join(open_goals)}.")  # fmt: skip
+                self.stopped = (
+                    f"REPEAT=auto: the budget of {self.budget:.0f} s ran out after "
+                    f"{self.done} rounds ({elapsed:.0f} s); still unresolved: "
+                    f"{', '.join(open_goals)}."
+                )
         if self.stopped:
             return False
         self.done += 1
@@ -109,8 +113,9 @@ def _whole(raw) -> int:
     try:
         n = int(raw)
     except ValueError:
-        raise HarnessError(f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=5) or "
-                           "REPEAT=auto") from None  # fmt: skip
+        raise HarnessError(
+            f"REPEAT={raw!r}: a whole number of rounds (e.g. REPEAT=5) or REPEAT=auto"
+        ) from None
     if n < 1:
         raise HarnessError(f"REPEAT={n} must be at least 1, or REPEAT=auto")
     return n

@@ -66,8 +66,9 @@ def _latest(metrics: dict[int, list[dict]], pick) -> float | None:
 
 def _phase_time(name: str):
     def pick(lines):
-        return next((x["time"] for x in lines if x.get("event") == "phase" and
-                     x.get("name") == name), None)  # fmt: skip
+        return next(
+            (x["time"] for x in lines if x.get("event") == "phase" and x.get("name") == name), None
+        )
 
     return pick
 
@@ -136,8 +137,11 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
         steady = [by_step[k] for k in sorted(by_step) if k > runs.WARMUP_STEPS]
         step_s.append([s["step_s"] for s in steady])
         tokens.append([s.get("tokens", 0) for s in steady])
-        cuda = [s["max_memory_allocated_bytes"] for s in by_step.values()
-                if s.get("max_memory_allocated_bytes") is not None]  # fmt: skip
+        cuda = [
+            s["max_memory_allocated_bytes"]
+            for s in by_step.values()
+            if s.get("max_memory_allocated_bytes") is not None
+        ]
         rss = [s["peak_rss_bytes"] for s in by_step.values() if s.get("peak_rss_bytes")]
         if cuda:
             memory_kind = "cuda max_memory_allocated"

@@ -31,12 +31,16 @@ from tuning.harness.spec.layout import CONTAINER_KINDS, RUNS_LABEL
 KINDS = NAMES  # the table's order (fault/kinds/): FAULT=all runs them so
 LAYOUTS = CONTAINER_KINDS
 DEFAULTS = {"timeout": 20, "steps": 60, "at_step": 12, "rank": 1}
-FOREIGN_STEPS = ("a foreign trainer (fms) logs steps from rank 0 only (training_logs.jsonl): the "
-                 "fault lands when rank 0 shows the step (the group steps together), and ranks "
-                 "other than 0 have no last step of their own")  # fmt: skip
-ARGS_NOTE = ("ARGS is ENTRY's whole command line: its steps, seed and collective timeout are its "
-             "own (--max_steps, --seed, --ddp_timeout); steps is the max_steps its Trainer "
-             "logged, and timeout_s only how long the harness waits without a step")  # fmt: skip
+FOREIGN_STEPS = (
+    "a foreign trainer (fms) logs steps from rank 0 only (training_logs.jsonl): the "
+    "fault lands when rank 0 shows the step (the group steps together), and ranks "
+    "other than 0 have no last step of their own"
+)
+ARGS_NOTE = (
+    "ARGS is ENTRY's whole command line: its steps, seed and collective timeout are its "
+    "own (--max_steps, --seed, --ddp_timeout); steps is the max_steps its Trainer "
+    "logged, and timeout_s only how long the harness waits without a step"
+)
 
 
 def register(sub) -> None:
@@ -82,9 +86,11 @@ def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
         "rank": DEFAULTS["rank"] if rank is None else rank,
         "at_step": int_arg("AT_STEP", a.at_step, 1) or DEFAULTS["at_step"],
         "steps": f.steps or DEFAULTS["steps"],
-        **{k.key: int_arg(k.flag, getattr(a, k.flag.lower()), k.minimum) or k.default
-           for k in KNOBS},
-    }  # fmt: skip
+        **{
+            k.key: int_arg(k.flag, getattr(a, k.flag.lower()), k.minimum) or k.default
+            for k in KNOBS
+        },
+    }
 
 
 def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) -> dict:
@@ -104,9 +110,15 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     layout = spec.layout
     if not 0 <= k["rank"] < layout.world_size:
         raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
-    base = {"run_id": run_id, "kind": name, "layout": layout_kind, **k,
-            "max_restarts": layout.max_restarts, "world_size": layout.world_size,
-            "step_sleep_s": kind.step_sleep_s}  # fmt: skip
+    base = {
+        "run_id": run_id,
+        "kind": name,
+        "layout": layout_kind,
+        **k,
+        "max_restarts": layout.max_restarts,
+        "world_size": layout.world_size,
+        "step_sleep_s": kind.step_sleep_s,
+    }
     if layout.entry:
         base["trainer"] = foreign.trainer_record(layout)
         if not layout.recorder_steps:  # fms: rank 0's own log, not paced
@@ -126,16 +138,26 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
         status = "not applicable"
     if reason:
         run_dir = runs.create(spec.runs_root, run_id)
-        record = {**base, "status": status, "reason": reason, "outcome": status,
-                  "goal_met": None, "leftovers": []}  # fmt: skip
+        record = {
+            **base,
+            "status": status,
+            "reason": reason,
+            "outcome": status,
+            "goal_met": None,
+            "leftovers": [],
+        }
         fault_write.write(run_dir, record)
         print(f"harness: fault {name} ({layout_kind}): {status}: {reason}")
         return record
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
     if kind.held_back and layout_kind == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
-    knobs = {**k, "world_size": layout.world_size, "max_restarts": layout.max_restarts,
-             "group_steps": bool(layout.entry) and not layout.recorder_steps}  # fmt: skip
+    knobs = {
+        **k,
+        "world_size": layout.world_size,
+        "max_restarts": layout.max_restarts,
+        "group_steps": bool(layout.entry) and not layout.recorder_steps,
+    }
     follow = Follow(name, layout_kind, target, knobs, run_id)
     with kind.staged(spec) if kind.staged else nullcontext():  # e.g. a volume of its own
         summary = lifecycle.start(spec, on_tick=follow)
@@ -144,7 +166,9 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     leftovers = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
     record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
     fault_write.write(run_dir, record)
-    print(f"harness: fault {name} ({layout_kind}): {record['outcome']}; "
-          f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "
-          f"{run_dir / 'fault.md'}")  # fmt: skip
+    print(
+        f"harness: fault {name} ({layout_kind}): {record['outcome']}; "
+        f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "
+        f"{run_dir / 'fault.md'}"
+    )
     return record

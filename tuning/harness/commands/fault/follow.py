@@ -67,8 +67,10 @@ class Follow:
             if end and rank not in self.rank_ended:
                 self.rank_ended[rank] = end["time"]
                 sig = fault_record.signature(end.get("error") or "")
-                self.event(f"rank {rank} ended: {end['status']}" + (f" ({sig})" if sig else ""),
-                           end["time"])  # fmt: skip
+                self.event(
+                    f"rank {rank} ended: {end['status']}" + (f" ({sig})" if sig else ""),
+                    end["time"],
+                )
         # None again when the harness restarts the group (per-rank MAX_RESTARTS)
         self.finished_at = now if all(code is not None for code in state.values()) else None
         if self.injected_at is None:
@@ -154,8 +156,9 @@ class Follow:
         return None
 
     def peer_ended(self, metrics) -> bool:
-        return any(x.get("event") == "end" for r, lines in metrics.items() if r != self.rank
-                   for x in lines)  # fmt: skip
+        return any(
+            x.get("event") == "end" for r, lines in metrics.items() if r != self.rank for x in lines
+        )
 
     def stop(self) -> str:
         self.hang_stacks.at_stop(self, self.nodes)  # before a heal (unpause, thaw)

@@ -90,8 +90,11 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
     bound = base["timeout_s"] + SLACK_S
     fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
     detect = round(follow.detected_at - fault_at, 2) if follow.detected_at and fault_at else None
-    left = [f"{kind[:-1]} {getattr(o, 'name', None) or o.id}" for kind, objs in leftovers.items()
-            for o in objs]  # fmt: skip
+    left = [
+        f"{kind[:-1]} {getattr(o, 'name', None) or o.id}"
+        for kind, objs in leftovers.items()
+        for o in objs
+    ]
     record = {
         **base,
         "status": "done" if fault_at else "not injected",
@@ -119,8 +122,9 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
     timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
     record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
     if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
-        seen = SimpleNamespace(output=run_dir / "output", ranks=ranks, logs=logs,
-                               metrics=metrics, job_end=job_end)  # fmt: skip
+        seen = SimpleNamespace(
+            output=run_dir / "output", ranks=ranks, logs=logs, metrics=metrics, job_end=job_end
+        )
         record.update(follow.kind.facts(follow, seen))
     record["verdict"] = fault_verdict.final(record, follow, run_dir, follow.hang_stacks.taken)
     record["goal_met"] = follow.kind.met(record)
@@ -206,15 +210,24 @@ def _outcome(follow, ranks, fault_at, job_end, timeout) -> str:
 
 
 def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
-    saved = {x["step"]: x["time"] for lines in metrics.values() for x in lines
-             if x.get("event") == "checkpoint"}  # fmt: skip
+    saved = {
+        x["step"]: x["time"]
+        for lines in metrics.values()
+        for x in lines
+        if x.get("event") == "checkpoint"
+    }
     out = []
     for path in torn.checkpoints(output):
         step = int(path.name.split("-")[-1])
         at = saved.get(step)
-        out.append({"name": path.name, "step": step,
-                    "complete": torn.missing(path) is None,
-                    "before_fault": bool(at and fault_at and at < fault_at)})  # fmt: skip
+        out.append(
+            {
+                "name": path.name,
+                "step": step,
+                "complete": torn.missing(path) is None,
+                "before_fault": bool(at and fault_at and at < fault_at),
+            }
+        )
     return out
 
 

@@ -29,8 +29,14 @@ class Verdicts:
     def at_dump(self, follow, nodes, taken: dict, metrics: dict) -> None:
         self.nodes = verdict_run.node_facts(nodes, set(follow.running))
         self.fr = verdict_run.fr_of(nodes, taken)
-        v = verdict_run.judge(nodes.layout.world_size, nodes.run_dir / "output", metrics,
-                              taken, self.fr, facts_of_nodes=self.nodes)  # fmt: skip
+        v = verdict_run.judge(
+            nodes.layout.world_size,
+            nodes.run_dir / "output",
+            metrics,
+            taken,
+            self.fr,
+            facts_of_nodes=self.nodes,
+        )
         self.early.append({**v, "at": time.time()})
         print("\n".join(verdict_run.said(v)))
 
@@ -53,11 +59,16 @@ def exits(record: dict, t0: float) -> dict[int, dict]:
     show (`seen_signature`), never a kind's own words or its OOM-killed label (given to the rank
     the fault hit): the verdict reads the signal and the container's OOM flag."""
     return {
-        x["rank"]: {"code": x["exit_code"], "signal": x["signal"], "oom": x["oom_killed"],
-                    "signature": x["seen_signature"],
-                    "t": (x["end_t"] or 0) + t0, "by_itself": x["ended_by"] == "itself"}
+        x["rank"]: {
+            "code": x["exit_code"],
+            "signal": x["signal"],
+            "oom": x["oom_killed"],
+            "signature": x["seen_signature"],
+            "t": (x["end_t"] or 0) + t0,
+            "by_itself": x["ended_by"] == "itself",
+        }
         for x in record["ranks"]
-    }  # fmt: skip
+    }
 
 
 def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
@@ -69,15 +80,17 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
         nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
     output = run_dir / "output"
     metrics = verdict_run.from_outside(runs.read_metrics(output), run_dir / "logs")
-    v = verdict_run.judge(record["world_size"], output, metrics, taken, keep.fr,
-                          exits(record, follow.t0), nodes)  # fmt: skip
+    v = verdict_run.judge(
+        record["world_size"], output, metrics, taken, keep.fr, exits(record, follow.t0), nodes
+    )
     fault_at = follow.injected_at
     same = [e for e in keep.early if (e["class"], e["culprits"]) == (v["class"], v["culprits"])]
     at = same[0]["at"] if same else _last_fact(record, follow)
     v["verdict_s"] = round(at - fault_at, 2) if fault_at and at else None
     v["early"] = bool(same)
-    runs.write_json(run_dir / "summary.json", {**runs.read_json(run_dir / "summary.json"),
-                                                 "verdict": v})  # fmt: skip
+    runs.write_json(
+        run_dir / "summary.json", {**runs.read_json(run_dir / "summary.json"), "verdict": v}
+    )
     return v
 
 
@@ -96,13 +109,16 @@ def lines(rec: dict) -> list[str]:
     if v.get("verdict_s") is not None:
         early = " (at the dump, before the collective timeout)" if v.get("early") else ""
         said.append(f"{v['verdict_s']} s after the fault{early}")
-    out = [f"- **verdict: {v['class']}; culprit rank(s): {who}** ({', '.join(said)})",
-           f"- evidence: {v['evidence']}"]  # fmt: skip
+    out = [
+        f"- **verdict: {v['class']}; culprit rank(s): {who}** ({', '.join(said)})",
+        f"- evidence: {v['evidence']}",
+    ]
     fr = v.get("fr_trace") or {}
     if fr.get("said"):
         agrees = {True: "; the same collective", False: "; another collective"}
-        out.append(f"- torch's flight recorder analysis: {fr['said']}"
-                   f"{agrees.get(fr.get('agrees'), '')}")  # fmt: skip
+        out.append(
+            f"- torch's flight recorder analysis: {fr['said']}{agrees.get(fr.get('agrees'), '')}"
+        )
     elif fr.get("error"):
         out.append(f"- torch's flight recorder analysis could not run: {fr['error']}")
     return out

@@ -72,16 +72,18 @@ def markdown(rec: dict) -> str:
                 f"{c['name']}{'' if c['complete'] else ' (incomplete)'}" for c in rec["checkpoints"]
             )
             or "none"
-        ),  # fmt: skip
+        ),
         "",
         "| rank | node | last step (t s) | ended t s | by | exit | signal | OOM | status "
         "| signature |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for x in rec["ranks"]:
-        lines.append(f"| {x['rank']} | {x['node']} | {x['last_step']} ({x['last_step_t']}) | "
-                     f"{x['end_t']} | {x['ended_by']} | {x['exit_code']} | {x['signal']} | "
-                     f"{x['oom_killed']} | {x['end_status']} | {x['signature']} |")  # fmt: skip
+        lines.append(
+            f"| {x['rank']} | {x['node']} | {x['last_step']} ({x['last_step_t']}) | "
+            f"{x['end_t']} | {x['ended_by']} | {x['exit_code']} | {x['signal']} | "
+            f"{x['oom_killed']} | {x['end_status']} | {x['signature']} |"
+        )
     lines += kind.table(rec) if kind.table else []
     lines += stacks.markdown(rec["stacks"]) if rec.get("stacks") else []
     lines += ["", "## Timeline (s since start)", ""]
@@ -92,15 +94,20 @@ def markdown(rec: dict) -> str:
 def write_matrix(out: Path, records: list[dict]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     runs.write_json(out / "fault.json", records)
-    lines = ["# Fault matrix", "",
-             "| kind | layout | outcome | fault to end s | hang detected s | bound s | goal met | "
-             "signatures (rank: sig) | left behind | run / reason |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "# Fault matrix",
+        "",
+        "| kind | layout | outcome | fault to end s | hang detected s | bound s | goal met | "
+        "signatures (rank: sig) | left behind | run / reason |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in records:
         sigs = ", ".join(f"{x['rank']}: {x['signature']}" for x in r.get("ranks", []))
         note = r.get("reason") or r["run_id"]
-        lines.append(f"| {r['kind']} | {r['layout']} | {r['outcome']} | {r.get('fault_to_end_s')} "
-                     f"| {r.get('hang_detected_s')} | {r.get('bound_s')} | {r['goal_met']} | "
-                     f"{sigs} | {', '.join(r['leftovers']) or 'nothing'} | {note} |")  # fmt: skip
+        lines.append(
+            f"| {r['kind']} | {r['layout']} | {r['outcome']} | {r.get('fault_to_end_s')} "
+            f"| {r.get('hang_detected_s')} | {r.get('bound_s')} | {r['goal_met']} | "
+            f"{sigs} | {', '.join(r['leftovers']) or 'nothing'} | {note} |"
+        )
     (out / "fault.md").write_text("\n".join(lines) + "\n")
     return out / "fault.md"

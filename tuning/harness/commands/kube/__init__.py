@@ -57,16 +57,20 @@ from tuning.harness.spec.layout import (
 )
 
 KINDS = JOB_KINDS
-MANIFESTS = {"pytorchjob": kube_pytorchjob.MANIFEST, "trainjob": kube_trainjob.MANIFEST,
-             "job": kube_job.MANIFEST}  # fmt: skip
+MANIFESTS = {
+    "pytorchjob": kube_pytorchjob.MANIFEST,
+    "trainjob": kube_trainjob.MANIFEST,
+    "job": kube_job.MANIFEST,
+}
 MANIFEST = kube_pytorchjob.MANIFEST
 dump = kube_manifest.dump
 operator_pods = kube_pytorchjob.operator_pods
 config_map_name = kube_pod.config_map_name
 
 
-def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None,
-               **kw) -> JobLayout:  # fmt: skip
+def job_layout(
+    gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None, **kw
+) -> JobLayout:
     """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
     per_pod = gpus_per_pod or nproc_per_pod
     kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
@@ -76,8 +80,13 @@ def job_layout(gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | No
         raise HarnessError(str(e)) from None
 
 
-def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int = 0,
-           restart_policy: str | None = None) -> tuple:  # fmt: skip
+def render(
+    layout: JobLayout,
+    job: dict,
+    accelerate_yaml: str,
+    max_restarts: int = 0,
+    restart_policy: str | None = None,
+) -> tuple:
     """The ConfigMap(s) and the object of the layout's kind, as API models."""
     if layout.kind == "trainjob":
         return kube_trainjob.render(layout, job, accelerate_yaml, max_restarts)
@@ -113,23 +122,44 @@ def pods_of(objects: tuple) -> Made:
     if job.kind == "TrainJob":
         runtime = kube_manifest.of_kind(objects, "TrainingRuntime")
         nodes = kube_trainjob.trainer_pods(runtime, job)
-        return Made("TrainJob", job.spec.trainer.image, nodes, {n.name: n.name for n in nodes},
-                    kube_trainjob.MANIFEST, runtime)  # fmt: skip
+        return Made(
+            "TrainJob",
+            job.spec.trainer.image,
+            nodes,
+            {n.name: n.name for n in nodes},
+            kube_trainjob.MANIFEST,
+            runtime,
+        )
     if job.kind == "Job":
         nodes = kube_job.containers(job)
         pod = f"{job.metadata.name}-pod"  # the Job's one pod (on a cluster <name>-<5 letters>)
-        return Made("Job", kube_job.image_of(job), nodes, {n.name: pod for n in nodes},
-                    kube_job.MANIFEST, job)  # fmt: skip
+        return Made(
+            "Job",
+            kube_job.image_of(job),
+            nodes,
+            {n.name: pod for n in nodes},
+            kube_job.MANIFEST,
+            job,
+        )
     nodes = operator_pods(job)
-    return Made("PyTorchJob", kube_pytorchjob.image_of(job), nodes,
-                {n.name: n.name for n in nodes}, MANIFEST, job)  # fmt: skip
+    return Made(
+        "PyTorchJob",
+        kube_pytorchjob.image_of(job),
+        nodes,
+        {n.name: n.name for n in nodes},
+        MANIFEST,
+        job,
+    )
 
 
 def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...]:
     """MODEL and DATA on claims, where the job says the ranks find them (job_paths.rank_path:
     /model, /data/<name>), and OUTPUT_CLAIM, the whole claim, at /output."""
-    mounts = [ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
-              for src in (model, data) if src.where == "claim"]  # fmt: skip
+    mounts = [
+        ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
+        for src in (model, data)
+        if src.where == "claim"
+    ]
     if output_claim:
         mounts.append(ClaimMount(output_claim, "", OUTPUT_DIR, "OUTPUT_CLAIM", read_only=False))
     return tuple(mounts)
@@ -139,8 +169,11 @@ def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...
 
 
 def register(sub) -> None:
-    p = sub.add_parser("kube", help="render the run as a Kubeflow PyTorchJob, a TrainJob or a "
-                                    "Job of one pod (and rehearse it)")  # fmt: skip
+    p = sub.add_parser(
+        "kube",
+        help="render the run as a Kubeflow PyTorchJob, a TrainJob or a "
+        "Job of one pod (and rehearse it)",
+    )
     # KIND (default pytorchjob), NODES, NAME (default sft), RESTART_POLICY (PyTorchJob: Never
     # without restarts, ExitCode with MAX_RESTARTS), OUTPUT_CLAIM, REHEARSE, KILL and AT_STEP
     # (default 12), RDZV_TIMEOUT (default TIMEOUT), GRACE, and the job's flags: flag_table
@@ -154,12 +187,16 @@ def main(a: argparse.Namespace) -> int:
     if kind not in KINDS:
         raise HarnessError(f"KIND={kind} is unknown; use one of {', '.join(KINDS)}")
     if a.restart_policy and a.restart_policy not in kube_restarts.V1_POLICIES:
-        raise HarnessError(f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
-                           f"{', '.join(kube_restarts.V1_POLICIES)}")  # fmt: skip
+        raise HarnessError(
+            f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
+            f"{', '.join(kube_restarts.V1_POLICIES)}"
+        )
     f = flags.RunFlags.of(a)
     if f.gpu_names:
-        raise HarnessError(f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
-                           "cluster's scheduler picks a pod's GPUs: GPUS=N per pod")  # fmt: skip
+        raise HarnessError(
+            f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
+            "cluster's scheduler picks a pod's GPUs: GPUS=N per pod"
+        )
     nodes = flags.int_arg("NODES", a.nodes, 1) or 1
     # GPUS per pod, on a cluster; unset: as many as this host shows
     gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus
@@ -184,8 +221,10 @@ def main(a: argparse.Namespace) -> int:
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     base = {} if with_args else options.load_job(Path(f.job))
-    model, data = (job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job))
-                   for v in ("MODEL", "DATA"))  # fmt: skip
+    model, data = (
+        job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job))
+        for v in ("MODEL", "DATA")
+    )
     own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     layout = job_layout(
         gpus,
@@ -217,10 +256,10 @@ def main(a: argparse.Namespace) -> int:
         None if with_args else timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
     )
     rate = save_interval.rate_arg(a.gpu_hours_per_failure)
-    job = save_interval.advise(job, layout.gpus or layout.world_size, measured_in, rate,
-                               a.save_advised)  # fmt: skip
-    objects = render(layout, job, accelerate_config.read_text(), f.max_restarts,
-                     a.restart_policy)  # fmt: skip
+    job = save_interval.advise(
+        job, layout.gpus or layout.world_size, measured_in, rate, a.save_advised
+    )
+    objects = render(layout, job, accelerate_config.read_text(), f.max_restarts, a.restart_policy)
     text = dump(*objects)
     # the rehearsal's stand-ins for the claims, checked before anything is written
     here = kube_rehearse.claims_here(layout, runs_root) if a.rehearse else {}
@@ -241,11 +280,13 @@ def main(a: argparse.Namespace) -> int:
         return 0
     made = pods_of(objects)
     if kill is None:
-        summary = kube_rehearse.rehearse(layout, run_dir, objects, made, f.grace,
-                                         accelerate_config, here)  # fmt: skip
+        summary = kube_rehearse.rehearse(
+            layout, run_dir, objects, made, f.grace, accelerate_config, here
+        )
         return lifecycle.EXIT_CODES.get(summary["status"], 1)
-    return kube_rehearse.rehearse_kill(a, f, layout, run_dir, objects, made, accelerate_config,
-                                       kill, here)  # fmt: skip
+    return kube_rehearse.rehearse_kill(
+        a, f, layout, run_dir, objects, made, accelerate_config, kill, here
+    )
 
 
 RESTARTS = {  # how each object restarts (kube_restarts.py), for a refused RESTART_POLICY
@@ -253,6 +294,8 @@ RESTARTS = {  # how each object restarts (kube_restarts.py), for a refused RESTA
     "job": "a Job's pod restarts whole, every container (restartPolicy Never, MAX_RESTARTS = "
     "backoffLimit)",
 }
-WHAT = {"pytorchjob": "the ConfigMap(s) and the PyTorchJob",
-        "trainjob": "the ConfigMap(s), the TrainingRuntime and the TrainJob",
-        "job": "the ConfigMap(s) and the Job"}  # fmt: skip
+WHAT = {
+    "pytorchjob": "the ConfigMap(s) and the PyTorchJob",
+    "trainjob": "the ConfigMap(s), the TrainingRuntime and the TrainJob",
+    "job": "the ConfigMap(s) and the Job",
+}

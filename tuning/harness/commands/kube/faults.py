@@ -37,9 +37,18 @@ class Operator:
     one, except KIND=job's) has ended and one exited non-zero. `renew(pod)` gives a pod
     that is made again a new emptyDir /output (kube/rehearse.py; None: /output is a claim)."""
 
-    def __init__(self, kind: str, rules: dict, pods: list, rank: int, at_step: int,
-                 run_id: str, deadline_s: float, pod_of: dict[str, str] | None = None,
-                 renew=None):  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        rules: dict,
+        pods: list,
+        rank: int,
+        at_step: int,
+        run_id: str,
+        deadline_s: float,
+        pod_of: dict[str, str] | None = None,
+        renew=None,
+    ):
         self.kind, self.rules, self.deadline_s = kind, rules, deadline_s
         self.target = next(p.name for p in pods if rank in p.ranks)
         self.pod_of = pod_of or {p.name: p.name for p in pods}
@@ -106,8 +115,9 @@ class Operator:
                 continue  # nothing new; a container still running; or the pod succeeded
             code = next(c for c in codes if c)
             action = self.decide(pod, code)
-            self.actions.append({"t": round(now - self.t0, 2), "pod": pod, "exit_code": code,
-                                 "action": action})  # fmt: skip
+            self.actions.append(
+                {"t": round(now - self.t0, 2), "pod": pod, "exit_code": code, "action": action}
+            )
             self.event(f"operator: {action} ({pod} exited {code})", now)
             if action == kube_restarts.FAIL:
                 self.ended_at, self.ended_by = now, "the operator failed the job"
@@ -143,8 +153,10 @@ def record(op: Operator, summary: dict, layout, run_dir: Path, output: dict) -> 
     stood in for it ("folders"; "lost": the emptyDirs that went with their pods)."""
     metrics = runs.read_metrics(run_dir / "output")
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
-    kept = {Path(f).name if output["claim"] else Path(f).parent.name: _steps(Path(f))
-            for f in output["folders"]}  # fmt: skip
+    kept = {
+        Path(f).name if output["claim"] else Path(f).parent.name: _steps(Path(f))
+        for f in output["folders"]
+    }
     lost = {f"{Path(f).parent.name}/{Path(f).name}": _steps(Path(f)) for f in output["lost"]}
     checkpoints = sorted({c for steps in (*kept.values(), *lost.values()) for c in steps})
     before = [c for c in checkpoints if op.kill_step is not None and c <= op.kill_step]
@@ -156,12 +168,19 @@ def record(op: Operator, summary: dict, layout, run_dir: Path, output: dict) -> 
             end = runs.ends_seen(metrics).get(r, {})
             sig = fault_record.signature(end.get("error") or "") or fault_record.signature(
                 logs.get(node.name, "")
-            )  # fmt: skip
-            ranks.append({"rank": r, "pod": op.pod_of.get(node.name, node.name),
-                          "container": node.name, "starts": len(tries),
-                          "last_step": max((s["step"] for s in sum(last, [])), default=0),
-                          "resumed_at": [t[0]["step"] for t in last[1:] if t],
-                          "end_status": end.get("status"), "signature": sig})  # fmt: skip
+            )
+            ranks.append(
+                {
+                    "rank": r,
+                    "pod": op.pod_of.get(node.name, node.name),
+                    "container": node.name,
+                    "starts": len(tries),
+                    "last_step": max((s["step"] for s in sum(last, [])), default=0),
+                    "resumed_at": [t[0]["step"] for t in last[1:] if t],
+                    "end_status": end.get("status"),
+                    "signature": sig,
+                }
+            )
     resumed = [s - 1 for x in ranks for s in x["resumed_at"]]
     end = op.ended_at or time.time()
     return {
@@ -238,7 +257,7 @@ def markdown(rec: dict) -> str:
             f"| {r['rank']} | {r['pod']} | {r['starts']} | {r['last_step']} | {r['resumed_at']} "
             f"| {r['end_status']} | {r['signature']} |"
             for r in rec["ranks"]
-        ),  # fmt: skip
+        ),
         "",
         "## Timeline (s since start)",
         "",

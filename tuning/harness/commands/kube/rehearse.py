@@ -89,12 +89,23 @@ def output_of(layout: JobLayout, run_dir: Path, runs_root: Path) -> dict:
     if claim:
         return {"claim": claim, "folders": [str(claim_folder(runs_root, claim))], "lost": []}
     pods = run_dir / "pods"
-    return {"claim": None, "folders": sorted(str(p) for p in pods.glob("*/emptydir")),
-            "lost": sorted(str(p) for p in pods.glob("*/emptydir.deleted-*"))}  # fmt: skip
+    return {
+        "claim": None,
+        "folders": sorted(str(p) for p in pods.glob("*/emptydir")),
+        "lost": sorted(str(p) for p in pods.glob("*/emptydir.deleted-*")),
+    }
 
 
-def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: float,
-             accelerate_config: Path, here: dict, on_tick=None) -> dict:  # fmt: skip
+def rehearse(
+    layout: JobLayout,
+    run_dir: Path,
+    objects: tuple,
+    made,
+    grace: float,
+    accelerate_config: Path,
+    here: dict,
+    on_tick=None,
+) -> dict:
     """Run the nodes `made` (kube.pods_of) of `objects` and follow them to the end; `run_dir`
     exists, `here` holds claims_here's stand-ins; returns the summary."""
     pods = made.nodes
@@ -103,12 +114,15 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: floa
         try:
             plan = devices.for_host(layout.gpus, made.image)
         except HarnessError as e:
-            raise HarnessError(f"a rehearsal of {layout.replicas} pod(s) x "
-                               f"{layout.gpus_per_pod} GPU(s) here: {e}; or rehearse with "
-                               "GPUS=0 (CPU ranks, NPROC per pod)") from None  # fmt: skip
+            raise HarnessError(
+                f"a rehearsal of {layout.replicas} pod(s) x "
+                f"{layout.gpus_per_pod} GPU(s) here: {e}; or rehearse with "
+                "GPUS=0 (CPU ranks, NPROC per pod)"
+            ) from None
         share = layout.gpus // len(pods)
-        pods = [replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share])
-                for i, p in enumerate(pods)]  # fmt: skip
+        pods = [
+            replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share]) for i, p in enumerate(pods)
+        ]
     runs_root = run_dir.parent
     claim = layout.output_claim
     if claim:
@@ -128,24 +142,48 @@ def rehearse(layout: JobLayout, run_dir: Path, objects: tuple, made, grace: floa
     # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
     # the rendered uid 1000 under root; as the user who rehearses it otherwise, who could not
     # give uid 1000 the output folder, nor delete what it wrote there (spec/ranks_user.py)
-    layout = replace(layout, image=made.image, pods=tuple(pods), node_outputs=outputs,
-                     launch_dir=launch and str(launch), src=src and str(src),
-                     model=here.get("model"), data=here.get("data"),
-                     **ranks_user.for_ranks(layout.kind))  # fmt: skip
+    layout = replace(
+        layout,
+        image=made.image,
+        pods=tuple(pods),
+        node_outputs=outputs,
+        launch_dir=launch and str(launch),
+        src=src and str(src),
+        model=here.get("model"),
+        data=here.get("data"),
+        **ranks_user.for_ranks(layout.kind),
+    )
     files = dict(kube_manifest.job_config_map(objects).data or {})
     names = ", ".join(p.name for p in pods)
-    banner = (f"harness: rehearsing {made.kind} {layout.name}: "
-              f"{'containers' if layout.one_pod else 'pods'} {names}; "
-              f"{layout.world_size} rank(s); /output "
-              f"{'claim ' + claim if claim else 'an emptyDir per pod'}; {run_dir}")  # fmt: skip
-    record = {made.kind.lower(): {"name": layout.name, "manifest": str(run_dir / made.manifest),
-                                  "pods": list(dict.fromkeys(made.pod_of.values())),
-                                  "output": f"claim {claim}" if claim else "emptyDir"},
-              **({"gpus": plan.record()} if plan else {})}  # fmt: skip
-    spec = options.Spec(layout, yaml.safe_load(files[layout.job_file]), accelerate_config,
-                        runs_root, grace, run_dir_made=True, job_files=files,
-                        banner=banner, title="rehearsal ", summary_extra=record,
-                        explain=False, plan=plan)  # fmt: skip
+    banner = (
+        f"harness: rehearsing {made.kind} {layout.name}: "
+        f"{'containers' if layout.one_pod else 'pods'} {names}; "
+        f"{layout.world_size} rank(s); /output "
+        f"{'claim ' + claim if claim else 'an emptyDir per pod'}; {run_dir}"
+    )
+    record = {
+        made.kind.lower(): {
+            "name": layout.name,
+            "manifest": str(run_dir / made.manifest),
+            "pods": list(dict.fromkeys(made.pod_of.values())),
+            "output": f"claim {claim}" if claim else "emptyDir",
+        },
+        **({"gpus": plan.record()} if plan else {}),
+    }
+    spec = options.Spec(
+        layout,
+        yaml.safe_load(files[layout.job_file]),
+        accelerate_config,
+        runs_root,
+        grace,
+        run_dir_made=True,
+        job_files=files,
+        banner=banner,
+        title="rehearsal ",
+        summary_extra=record,
+        explain=False,
+        plan=plan,
+    )
     return lifecycle.start(spec, on_tick)
 
 
@@ -165,8 +203,17 @@ def lay_out(objects: tuple, name: str, folder: Path, volume: str | None = None) 
     return folder
 
 
-def rehearse_kill(a, f: flags.RunFlags, layout: JobLayout, run_dir: Path, objects: tuple,
-                  made, accelerate_config: Path, rank: int, here: dict) -> int:  # fmt: skip
+def rehearse_kill(
+    a,
+    f: flags.RunFlags,
+    layout: JobLayout,
+    run_dir: Path,
+    objects: tuple,
+    made,
+    accelerate_config: Path,
+    rank: int,
+    here: dict,
+) -> int:
     """The rehearsal with rank `rank`'s pod SIGKILLed at a step; the operator's rules act on
     every pod's exit, and restarts.json / restarts.md record it. The exit code is the job's."""
     if not 0 <= rank < layout.world_size:
@@ -179,16 +226,20 @@ def rehearse_kill(a, f: flags.RunFlags, layout: JobLayout, run_dir: Path, object
     rules = kube_restarts.rules(made.kind, made.rules_from)
     deadline = timeout + rdzv + kube_faults.SLACK_S
     renew = None if layout.output_claim else renewer(run_dir, layout)
-    op = kube_faults.Operator(made.kind, rules, made.nodes, rank, at_step, layout.run_id,
-                              deadline, made.pod_of, renew)  # fmt: skip
+    op = kube_faults.Operator(
+        made.kind, rules, made.nodes, rank, at_step, layout.run_id, deadline, made.pod_of, renew
+    )
     # The operator decides when the job ends; the harness's own grace must not cut it first.
-    summary = rehearse(layout, run_dir, objects, made, max(f.grace, deadline),
-                       accelerate_config, here, op)  # fmt: skip
+    summary = rehearse(
+        layout, run_dir, objects, made, max(f.grace, deadline), accelerate_config, here, op
+    )
     out = output_of(layout, run_dir, run_dir.parent)
     rec = kube_faults.record(op, summary, replace(layout, pods=tuple(made.nodes)), run_dir, out)
     kube_faults.write(run_dir, rec)
-    print(f"harness: {made.kind} with rank {rank}'s pod killed at step {op.kill_step}: "
-          f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "
-          f"resumed from {rec['resumed_from']}; steps lost {rec['steps_lost']}; /output "
-          f"{rec['output']}; {run_dir / 'restarts.md'}")  # fmt: skip
+    print(
+        f"harness: {made.kind} with rank {rank}'s pod killed at step {op.kill_step}: "
+        f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "
+        f"resumed from {rec['resumed_from']}; steps lost {rec['steps_lost']}; /output "
+        f"{rec['output']}; {run_dir / 'restarts.md'}"
+    )
     return lifecycle.EXIT_CODES.get(summary["status"], 1)

@@ -11,25 +11,29 @@ from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import LAUNCH_DIR, OUTPUT_DIR, SRC_DIR
 
 
-def said(layout: JobLayout, objects: tuple, model, data, accelerate_config: Path,
-         max_restarts: int) -> list[str]:  # fmt: skip
+def said(
+    layout: JobLayout, objects: tuple, model, data, accelerate_config: Path, max_restarts: int
+) -> list[str]:
     """What was rendered, in words: the shape, what trains, where /output lives and what a
     restart then does."""
     per = f"{layout.gpus_per_pod} x nvidia.com/gpu" if layout.gpus else "CPU ranks, no GPU"
     if layout.one_pod:
         one = "1 GPU" if layout.gpus else "1 CPU rank"
-        shape = (f"1 pod of {layout.per_pod} containers, {one} each, sharing the pod's network "
-                 "(master 127.0.0.1) and /dev/shm (option 2); a restart recreates the pod: "
-                 f"every rank together (backoffLimit {max_restarts})")  # fmt: skip
+        shape = (
+            f"1 pod of {layout.per_pod} containers, {one} each, sharing the pod's network "
+            "(master 127.0.0.1) and /dev/shm (option 2); a restart recreates the pod: "
+            f"every rank together (backoffLimit {max_restarts})"
+        )
     elif layout.kind == "trainjob":
         shape = f"numNodes {layout.replicas}; numProcPerNode {layout.per_pod} ({per} per pod)"
     else:
         pods = f"Master 1 + Worker {layout.replicas - 1}" if layout.replicas > 1 else "Master 1"
         shape = f"{pods}; nprocPerNode {layout.per_pod} ({per} per pod)"
-    lines = [f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.world_size}; "
-             f"image {layout.image}",
-             f"model {model.describe()}; data {data.describe()}; accelerate config "
-             f"{accelerate_config}"]  # fmt: skip
+    lines = [
+        f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.world_size}; "
+        f"image {layout.image}",
+        f"model {model.describe()}; data {data.describe()}; accelerate config {accelerate_config}",
+    ]
     if layout.entry:
         where = "of the image"
         if layout.src:
@@ -64,14 +68,20 @@ def said(layout: JobLayout, objects: tuple, model, data, accelerate_config: Path
         )
         resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
         made = "made beforehand: docs/kubernetes.md"
-        lines.append(f"output: claim {claim} at {OUTPUT_DIR} ({made}), "
-                     f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}")  # fmt: skip
+        lines.append(
+            f"output: claim {claim} at {OUTPUT_DIR} ({made}), "
+            f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}"
+        )
     elif max_restarts:
-        lines.append(f"output: an emptyDir at {OUTPUT_DIR}, gone with its pod: each of the "
-                     f"MAX_RESTARTS={max_restarts} restart(s) starts from step 0 "
-                     "(resume_from_checkpoint is not set); OUTPUT_CLAIM=<claim> keeps the "
-                     "checkpoints and resumes from them")  # fmt: skip
+        lines.append(
+            f"output: an emptyDir at {OUTPUT_DIR}, gone with its pod: each of the "
+            f"MAX_RESTARTS={max_restarts} restart(s) starts from step 0 "
+            "(resume_from_checkpoint is not set); OUTPUT_CLAIM=<claim> keeps the "
+            "checkpoints and resumes from them"
+        )
     else:
-        lines.append(f"output: an emptyDir at {OUTPUT_DIR}: checkpoints and metrics go with "
-                     "the pod; OUTPUT_CLAIM=<claim> keeps them")  # fmt: skip
+        lines.append(
+            f"output: an emptyDir at {OUTPUT_DIR}: checkpoints and metrics go with "
+            "the pod; OUTPUT_CLAIM=<claim> keeps them"
+        )
     return lines

@@ -87,12 +87,23 @@ WATCHDOG = re.compile(
     r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
 )
 # c10d's OpType names (torch/csrc/distributed/c10d/Types.hpp) as the Python calls that issue them
-OPS = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather",
-       "_ALLGATHER_BASE": "all_gather_into_tensor",
-       "REDUCE_SCATTER": "reduce_scatter", "_REDUCE_SCATTER_BASE": "reduce_scatter_tensor",
-       "BROADCAST": "broadcast", "BARRIER": "barrier", "ALLTOALL": "all_to_all",
-       "ALLTOALL_BASE": "all_to_all_single", "REDUCE": "reduce", "GATHER": "gather",
-       "SCATTER": "scatter", "SEND": "send", "RECV": "recv", "COALESCED": "coalesced"}  # fmt: skip
+OPS = {
+    "ALLREDUCE": "all_reduce",
+    "ALLGATHER": "all_gather",
+    "_ALLGATHER_BASE": "all_gather_into_tensor",
+    "REDUCE_SCATTER": "reduce_scatter",
+    "_REDUCE_SCATTER_BASE": "reduce_scatter_tensor",
+    "BROADCAST": "broadcast",
+    "BARRIER": "barrier",
+    "ALLTOALL": "all_to_all",
+    "ALLTOALL_BASE": "all_to_all_single",
+    "REDUCE": "reduce",
+    "GATHER": "gather",
+    "SCATTER": "scatter",
+    "SEND": "send",
+    "RECV": "recv",
+    "COALESCED": "coalesced",
+}
 PG_NAME = re.compile(r"\[PG (?:ID )?(\S+)(?: PG GUID \S+?)?(?: ?\((\w+)\))? Rank \d+\]")
 # ProcessGroupNCCL.cpp watchdogHandler's status line: "last enqueued ... last completed"
 # (2.3: "Timeout at NCCL work: S, last enqueued NCCL work: E, last completed NCCL work: C";

@@ -51,13 +51,16 @@ def main(a: argparse.Namespace) -> int:
     save_every = int_arg("SAVE_EVERY", a.save_every, 1)
     rate = save_interval.rate_arg(a.gpu_hours_per_failure)
     f = RunFlags.of(a)
-    f = replace(f, max_restarts=RESTARTS, resume=False, resume_from=None,
-                steps=f.steps or MAX_STEPS)  # fmt: skip
+    f = replace(
+        f, max_restarts=RESTARTS, resume=False, resume_from=None, steps=f.steps or MAX_STEPS
+    )
 
     def ranks_env(world: int, output_dir: str) -> dict[str, str]:
-        return {"HARNESS_STEP_SLEEP": str(STEP_SLEEP_S), "OMP_NUM_THREADS":
-                str(options.threads_per_rank(world)),
-                "HARNESS_HOLD_FILE": f"{output_dir}/{HOLD_FILE}"}  # fmt: skip
+        return {
+            "HARNESS_STEP_SLEEP": str(STEP_SLEEP_S),
+            "OMP_NUM_THREADS": str(options.threads_per_rank(world)),
+            "HARNESS_HOLD_FILE": f"{output_dir}/{HOLD_FILE}",
+        }
 
     spec = options.spec_from(f, None, ranks_env)
     layout, job = spec.layout, spec.job
@@ -75,32 +78,58 @@ def main(a: argparse.Namespace) -> int:
         job.update(save_strategy="steps", save_steps=save_steps)
         job.setdefault("save_total_limit", KEEP)
     run_id = layout.run_id
-    base = {"run_id": run_id, "layout": layout.kind, "trainer": f.trainer,
-            "world_size": layout.world_size, "mtbf": a.mtbf, "duration_s": duration,
-            "kinds": list(kinds), "fault_seed": fault_seed, "save_steps": save_steps,
-            "step_sleep_s": STEP_SLEEP_S}  # fmt: skip
+    base = {
+        "run_id": run_id,
+        "layout": layout.kind,
+        "trainer": f.trainer,
+        "world_size": layout.world_size,
+        "mtbf": a.mtbf,
+        "duration_s": duration,
+        "kinds": list(kinds),
+        "fault_seed": fault_seed,
+        "save_steps": save_steps,
+        "step_sleep_s": STEP_SLEEP_S,
+    }
     targets = {r: n.name for n in layout.nodes() for r in n.ranks}
-    knobs = {"world_size": layout.world_size, "layout": layout.kind, "duration_s": duration,
-             "fault_seed": fault_seed, "kinds": kinds, "group_steps": bool(layout.entry),
-             "timeout_s": f.timeout or job.get("ddp_timeout"), "late_s": 0}  # fmt: skip
-    follow = SoakFollow(knobs, mtbf, targets, run_id, spec.runs_root / run_id / "output",
-                        save_steps)  # fmt: skip
-    print(f"harness: soak {run_id}: MTBF {a.mtbf}, DURATION {a.duration}, KINDS "
-          f"{','.join(kinds)}, FAULT_SEED={fault_seed}, save every {save_steps} steps")  # fmt: skip
+    knobs = {
+        "world_size": layout.world_size,
+        "layout": layout.kind,
+        "duration_s": duration,
+        "fault_seed": fault_seed,
+        "kinds": kinds,
+        "group_steps": bool(layout.entry),
+        "timeout_s": f.timeout or job.get("ddp_timeout"),
+        "late_s": 0,
+    }
+    follow = SoakFollow(
+        knobs, mtbf, targets, run_id, spec.runs_root / run_id / "output", save_steps
+    )
+    print(
+        f"harness: soak {run_id}: MTBF {a.mtbf}, DURATION {a.duration}, KINDS "
+        f"{','.join(kinds)}, FAULT_SEED={fault_seed}, save every {save_steps} steps"
+    )
     lifecycle.start(spec, on_tick=follow)
     run_dir = spec.runs_root / run_id
     left = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
     rec = soak_record.build(base, follow, run_dir)
-    rec["leftovers"] = [f"{kind[:-1]} {getattr(o, 'name', None) or o.id}"
-                        for kind, objs in left.items() for o in objs]  # fmt: skip
+    rec["leftovers"] = [
+        f"{kind[:-1]} {getattr(o, 'name', None) or o.id}"
+        for kind, objs in left.items()
+        for o in objs
+    ]
     advice = cluster_advice(rec, layout.gpus or layout.world_size, rate)
-    rec["advice"] = advice.sentence(" (measured here; a cluster adds scheduling and image pull)"
-                                    ) if advice else None  # fmt: skip
+    rec["advice"] = (
+        advice.sentence(" (measured here; a cluster adds scheduling and image pull)")
+        if advice
+        else None
+    )
     written = soak_write.write(run_dir, rec)
     ok = follow.stop_reason == "soak stopped: DURATION reached" and not rec["leftovers"]
     said = f"ETT {100 * rec['ett']:.1f} %" if rec.get("ett") is not None else "no ETT"
-    print(f"harness: soak {run_id}: {len(rec['failures'])} failure(s), {said}; "
-          f"{follow.stop_reason}; {', '.join(str(p) for p in written)}")  # fmt: skip
+    print(
+        f"harness: soak {run_id}: {len(rec['failures'])} failure(s), {said}; "
+        f"{follow.stop_reason}; {', '.join(str(p) for p in written)}"
+    )
     if advice:
         print(f"harness: save interval: {rec['advice']}")
     return 0 if ok else 1

@@ -59,15 +59,23 @@ def memory_back(nodes, name: str):
     mem, swap = host.get("Memory") or 0, host.get("MemorySwap") or 0
 
     def undo() -> None:
-        ctr.update(mem_limit=mem or nodes.client.info()["MemTotal"],
-                   memswap_limit=swap if mem else -1)  # fmt: skip
+        ctr.update(
+            mem_limit=mem or nodes.client.info()["MemTotal"], memswap_limit=swap if mem else -1
+        )
 
     return undo
 
 
 class SoakFollow:
-    def __init__(self, knobs: dict, mtbf: soak_plan.Mtbf, targets: dict[int, str], run_id: str,
-                 output: Path, save_steps: int):  # fmt: skip
+    def __init__(
+        self,
+        knobs: dict,
+        mtbf: soak_plan.Mtbf,
+        targets: dict[int, str],
+        run_id: str,
+        output: Path,
+        save_steps: int,
+    ):
         self.k, self.mtbf, self.targets, self.run_id = knobs, mtbf, targets, run_id
         self.hold_file, self.save_steps = output / HOLD_FILE, save_steps
         self.t0 = time.time()
@@ -136,11 +144,14 @@ class SoakFollow:
             return False
         self.step_s = step_time(rank0)
         steps = self.mtbf.in_steps(self.step_s)
-        self.plan = soak_plan.Plan(self.k["fault_seed"], steps, self.k["world_size"],
-                                   self.k["kinds"])  # fmt: skip
+        self.plan = soak_plan.Plan(
+            self.k["fault_seed"], steps, self.k["world_size"], self.k["kinds"]
+        )
         again = "" if self.mtbf.steps else f" (MTBF={steps}steps fails another soak at these steps)"
-        self.say(f"step {self.step_s:.3f} s; MTBF {steps} steps; failures drawn from "
-                 f"FAULT_SEED={self.k['fault_seed']}{again}")  # fmt: skip
+        self.say(
+            f"step {self.step_s:.3f} s; MTBF {steps} steps; failures drawn from "
+            f"FAULT_SEED={self.k['fault_seed']}{again}"
+        )
         self.arm(1)
         return True
 
@@ -149,8 +160,11 @@ class SoakFollow:
         f = self.plan.failure(n)
         at, _ = soak_plan.strike(f, self.resumed, self.save_steps)
         knobs = {**self.k, "rank": f.rank, "at_step": at}
-        self.armed = (f, at, Injector(f.kind, self.k["layout"], self.targets[f.rank], knobs,
-                                      self.run_id))  # fmt: skip
+        self.armed = (
+            f,
+            at,
+            Injector(f.kind, self.k["layout"], self.targets[f.rank], knobs, self.run_id),
+        )
         if not self.k["group_steps"]:  # a foreign trainer has no hold: it lands when seen
             tmp = self.hold_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(soak_plan.hold(f, at)))
@@ -169,9 +183,19 @@ class SoakFollow:
         if undo:
             inj.heals.append(undo)
         how, step, when = done[0]
-        self.failures.append({"n": f.n, "kind": f.kind, "rank": f.rank, "gap": f.gap,
-                              "from": self.resumed, "planned": at, "landed": step,
-                              "time": round(when, 3), "how": how})  # fmt: skip
+        self.failures.append(
+            {
+                "n": f.n,
+                "kind": f.kind,
+                "rank": f.rank,
+                "gap": f.gap,
+                "from": self.resumed,
+                "planned": at,
+                "landed": step,
+                "time": round(when, 3),
+                "how": how,
+            }
+        )
         self.say(f"failure {f.n}: {f.kind} rank {f.rank} at step {step} (planned {at}): {how}")
         self.struck_at = when
         self.resumed = soak_plan.strike(f, self.resumed, self.save_steps)[1]

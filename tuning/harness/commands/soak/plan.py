@@ -34,9 +34,11 @@ KINDS = {
     "term": ("step", "next"),
     "preempt": ("step", "next"),
 }
-NOT_IN_A_SOAK = ("a soak's failures end the group so that it restarts; the hangs (pause, "
-                 "partition, no-show, late-master) and the slow kinds (slow, delay, loss) are "
-                 "one-off experiments: make fault FAULT=<kind>")  # fmt: skip
+NOT_IN_A_SOAK = (
+    "a soak's failures end the group so that it restarts; the hangs (pause, "
+    "partition, no-show, late-master) and the slow kinds (slow, delay, loss) are "
+    "one-off experiments: make fault FAULT=<kind>"
+)
 STARTS_AT = 10  # the first failure's gap counts from this step: the step time is measured first
 
 
@@ -63,19 +65,23 @@ class Mtbf:
 
 def mtbf_arg(raw: str | None) -> Mtbf:
     if not raw:
-        raise HarnessError("MTBF is not set: the mean time between failures, e.g. MTBF=3m "
-                           "(or MTBF=400steps)")  # fmt: skip
+        raise HarnessError(
+            "MTBF is not set: the mean time between failures, e.g. MTBF=3m (or MTBF=400steps)"
+        )
     m = re.fullmatch(r"\s*(\d+)\s*steps?\s*", str(raw))
     if m:
         if int(m[1]) < 2:
-            raise HarnessError(f"MTBF={raw!r}: at least 2 steps (a failure every step never "
-                               "makes progress)")  # fmt: skip
+            raise HarnessError(
+                f"MTBF={raw!r}: at least 2 steps (a failure every step never makes progress)"
+            )
         return Mtbf(steps=int(m[1]))
     try:
         return Mtbf(seconds=time_arg("MTBF", raw))
     except HarnessError:
-        raise HarnessError(f"MTBF={raw!r}: use a time such as MTBF=3m, 180s or 1h, or a number "
-                           "of steps such as MTBF=400steps") from None  # fmt: skip
+        raise HarnessError(
+            f"MTBF={raw!r}: use a time such as MTBF=3m, 180s or 1h, or a number "
+            "of steps such as MTBF=400steps"
+        ) from None
 
 
 def kinds_arg(raw: str | None) -> tuple[str, ...]:
@@ -83,8 +89,10 @@ def kinds_arg(raw: str | None) -> tuple[str, ...]:
     kinds = tuple(dict.fromkeys(k.strip() for k in (raw or "kill").split(",") if k.strip()))
     wrong = [k for k in kinds if k not in KINDS]
     if wrong or not kinds:
-        raise HarnessError(f"KINDS={raw!r}: {', '.join(wrong) or 'none'} not a soak's kind; use "
-                           f"some of {', '.join(KINDS)} ({NOT_IN_A_SOAK})")  # fmt: skip
+        raise HarnessError(
+            f"KINDS={raw!r}: {', '.join(wrong) or 'none'} not a soak's kind; use "
+            f"some of {', '.join(KINDS)} ({NOT_IN_A_SOAK})"
+        )
     return kinds
 
 
@@ -94,8 +102,10 @@ class Plan:
 
     def __init__(self, seed: int, mtbf_steps: float, world_size: int, kinds: tuple[str, ...]):
         if mtbf_steps < 2:
-            raise HarnessError(f"the mean gap between failures is {mtbf_steps} step(s); it must "
-                               "be at least 2 (raise MTBF)")  # fmt: skip
+            raise HarnessError(
+                f"the mean gap between failures is {mtbf_steps} step(s); it must "
+                "be at least 2 (raise MTBF)"
+            )
         self.seed, self.mtbf_steps, self.world_size = seed, mtbf_steps, world_size
         self.kinds = kinds
         # ceil(Exp(lam)) is geometric with mean 1 / (1 - e^-lam): exactly mtbf_steps
@@ -113,8 +123,12 @@ class Plan:
         return self._drawn[n - 1]
 
     def record(self) -> dict:
-        return {"fault_seed": self.seed, "mtbf_steps": self.mtbf_steps,
-                "world_size": self.world_size, "kinds": list(self.kinds)}  # fmt: skip
+        return {
+            "fault_seed": self.seed,
+            "mtbf_steps": self.mtbf_steps,
+            "world_size": self.world_size,
+            "kinds": list(self.kinds),
+        }
 
 
 def strike(f: Failure, resumed: int, save_steps: int) -> tuple[int, int]:
@@ -136,8 +150,17 @@ def schedule(plan: Plan, save_steps: int, count: int, start: int = STARTS_AT) ->
     for n in range(1, count + 1):
         f = plan.failure(n)
         at, resumed_next = strike(f, resumed, save_steps)
-        out.append({"n": n, "rank": f.rank, "kind": f.kind, "gap": f.gap, "from": resumed,
-                    "step": at, "resumes": resumed_next})  # fmt: skip
+        out.append(
+            {
+                "n": n,
+                "rank": f.rank,
+                "kind": f.kind,
+                "gap": f.gap,
+                "from": resumed,
+                "step": at,
+                "resumes": resumed_next,
+            }
+        )
         resumed = resumed_next
     return out
 

@@ -42,8 +42,13 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 def step_time(metrics: dict) -> float | None:
     """The median step_s of every rank's steps but each attempt's first (it skips data)."""
-    xs = [x["step_s"] for lines in metrics.values() for a in runs.attempts(lines)
-          for x in runs.steps(a)[1:] if x.get("step_s")]  # fmt: skip
+    xs = [
+        x["step_s"]
+        for lines in metrics.values()
+        for a in runs.attempts(lines)
+        for x in runs.steps(a)[1:]
+        if x.get("step_s")
+    ]
     return statistics.median(xs) if xs else None
 
 
@@ -87,8 +92,9 @@ def failure(f: dict, attempts: dict, follow, step_s: float, fix: float, until: f
     down = max([x for x in ends + exits if x >= t] + stopped, default=None)
     old_steps = [x for a in old.values() for x in runs.steps(a)]
     last = max((x["step"] for x in old_steps), default=None)
-    struck_line = next((x for x in runs.steps(old.get(f["rank"], [])) if x["step"] == f["landed"]),
-                       None)  # fmt: skip
+    struck_line = next(
+        (x for x in runs.steps(old.get(f["rank"], [])) if x["step"] == f["landed"]), None
+    )
     b = [began(a) for a in new.values()]
     b = [x for x in b if x]
     resumed = min((s for _, s in b), default=None)
@@ -102,8 +108,12 @@ def failure(f: dict, attempts: dict, follow, step_s: float, fix: float, until: f
         redone = _diff(min(again), max(t for t, _ in b)) if again else None
     # work lost: from the checkpoint resumed from (saved in the old attempt), else from when
     # the old attempt began training, to the strike
-    saved = [x["time"] for a in old.values() for x in a
-             if x.get("event") == "checkpoint" and x["step"] == resumed]  # fmt: skip
+    saved = [
+        x["time"]
+        for a in old.values()
+        for x in a
+        if x.get("event") == "checkpoint" and x["step"] == resumed
+    ]
     started = [s[0] for a in old.values() if (s := began(a))]
     since = max(saved) if saved else max(started, default=None)
     return {
@@ -127,8 +137,12 @@ def failure(f: dict, attempts: dict, follow, step_s: float, fix: float, until: f
 
 
 def _latest(attempt_of: dict, name: str) -> float | None:
-    seen = [x["time"] for a in attempt_of.values() for x in a
-            if (x.get("event"), x.get("name")) == ("phase", name)]  # fmt: skip
+    seen = [
+        x["time"]
+        for a in attempt_of.values()
+        for x in a
+        if (x.get("event"), x.get("name")) == ("phase", name)
+    ]
     return max(seen) if seen else None
 
 
@@ -142,12 +156,23 @@ def build(base: dict, follow, run_dir: Path) -> dict:
     failures = [failure(f, attempts, follow, step_s, fix, end) for f in follow.failures]
     done = [x for x in saves(metrics) if not follow.started_at or x["time"] >= follow.started_at]
     last = final_step(attempts, follow, run_dir / "output")
-    rec = {**base, "plan": follow.plan.record() if follow.plan else None,
-           "step_s": _r(step_s, 4), "started_at": follow.started_at, "stopped_at": end,
-           "stop_reason": follow.stop_reason, "failures": failures,
-           "saves": {"count": len(done), "median_s": _r(_median([x["save_s"] for x in done]), 3),
-                     "total_s": _r(sum(x["save_s"] for x in done)), "each": done},
-           "restarts_by_harness": follow.restarts, "final_step": last}  # fmt: skip
+    rec = {
+        **base,
+        "plan": follow.plan.record() if follow.plan else None,
+        "step_s": _r(step_s, 4),
+        "started_at": follow.started_at,
+        "stopped_at": end,
+        "stop_reason": follow.stop_reason,
+        "failures": failures,
+        "saves": {
+            "count": len(done),
+            "median_s": _r(_median([x["save_s"] for x in done]), 3),
+            "total_s": _r(sum(x["save_s"] for x in done)),
+            "each": done,
+        },
+        "restarts_by_harness": follow.restarts,
+        "final_step": last,
+    }
     if follow.started_at and step_s:
         rec.update(ett(rec, step_s, end - follow.started_at))
     return rec
@@ -179,8 +204,10 @@ def ett(rec: dict, step_s: float, wall_s: float) -> dict:
     lo_n, hi_n = report_stats.poisson_interval(n)
     interval = None
     if per_failure is not None:
-        interval = [_r(measured - (hi_n - n) * per_failure / wall_s, 4),
-                    _r(measured + (n - lo_n) * per_failure / wall_s, 4)]  # fmt: skip
+        interval = [
+            _r(measured - (hi_n - n) * per_failure / wall_s, 4),
+            _r(measured + (n - lo_n) * per_failure / wall_s, 4),
+        ]
     c = rec["saves"]["median_s"]
     r = _median([x["restart_cost_s"] for x in rec["failures"]])
     plan = rec["plan"] or {}
@@ -192,20 +219,32 @@ def ett(rec: dict, step_s: float, wall_s: float) -> dict:
         # it from soak.json gets the same ETT (rounded inputs moved it by 0.005 at tau ~0.1 s).
         r, m, tau = _r(r, 3), _r(m, 3), _r(tau, 4)
         best = save_interval.interval_s(c, m)
-        model = {"save_s": c, "restart_s": r, "mtbf_s": m, "tau_s": tau,
-                 "ett": _r(save_interval.ett(tau, c, r, m), 4),
-                 "ett_renewal": _r(renewal(tau, c, r, m), 4),
-                 "best_tau_s": _r(best), "best_save_steps": max(1, round(best / step_s)),
-                 "best_ett": _r(save_interval.ett(best, c, r, m), 4)}  # fmt: skip
+        model = {
+            "save_s": c,
+            "restart_s": r,
+            "mtbf_s": m,
+            "tau_s": tau,
+            "ett": _r(save_interval.ett(tau, c, r, m), 4),
+            "ett_renewal": _r(renewal(tau, c, r, m), 4),
+            "best_tau_s": _r(best),
+            "best_save_steps": max(1, round(best / step_s)),
+            "best_ett": _r(save_interval.ett(best, c, r, m), 4),
+        }
         model["inside"] = bool(interval and interval[0] <= model["ett"] <= interval[1])
         # First order assumes a failure is rare within a save interval and a restart; where a
         # restart is as long as the time between failures (a short soak under load) it comes
         # out at or below 0 and says nothing: the renewal figure is the one to read there.
         model["first_order_holds"] = model["ett"] > 0
-    return {"wall_s": _r(wall_s, 1), "useful_s": _r(useful, 1), "ett": _r(measured, 4),
-            "ett_interval": interval, "interval_level": report_stats.LEVEL,
-            "failures_interval": [_r(lo_n), _r(hi_n)], "per_failure_s": _r(per_failure),
-            "model": model}  # fmt: skip
+    return {
+        "wall_s": _r(wall_s, 1),
+        "useful_s": _r(useful, 1),
+        "ett": _r(measured, 4),
+        "ett_interval": interval,
+        "interval_level": report_stats.LEVEL,
+        "failures_interval": [_r(lo_n), _r(hi_n)],
+        "per_failure_s": _r(per_failure),
+        "model": model,
+    }
 
 
 def renewal(tau_s: float, save_s: float, restart_s: float, mtbf_s: float) -> float:

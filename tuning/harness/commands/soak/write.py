@@ -8,11 +8,18 @@ from pathlib import Path
 from tuning.harness.rundirs import runs
 from tuning.harness.spec.save_interval import duration
 
-COLUMNS = (("detect_s", "detect"), ("teardown_s", "teardown"), ("restart_s", "restart"),
-           ("imports_s", "imports"), ("rendezvous_s", "rendezvous"),
-           ("load_s", "load (model, data, checkpoint)"), ("first_step_s", "first step"),
-           ("recompute_s", "recompute"), ("restart_cost_s", "R"),
-           ("work_lost_s", "work lost"))  # fmt: skip
+COLUMNS = (
+    ("detect_s", "detect"),
+    ("teardown_s", "teardown"),
+    ("restart_s", "restart"),
+    ("imports_s", "imports"),
+    ("rendezvous_s", "rendezvous"),
+    ("load_s", "load (model, data, checkpoint)"),
+    ("first_step_s", "first step"),
+    ("recompute_s", "recompute"),
+    ("restart_cost_s", "R"),
+    ("work_lost_s", "work lost"),
+)
 
 
 def _pct(x: float | None) -> str:
@@ -37,21 +44,32 @@ def markdown(rec: dict) -> str:
     ]
     if rec.get("ett") is not None:
         iv = rec["ett_interval"]
-        said = (f" ({100 * rec['interval_level']:.0f} % interval {_pct(iv[0])} to "
-                f"{_pct(iv[1])}, from {len(rec['failures'])} failure(s): "
-                f"{rec['failures_interval'][0]:g} to {rec['failures_interval'][1]:g})"
-                if iv else "")  # fmt: skip
-        out.append(f"- ETT {_pct(rec['ett'])}{said}: {rec['final_step']} steps x {step} s = "
-                   f"{rec['useful_s']} s of {rec['wall_s']} s")  # fmt: skip
+        said = (
+            f" ({100 * rec['interval_level']:.0f} % interval {_pct(iv[0])} to "
+            f"{_pct(iv[1])}, from {len(rec['failures'])} failure(s): "
+            f"{rec['failures_interval'][0]:g} to {rec['failures_interval'][1]:g})"
+            if iv
+            else ""
+        )
+        out.append(
+            f"- ETT {_pct(rec['ett'])}{said}: {rec['final_step']} steps x {step} s = "
+            f"{rec['useful_s']} s of {rec['wall_s']} s"
+        )
     sv = rec["saves"]
     out.append(f"- saves: {sv['count']}, median {sv['median_s']} s, {sv['total_s']} s in all")
     m = rec.get("model")
     if m:
         where = "inside" if m["inside"] else "OUTSIDE"
         holds = m.get("first_order_holds", True)
-        read = "" if holds else (" (first order does not hold here: a restart and half an "
-                                 "interval take about as long as the time between failures; "
-                                 "read the renewal figure)")  # fmt: skip
+        read = (
+            ""
+            if holds
+            else (
+                " (first order does not hold here: a restart and half an "
+                "interval take about as long as the time between failures; "
+                "read the renewal figure)"
+            )
+        )
         out += [
             f"- the model (Young/Daly) with C {m['save_s']} s, R {m['restart_s']} s, M "
             f"{m['mtbf_s']} s: ETT {_pct(m['ett'])} at this interval ({m['tau_s']} s), {where} "
@@ -60,8 +78,10 @@ def markdown(rec: dict) -> str:
             f"- its best interval: {m['best_tau_s']} s ({m['best_save_steps']} steps), ETT "
             f"{_pct(m['best_ett'])}",
         ]
-    out.append(f"- {rec.get('stop_reason') or 'stopped'}; left behind: "
-               f"{', '.join(rec.get('leftovers') or []) or 'nothing'}")  # fmt: skip
+    out.append(
+        f"- {rec.get('stop_reason') or 'stopped'}; left behind: "
+        f"{', '.join(rec.get('leftovers') or []) or 'nothing'}"
+    )
     if rec.get("advice"):
         out += ["", f"On a cluster: {rec['advice']}"]
     out += ["", "Seconds, from the strike; a step is the slowest rank's.", ""]
@@ -69,8 +89,17 @@ def markdown(rec: dict) -> str:
     head += [name for _, name in COLUMNS]
     out += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for f in rec["failures"]:
-        row = [f["n"], f["kind"], f["rank"], f["planned"], f["landed"], f["resumed_from"],
-               f["steps_lost"], f["held_s"], *(f[key] for key, _ in COLUMNS)]  # fmt: skip
+        row = [
+            f["n"],
+            f["kind"],
+            f["rank"],
+            f["planned"],
+            f["landed"],
+            f["resumed_from"],
+            f["steps_lost"],
+            f["held_s"],
+            *(f[key] for key, _ in COLUMNS),
+        ]
         out.append("| " + " | ".join(_v(x) for x in row) + " |")
     return "\n".join(out) + "\n"
 
@@ -86,17 +115,30 @@ def figure(rec: dict, metrics: dict):
     ax = fig.add_subplot(1, 1, 1)
     for i, a in enumerate(runs.attempts(metrics.get(0, []))):
         st = runs.steps(a)
-        ax.plot([x["time"] - t0 for x in st], [x["step"] for x in st], ".", ms=2,
-                label="steps" if i == 0 else None, color="tab:blue")  # fmt: skip
+        ax.plot(
+            [x["time"] - t0 for x in st],
+            [x["step"] for x in st],
+            ".",
+            ms=2,
+            label="steps" if i == 0 else None,
+            color="tab:blue",
+        )
     for f in rec["failures"]:
         ax.axvline(f["time"] - t0, color="tab:red", lw=0.8)
-        ax.annotate(f"{f['kind']} r{f['rank']}", (f["time"] - t0, f["landed"]), fontsize=7,
-                    color="tab:red", rotation=90, va="bottom")  # fmt: skip
+        ax.annotate(
+            f"{f['kind']} r{f['rank']}",
+            (f["time"] - t0, f["landed"]),
+            fontsize=7,
+            color="tab:red",
+            rotation=90,
+            va="bottom",
+        )
     for s in rec["saves"]["each"]:
         ax.plot([s["time"] - t0], [s["step"]], "|", color="tab:green", ms=6)
     ett = _pct(rec.get("ett"))
-    ax.set_title(f"soak {rec['run_id']}: {rec['layout']}, {len(rec['failures'])} failures, "
-                 f"ETT {ett}")  # fmt: skip
+    ax.set_title(
+        f"soak {rec['run_id']}: {rec['layout']}, {len(rec['failures'])} failures, ETT {ett}"
+    )
     ax.set_xlabel("seconds since training began")
     ax.set_ylabel("step")
     ax.grid(alpha=0.3)

@@ -34,9 +34,13 @@ def strike(inj, nodes, ctr, pid) -> str:
 
 def _env(kind: str, how: str = "op"):
     def env(knobs: dict) -> dict[str, str]:
-        out = {"HARNESS_DESYNC": kind, "HARNESS_DESYNC_RANK": str(knobs["rank"]),
-               "HARNESS_DESYNC_S": str(knobs["timeout_s"] + SLOW_EXTRA_S),
-               "HARNESS_DESYNC_HOW": how, "HARNESS_DESYNC_WHEN": GO}  # fmt: skip
+        out = {
+            "HARNESS_DESYNC": kind,
+            "HARNESS_DESYNC_RANK": str(knobs["rank"]),
+            "HARNESS_DESYNC_S": str(knobs["timeout_s"] + SLOW_EXTRA_S),
+            "HARNESS_DESYNC_HOW": how,
+            "HARNESS_DESYNC_WHEN": GO,
+        }
         if kind != "slow-main":  # torch's own op and shape check stops every rank at the odd
             out["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # call (verdict_torch.py), before gloo
         return out  # aborts a peer on a size it did not expect, with no word of whose it was
@@ -75,9 +79,17 @@ def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:
     detail = desync != "slow-main"
     # slow-main never enters the collective; the others call another one: torch's DETAIL check
     judged = "desync" if detail else "never arrived"
-    return Kind(name, order, inject=strike, pid="never", rank_env=_env(desync, how),
-                expect=HANGS, signatures=(("desync", r"harness desync: "),), judged=judged,
-                refuse=before_first_save if detail else None)  # fmt: skip
+    return Kind(
+        name,
+        order,
+        inject=strike,
+        pid="never",
+        rank_env=_env(desync, how),
+        expect=HANGS,
+        signatures=(("desync", r"harness desync: "),),
+        judged=judged,
+        refuse=before_first_save if detail else None,
+    )
 
 
 KINDS = (

@@ -78,8 +78,10 @@ def fill(ctr) -> dict | None:
 
 def how(filled: dict) -> str:
     free, size = filled["free_after"] / (1 << 20), filled["checkpoint_bytes"] / (1 << 20)
-    return (f"{OUTPUT_DIR} ({VOLUME_MB} MiB tmpfs) filled to {free:.1f} MiB free, half of "
-            f"{filled['checkpoint']} ({size:.1f} MiB)")  # fmt: skip
+    return (
+        f"{OUTPUT_DIR} ({VOLUME_MB} MiB tmpfs) filled to {free:.1f} MiB free, half of "
+        f"{filled['checkpoint']} ({size:.1f} MiB)"
+    )
 
 
 class Volume:
@@ -92,14 +94,22 @@ class Volume:
         labels = {**layout.labels, LABEL: f"{layout.run_id}-keep"}
         images.ready(client, layout, log=lambda *_: None)
         self.volume = client.volumes.create(
-            self.name, driver="local", labels=labels,
+            self.name,
+            driver="local",
+            labels=labels,
             driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={VOLUME_MB}m,mode=1777"},
-        )  # fmt: skip
+        )
         self.keeper = client.containers.run(
-            layout.image, ["-c", "exec sleep 86400"], entrypoint="sh", user=layout.user,
-            network_mode="none", volumes={self.name: {"bind": KEEP, "mode": "rw"}},
-            labels=labels, name=f"{layout.project}-keeper", detach=True,
-        )  # fmt: skip
+            layout.image,
+            ["-c", "exec sleep 86400"],
+            entrypoint="sh",
+            user=layout.user,
+            network_mode="none",
+            volumes={self.name: {"bind": KEEP, "mode": "rw"}},
+            labels=labels,
+            name=f"{layout.project}-keeper",
+            detach=True,
+        )
 
     def copy_out(self, output: Path) -> None:
         """What the ranks wrote into `output` (the run's dir), less the filler and what was
@@ -133,9 +143,13 @@ def facts(filled: dict | None, ranks: list[dict], output: Path) -> dict:
         if x["signature"] == "ENOSPC":
             path = re.search(rf"({OUTPUT_DIR}/[^'\"\s:]+)", err)
             hit.append({"rank": x["rank"], "errno": 28, "path": path and path.group(1)})
-    return {**filled, "volume_mb": VOLUME_MB, "enospc": hit,
-            "complete": [p.name for p in torn.checkpoints(output) if torn.missing(p) is None],
-            "torn": [p.name for p, _ in torn.incomplete(output)]}  # fmt: skip
+    return {
+        **filled,
+        "volume_mb": VOLUME_MB,
+        "enospc": hit,
+        "complete": [p.name for p in torn.checkpoints(output) if torn.missing(p) is None],
+        "torn": [p.name for p, _ in torn.incomplete(output)],
+    }
 
 
 def lines(rec: dict) -> list[str]:
@@ -143,8 +157,13 @@ def lines(rec: dict) -> list[str]:
     disk = rec.get("disk")
     if not disk:
         return []
-    hit = "; ".join(f"rank {x['rank']}: ENOSPC (errno 28) writing {x['path'] or 'its checkpoint'}"
-                    for x in disk["enospc"]) or "no rank reported ENOSPC"  # fmt: skip
+    hit = (
+        "; ".join(
+            f"rank {x['rank']}: ENOSPC (errno 28) writing {x['path'] or 'its checkpoint'}"
+            for x in disk["enospc"]
+        )
+        or "no rank reported ENOSPC"
+    )
     return [
         f"- disk: {hit}",
         f"- checkpoints left complete: {', '.join(disk['complete']) or 'none'}; torn by the "
@@ -174,12 +193,19 @@ def on_volume(spec):
 
 KINDS = (
     Kind(
-        KIND, 30, inject=inject, pid="never", staged=on_volume, expect=FAILS, cluster=CLUSTER,
+        KIND,
+        30,
+        inject=inject,
+        pid="never",
+        staged=on_volume,
+        expect=FAILS,
+        cluster=CLUSTER,
         # it must fail by the full volume, not by anything else
         goal=lambda rec: bool((rec.get("disk") or {}).get("enospc")) and FAILS.goal(rec),
         signatures=(("ENOSPC", ENOSPC.pattern),),
-        facts=lambda follow, seen: {"disk": facts(follow.inject.state.get("filled"),
-                                                  seen.ranks, seen.output)},
+        facts=lambda follow, seen: {
+            "disk": facts(follow.inject.state.get("filled"), seen.ranks, seen.output)
+        },
         lines=lines,
     ),
-)  # fmt: skip
+)

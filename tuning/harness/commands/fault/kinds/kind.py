@@ -48,21 +48,28 @@ def _left(rec: dict) -> bool:
 
 FAILS = Expect(  # every rank ends, by itself, within TIMEOUT + 15 s of the fault
     "fails fast",
-    lambda rec: _left(rec) and rec["outcome"] == "failed fast"
-    and rec["fault_to_end_s"] <= rec["bound_s"],
-)  # fmt: skip
+    lambda rec: (
+        _left(rec) and rec["outcome"] == "failed fast" and rec["fault_to_end_s"] <= rec["bound_s"]
+    ),
+)
 HANGS = Expect(  # peers wait: detected (a timeout, or no step for TIMEOUT) within the bound
     "hangs",
-    lambda rec: _left(rec) and rec["outcome"] in ("hung (detected)", "failed fast")
-    and (rec["fault_to_end_s"] if rec["hang_detected_s"] is None else rec["hang_detected_s"])
-    <= rec["bound_s"],
+    lambda rec: (
+        _left(rec)
+        and rec["outcome"] in ("hung (detected)", "failed fast")
+        and (rec["fault_to_end_s"] if rec["hang_detected_s"] is None else rec["hang_detected_s"])
+        <= rec["bound_s"]
+    ),
     hangs=True,
-)  # fmt: skip
+)
 STOPS = Expect(  # every rank stops at a step and a checkpoint is saved after the fault
     "stops and checkpoints",
-    lambda rec: _left(rec) and rec["outcome"] == "preempted"
-    and any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"]),
-)  # fmt: skip
+    lambda rec: (
+        _left(rec)
+        and rec["outcome"] == "preempted"
+        and any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
+    ),
+)
 GOES_ON = Expect("goes on", lambda rec: _left(rec) and rec["outcome"] == "finished")
 
 
@@ -119,8 +126,10 @@ class Kind:
         if self.expect is None and self.goal is None:
             raise TypeError(f"fault kind {self.name}: give expect or goal (its record rule)")
         if bad or self.pid not in PID or self.deadline not in (SHORT, LONG, SINCE_STEP):
-            raise TypeError(f"fault kind {self.name}: not_here takes {WHERE}, pid {PID}, "
-                            f"deadline SHORT, LONG or SINCE_STEP")  # fmt: skip
+            raise TypeError(
+                f"fault kind {self.name}: not_here takes {WHERE}, pid {PID}, "
+                f"deadline SHORT, LONG or SINCE_STEP"
+            )
 
     @property
     def hangs(self) -> bool:
@@ -129,8 +138,11 @@ class Kind:
 
     def why_not(self, layout: str, network: str, foreign: bool) -> str | None:
         """Why it does not apply to this run (LAYOUT, NETWORK, a foreign trainer), if so."""
-        here = {"single": layout == "single", "foreign": foreign,
-                "shared": layout == "per-rank" and network == "shared"}  # fmt: skip
+        here = {
+            "single": layout == "single",
+            "foreign": foreign,
+            "shared": layout == "per-rank" and network == "shared",
+        }
         return next((why for where, why in self.not_here.items() if here[where]), None)
 
     def met(self, rec: dict) -> bool | None:

@@ -30,11 +30,15 @@ KIND = "late-master"
 ACCEPTS = "port accepts"  # the probe's last answer: the master's torchrun listens
 PROBE_S = 1.0  # how often the harness asks, from a waiting node, what it sees of the master
 LATE_S = 10  # default: well below the fault's default RDZV_TIMEOUT (TIMEOUT, 20 s)
-SINGLE = ("late-master needs a node per rank: LAYOUT=single runs every rank in one container "
-          "behind one launcher, so there is no master node to start late (and no name to "
-          "resolve: the ranks meet on 127.0.0.1). Use LAYOUT=per-rank.")  # fmt: skip
-SHARED = ("late-master with NETWORK=shared: every rank lives in rank 0's network namespace, so "
-          "no rank can start before it. Use NETWORK=isolated.")  # fmt: skip
+SINGLE = (
+    "late-master needs a node per rank: LAYOUT=single runs every rank in one container "
+    "behind one launcher, so there is no master node to start late (and no name to "
+    "resolve: the ranks meet on 127.0.0.1). Use LAYOUT=per-rank."
+)
+SHARED = (
+    "late-master with NETWORK=shared: every rank lives in rank 0's network namespace, so "
+    "no rank can start before it. Use NETWORK=isolated."
+)
 # torch 2.13's defaults (torch/distributed/elastic/rendezvous): static_tcp_rendezvous.py
 # _default_timeout_seconds = 600; dynamic_rendezvous.py (c10d backend) join timeout 600 s
 CLUSTER = (
@@ -83,8 +87,7 @@ class Late:
 
     def due(self, nodes, now: float) -> list[tuple[str, int, float]]:
         issued = nodes.issued_at or now
-        return [(f"{self.target} held back: it starts {self.late_s} s after the others", 0,
-                 issued)]  # fmt: skip
+        return [(f"{self.target} held back: it starts {self.late_s} s after the others", 0, issued)]
 
     def tick(self, nodes, now: float) -> str | None:
         """Start the held node once LATE s have passed (the follow stops first when every other
@@ -147,12 +150,20 @@ def lines(rec: dict) -> list[str]:
     late = rec.get("late")
     if not late:
         return []
-    came = (f"started at t={late['master_started_t']} s" if late["master_started_t"] is not None
-            else "never started: the other nodes had given up")  # fmt: skip
-    saw = "; ".join(f"{node}: " + ", ".join(f"{v} {k}" for k, v in c.items() if k in SEEN and v)
-                    for node, c in late["peers_saw"].items())  # fmt: skip
-    then = (f"first step at t={late['first_step_t']} s" if late["first_step_t"] is not None
-            else f"the job ended at t={late['job_end_t']} s without a step")  # fmt: skip
+    came = (
+        f"started at t={late['master_started_t']} s"
+        if late["master_started_t"] is not None
+        else "never started: the other nodes had given up"
+    )
+    saw = "; ".join(
+        f"{node}: " + ", ".join(f"{v} {k}" for k, v in c.items() if k in SEEN and v)
+        for node, c in late["peers_saw"].items()
+    )
+    then = (
+        f"first step at t={late['first_step_t']} s"
+        if late["first_step_t"] is not None
+        else f"the job ended at t={late['job_end_t']} s without a step"
+    )
     probes = "; then ".join(f"{x['saw']} (t={x['t']} s)" for x in late["waiting_node_saw"])
     return [
         f"- late master: {late['late_s']} s late (RDZV_TIMEOUT={rec['rdzv_timeout_s']} s); "
@@ -169,13 +180,24 @@ def tick(follow, metrics, nodes, now: float) -> None:
 
 KINDS = (
     Kind(
-        KIND, 90, rank=0, held_back=True, knobs=(Knob("late_s", "LATE", LATE_S),),
+        KIND,
+        90,
+        rank=0,
+        held_back=True,
+        knobs=(Knob("late_s", "LATE", LATE_S),),
         judged="never arrived",
         state=lambda target, knobs: {"late": Late(target, knobs["late_s"])},
         due=lambda inj, metrics, nodes, now: inj.state["late"].due(nodes, now),
-        tick=tick, not_here={"single": SINGLE, "shared": SHARED}, goal=goal, deadline=LONG,
-        cluster=CLUSTER, lines=lines,
-        facts=lambda follow, seen: {"late": facts(follow.inject.state["late"], follow.t0,
-                                                  seen.logs, seen.metrics, seen.job_end)},
+        tick=tick,
+        not_here={"single": SINGLE, "shared": SHARED},
+        goal=goal,
+        deadline=LONG,
+        cluster=CLUSTER,
+        lines=lines,
+        facts=lambda follow, seen: {
+            "late": facts(
+                follow.inject.state["late"], follow.t0, seen.logs, seen.metrics, seen.job_end
+            )
+        },
     ),
-)  # fmt: skip
+)

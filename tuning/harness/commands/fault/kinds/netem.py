@@ -19,11 +19,16 @@ def netem(inj, nodes, ctr, pid) -> str:
     dev = "eth0" if inj.per_rank else "lo"
     rule = f"tc qdisc add dev {dev} root netem {NETEM[name]}"
     helper = nodes.client.containers.run(
-        ctr.image.id, ["-c", f"{rule} && exec sleep 100000"], entrypoint="sh", user="root",
-        cap_add=["NET_ADMIN"], network_mode=f"container:{ctr.id}", detach=True,
+        ctr.image.id,
+        ["-c", f"{rule} && exec sleep 100000"],
+        entrypoint="sh",
+        user="root",
+        cap_add=["NET_ADMIN"],
+        network_mode=f"container:{ctr.id}",
+        detach=True,
         labels={**nodes.layout.labels, "harness.fault": name},
         name=f"harness-{inj.run_id}-fault-{name}",
-    )  # fmt: skip
+    )
     inj.heals.append(lambda: helper.remove(force=True))
     return f"helper {helper.name} (NET_ADMIN, network_mode container:{ctr.name}): {rule}"
 
@@ -33,9 +38,17 @@ def unsupported(layout, name: str) -> str | None:
     c = engine.client()
     images.ready(c, layout, log=lambda *_: None)
     try:
-        c.containers.run(layout.image, ["-c", f"tc qdisc add dev lo root netem {NETEM[name]}"],
-                         entrypoint="sh", user="root", cap_add=["NET_ADMIN"], network_mode="none",
-                         labels=layout.labels, remove=True, stderr=True)  # fmt: skip
+        c.containers.run(
+            layout.image,
+            ["-c", f"tc qdisc add dev lo root netem {NETEM[name]}"],
+            entrypoint="sh",
+            user="root",
+            cap_add=["NET_ADMIN"],
+            network_mode="none",
+            labels=layout.labels,
+            remove=True,
+            stderr=True,
+        )
         return None
     except docker.errors.ContainerError as e:
         err = (e.stderr or b"").decode(errors="replace").strip() or str(e)
@@ -45,8 +58,9 @@ def unsupported(layout, name: str) -> str | None:
 
 
 def _netem(name: str, order: int) -> Kind:
-    return Kind(name, order, inject=netem, check=lambda layout: unsupported(layout, name),
-                expect=HANGS)  # fmt: skip
+    return Kind(
+        name, order, inject=netem, check=lambda layout: unsupported(layout, name), expect=HANGS
+    )
 
 
 KINDS = (_netem("delay", 130), _netem("loss", 140))

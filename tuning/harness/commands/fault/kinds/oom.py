@@ -33,9 +33,11 @@ def oom(inj, nodes, ctr, pid) -> str:
         "while alive() and len(b) < 256:\n    b.append(b'x' * (16 << 20)); time.sleep(0.02)\n"
     )
     ctr.exec_run(["python3", "-c", push], detach=True)
-    return (f"docker update --memory {limit >> 20}m {ctr.name} (usage + "
-            f"{OOM_HEADROOM >> 20} MiB), rank {inj.rank}'s worker (pid {pid}) "
-            f"oom_score_adj=1000, then memory pushed past the limit beside it")  # fmt: skip
+    return (
+        f"docker update --memory {limit >> 20}m {ctr.name} (usage + "
+        f"{OOM_HEADROOM >> 20} MiB), rank {inj.rank}'s worker (pid {pid}) "
+        f"oom_score_adj=1000, then memory pushed past the limit beside it"
+    )
 
 
 KINDS = (Kind("oom", 110, inject=oom, pid="always", expect=FAILS, judged="died"),)

@@ -5,11 +5,15 @@ from __future__ import annotations
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 from tuning.harness.spec.layout import NETWORK
 
-SINGLE = ("every rank of a single container talks to the others over loopback inside one "
-          "network namespace; there is no link between ranks to cut (cutting loopback cuts them "
-          "all). Use LAYOUT=per-rank.")  # fmt: skip
-SHARED = ("per-rank with NETWORK=shared puts every rank in rank 0's network namespace; there is "
-          "no link between ranks to cut. Use NETWORK=isolated.")  # fmt: skip
+SINGLE = (
+    "every rank of a single container talks to the others over loopback inside one "
+    "network namespace; there is no link between ranks to cut (cutting loopback cuts them "
+    "all). Use LAYOUT=per-rank."
+)
+SHARED = (
+    "per-rank with NETWORK=shared puts every rank in rank 0's network namespace; there is "
+    "no link between ranks to cut. Use NETWORK=isolated."
+)
 
 
 def partition(inj, nodes, ctr, pid) -> str:
@@ -22,6 +26,12 @@ def partition(inj, nodes, ctr, pid) -> str:
 
 
 KINDS = (
-    Kind("partition", 100, inject=partition, not_here={"single": SINGLE, "shared": SHARED},
-         expect=FAILS, judged="network"),
-)  # fmt: skip
+    Kind(
+        "partition",
+        100,
+        inject=partition,
+        not_here={"single": SINGLE, "shared": SHARED},
+        expect=FAILS,
+        judged="network",
+    ),
+)

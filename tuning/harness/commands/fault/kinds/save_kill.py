@@ -51,8 +51,13 @@ def facts(at_kill: dict | None, output: Path, fault_step: int | None) -> dict:
     step = _step(Path(at_kill["checkpoint"]))
     complete = [_step(p) for p in torn.checkpoints(output) if torn.missing(p) is None]
     before = max((s for s in complete if s < step), default=0)
-    return {**at_kill, "step": step, "moved_aside": torn.moved(output),
-            "resumed_from_step": before, "steps_lost": (fault_step or step) - before}  # fmt: skip
+    return {
+        **at_kill,
+        "step": step,
+        "moved_aside": torn.moved(output),
+        "resumed_from_step": before,
+        "steps_lost": (fault_step or step) - before,
+    }
 
 
 def lines(rec: dict) -> list[str]:
@@ -83,12 +88,19 @@ def inject(inj, nodes, ctr, pid) -> str:
 
 KINDS = (
     Kind(
-        KIND, 20, inject=inject, ready=_saving, expect=FAILS, recovers=True, cluster=CLUSTER,
+        KIND,
+        20,
+        inject=inject,
+        ready=_saving,
+        expect=FAILS,
+        recovers=True,
+        cluster=CLUSTER,
         judged="died",
         # our trainer holds each save open this long (atomic_save.py; the recorder: fms's)
         rank_env=lambda knobs: {"HARNESS_SAVE_SLEEP": str(SAVE_SLEEP_S)},
-        facts=lambda follow, seen: {"save": facts(follow.inject.state.get("at_kill"),
-                                                  seen.output, follow.inject_step)},
+        facts=lambda follow, seen: {
+            "save": facts(follow.inject.state.get("at_kill"), seen.output, follow.inject_step)
+        },
         lines=lines,
     ),
-)  # fmt: skip
+)

@@ -21,12 +21,16 @@ def slow(inj, nodes, ctr, pid) -> str:
         return f"docker update --cpus {SLOW_CPUS} {ctr.name}"
     # one cgroup holds every rank: duty-cycle the one process with STOP/CONT
     on = SLOW_CPUS * 0.1
-    loop = (f"while kill -STOP {pid} 2>/dev/null; do sleep {0.1 - on:.3f}; "
-            f"kill -CONT {pid}; sleep {on:.3f}; done")  # fmt: skip
+    loop = (
+        f"while kill -STOP {pid} 2>/dev/null; do sleep {0.1 - on:.3f}; "
+        f"kill -CONT {pid}; sleep {on:.3f}; done"
+    )
     sh(ctr, loop, detach=True)
     inj.heals.append(lambda: sh(ctr, f"kill -CONT {pid}"))
-    return (f"rank {inj.rank}'s worker (pid {pid}) stopped/continued on a 100 ms "
-            f"cycle, running {SLOW_CPUS:.0%} of it")  # fmt: skip
+    return (
+        f"rank {inj.rank}'s worker (pid {pid}) stopped/continued on a 100 ms "
+        f"cycle, running {SLOW_CPUS:.0%} of it"
+    )
 
 
 def slowdown(metrics, fault_at) -> dict:
@@ -38,8 +42,11 @@ def slowdown(metrics, fault_at) -> dict:
         after = [x["step_s"] for x in st if fault_at and x["time"] > fault_at + 1]
         b = statistics.median(before) if before else None
         a = statistics.median(after) if after else None
-        out[str(r)] = {"step_s_before": b, "step_s_after": a,
-                       "ratio": round(a / b, 2) if a and b else None}  # fmt: skip
+        out[str(r)] = {
+            "step_s_before": b,
+            "step_s_after": a,
+            "ratio": round(a / b, 2) if a and b else None,
+        }
     return out
 
 
@@ -55,13 +62,19 @@ def table(rec: dict) -> list[str]:
 
 KINDS = (
     Kind(
-        "slow", 120, inject=slow, step_sleep_s=STEP_SLEEP_S, expect=GOES_ON, judged="slow",
+        "slow",
+        120,
+        inject=slow,
+        step_sleep_s=STEP_SLEEP_S,
+        expect=GOES_ON,
+        judged="slow",
         # the run goes on, only slower: its deadline runs from its newest step, so a throttled
         # rank's pace (1-4 s a step here, by load) never cuts it short; a throttled launcher
         # is slow to exit, not stuck
-        deadline=SINCE_STEP, slow_exit=True,
+        deadline=SINCE_STEP,
+        slow_exit=True,
         cluster="no timeout is involved: every rank runs at the pace of the slowest",
         facts=lambda follow, seen: {"slowdown": slowdown(seen.metrics, follow.injected_at)},
         table=table,
     ),
-)  # fmt: skip
+)

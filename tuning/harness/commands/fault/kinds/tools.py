@@ -7,8 +7,10 @@ from __future__ import annotations
 import docker.errors
 
 # kill and term on a container per rank: the signal goes to its launcher (PID 1)
-DOCKER_KILL = {"KILL": "docker kill (SIGKILL) {}",
-               "TERM": "docker kill --signal SIGTERM {} (its launcher, PID 1)"}  # fmt: skip
+DOCKER_KILL = {
+    "KILL": "docker kill (SIGKILL) {}",
+    "TERM": "docker kill --signal SIGTERM {} (its launcher, PID 1)",
+}
 
 # Finding a rank's worker inside a container: torchrun gives each worker RANK=<global rank>
 # and LOCAL_RANK; the agent (PID 1) has neither LOCAL_RANK nor, in general, the right RANK.
