@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from tuning.harness.spec import devices
+from tuning.harness.machine import devices
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -135,7 +135,7 @@ def device_ids(svc: dict) -> list[str]:
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness.spec import gpu_locks
+from tuning.harness.machine import gpu_locks
 held = gpu_locks.take(sys.argv[2].split(","), "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(120)

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import free_port, recorder
 
-from tuning.harness.run import stacks, verdict, verdict_facts, verdict_torch
+from tuning.harness.run import dumps
 from tuning.harness.rundirs import runs
+from tuning.harness.verdict import facts, rules, torch_check
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -70,13 +71,13 @@ class Ranks:
     def judged(self, stuck) -> tuple[dict, dict]:
         """Dump every rank until `stuck(taken)` holds (each dump shows that moment), then the
         verdict over the dump, the metrics and torch's analysis of the flight recorders."""
-        since, places = time.time(), [stacks.Node("host", list(range(self.n)))]
+        since, places = time.time(), [dumps.Node("host", list(range(self.n)))]
         taken = self.wait_for(
-            lambda: (t := stacks.dump(self.out, places, "test")) and stuck(t) and t, "ranks stuck"
+            lambda: (t := dumps.dump(self.out, places, "test")) and stuck(t) and t, "ranks stuck"
         )
-        fr = verdict_torch.run_fr_check(places, self.out, since)
-        facts = verdict_facts.gather(self.n, self.metrics(), taken, fr_check=fr)
-        return verdict.judge(facts), taken
+        fr = torch_check.run_fr_check(places, self.out, since)
+        found = facts.gather(self.n, self.metrics(), taken, fr_check=fr)
+        return rules.judge(found), taken
 
     def stop(self) -> None:
         self.agent.terminate()  # torchrun stops its workers, then exits
@@ -223,7 +224,7 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
 
     ends = r.wait_for(_ends(r, 4), "end lines")
     assert all("Detected mismatch between collectives on ranks" in e["error"] for e in ends)
-    v = verdict.judge(verdict_facts.gather(4, r.metrics()))
+    v = rules.judge(facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
     assert v["evidence"] == (
         "torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped the ranks: rank 3 ran BROADCAST [1] "
@@ -248,7 +249,7 @@ def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_come
     assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
 
     r.wait_for(_ends(r, 4), "end lines")
-    v = verdict.judge(verdict_facts.gather(4, r.metrics()))
+    v = rules.judge(facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
 
 

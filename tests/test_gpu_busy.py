@@ -12,7 +12,7 @@ import pytest
 import yaml
 from gpu_standin import H100, device_ids, dry_up, harness, uuid
 
-from tuning.harness.spec.devices import BUSY_MIB
+from tuning.harness.machine.devices import BUSY_MIB
 
 APP = "2:4242:python3:1024"  # GPU 2 runs pid 4242, someone's python3, 1024 MiB
 

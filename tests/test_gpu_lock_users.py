@@ -30,7 +30,7 @@ LOCK = """
 import sys
 from pathlib import Path
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import gpu_locks
+from tuning.harness.machine import gpu_locks
 try:
     held = gpu_locks.take([sys.argv[3]], sys.argv[2], Path(sys.argv[1]))
 except HarnessError as e:

@@ -12,7 +12,7 @@ from gpu_standin import device_ids, dry_up
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples, kube
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import image_recipes
+from tuning.harness.machine import image_recipes
 from tuning.harness.spec.layout import Layout
 
 

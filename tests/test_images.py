@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from tuning.harness.backends import engine, images
-from tuning.harness.spec import image_recipes
+from tuning.harness.machine import image_recipes
 from tuning.harness.spec.layout import IMAGE
 
 
@@ -63,7 +63,7 @@ def test_the_digest_covers_the_locks_and_the_code():
 
 HOLD = """
 import sys, time
-from tuning.harness.spec import image_recipes
+from tuning.harness.machine import image_recipes
 from tuning.harness.backends import images
 with images._one_build_at_a_time(lambda m: print(m, flush=True)):
     print("in", time.time(), flush=True)

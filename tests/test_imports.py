@@ -2,7 +2,8 @@
 the CLI, and no sub-package imports one above it. Imports are read with ast, those inside
 functions included, so a cycle hidden in a function body counts.
 
-The layers, bottom up (docs/design.md): errors, rundirs, spec, backends, run, commands, cli.
+The layers, bottom up (docs/design.md): errors, rundirs, machine, spec, backends, run, verdict,
+commands, cli.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "tuning/harness"
 PACKAGE = "tuning.harness"
-LAYERS = ["errors", "rundirs", "spec", "backends", "run", "commands", "cli", "__main__"]
+LAYERS = ["errors", "rundirs", "machine", "spec", "backends", "run", "verdict", "commands", "cli",
+          "__main__"]
 
 
 def name_of(path: Path) -> str:

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from tuning.harness.commands import pool
 from tuning.harness.commands.fault import pool_list
-from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault import verdicts as fault_verdict
 from tuning.harness.commands.fault.kinds import TABLE
 
 

@@ -21,9 +21,10 @@ from test_torn import tree
 
 from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
+from tuning.harness.machine import gpu_locks
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks, ranks_user
+from tuning.harness.spec import ranks_user
 from tuning.harness.spec.layout import Layout
 
 
@@ -233,7 +234,7 @@ def test_a_dry_run_checks_config_as_a_real_run_does(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tuning.harness.spec import gpu_locks
+from tuning.harness.machine import gpu_locks
 held = gpu_locks.take(["0", "1"], "other-run", Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(600)

@@ -1,5 +1,5 @@
 """Stack dumps without Docker: real processes dump through tuning/rank/stack_dump.py (faulthandler),
-the host's run/stacks.py signals and reads them (LAYOUT=host's way: a shell on this machine),
+the host's run/dumps.py signals and reads them (LAYOUT=host's way: a shell on this machine),
 and run/stack_text.py parses real faulthandler text. The container path differs only in
 where that shell runs (docker exec); tests/test_stacks_docker.py covers it."""
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
-from tuning.harness.commands.fault import stacks as fault_stacks
-from tuning.harness.run import stack_text, stacks, stall
+from tuning.harness.commands import stall
+from tuning.harness.commands.fault import hung
+from tuning.harness.run import dumps, stack_text
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -25,6 +26,7 @@ CHILD = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
 from tuning.rank import stack_dump
+from tuning.harness.run import dumps
 stack_dump.install({out!r}, {rank})
 threading.Thread(target=lambda: time.sleep(1000), name="helper", daemon=True).start()
 def deep():
@@ -52,13 +54,13 @@ def child(tmp_path):
 
 def test_a_dump_names_where_each_rank_is_and_what_cannot_dump(child):
     proc, script, out = child
-    taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+    taken = dumps.dump(out, [dumps.Node("host", [0, 1])], "test")
     deep = _line(script, "# DEEP")
     assert taken["summaries"] == [f"rank 0: in deep at {script}:{deep}", "rank 1: not registered"]
     rank0 = taken["ranks"][0]
     assert rank0["complete"] is True and rank0["collectives"] == []
     assert len(rank0["threads"]) == 3  # main, helper, the dump's own watcher
-    main = stack_text.main_thread(rank0, stacks.registered(out)[0]["main_thread"])
+    main = stack_text.main_thread(rank0, dumps.registered(out)[0]["main_thread"])
     assert [f["func"] for f in main["frames"]] == ["deep", "<module>"]
     text = (out / "stacks/rank0.txt").read_text()
     assert text.startswith("=== stacks of rank 0 at ") and "(test) ===\n" in text
@@ -72,13 +74,13 @@ def test_a_stopped_rank_is_not_signalled_and_an_exited_one_is_said(child):
     while stat.read_text().rsplit(")", 1)[1].split()[0] not in "Tt":  # delivered, not just sent
         time.sleep(0.05)
     try:
-        taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
+        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
         assert taken["summaries"] == ["rank 0: stopped (SIGSTOP: it cannot dump)"]
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     proc.kill()
     proc.wait()
-    taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
+    taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
     assert taken["summaries"] == ["rank 0: exited"]
     assert not (out / "stacks/rank0.txt").read_text()  # nothing was ever dumped
 
@@ -114,7 +116,7 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
         # Printed just before the collectives: dump until both ranks are seen inside them
         # (a dump is harmless; each one reads what the ranks show at that moment).
         while True:
-            taken = stacks.dump(out, [stacks.Node("host", [0, 1])], "test")
+            taken = dumps.dump(out, [dumps.Node("host", [0, 1])], "test")
             s0, s1 = taken["summaries"]
             if "waiting in" in s0 and "waiting in" in s1:
                 break
@@ -182,7 +184,7 @@ def test_fault_md_carries_the_summaries_and_each_rank_threads():
             1: {"state": "paused"},
         },
     }
-    assert stacks.markdown(taken) == [
+    assert dumps.markdown(taken) == [
         "",
         "## Stacks (fault run deadline, 2026-01-01T00:00:00+00:00, dumped in 0.6 s)",
         "",
@@ -227,19 +229,19 @@ def test_stacks_of_a_run_that_is_not_running_is_a_clear_error(tmp_path):
 
 
 def test_a_fault_record_keeps_stacks_only_for_a_hang_a_timeout_or_the_deadline():
-    class Follow:  # what fault_stacks.record reads of fault_follow.Follow
+    class Follow:  # what hung.record reads of fault_follow.Follow
         stopped_by = None
-        hang_stacks = fault_stacks.HangStacks(15)
+        hang_stacks = hung.HangStacks(15)
 
     follow = Follow()
     follow.hang_stacks.taken = {"summaries": ["rank 0: in f at x.py:1"]}
-    assert fault_stacks.record(follow, timed_out=False) == {}  # ended normally: none
-    assert fault_stacks.record(follow, timed_out=True) == {"stacks": follow.hang_stacks.taken}
+    assert hung.record(follow, timed_out=False) == {}  # ended normally: none
+    assert hung.record(follow, timed_out=True) == {"stacks": follow.hang_stacks.taken}
     follow.stopped_by = "launcher lingered"
-    assert fault_stacks.record(follow, timed_out=False) == {}
-    for hung in ("hang detected", "deadline"):
-        follow.stopped_by = hung
-        assert fault_stacks.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}
+    assert hung.record(follow, timed_out=False) == {}
+    for why in ("hang detected", "deadline"):
+        follow.stopped_by = why
+        assert hung.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}
 
 
 # The main threads of two ranks of the scored pool's run 20 (slow-main on rank 3, single, fms:

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuning.harness.run import stack_text, stacks, stall
+from tuning.harness.commands import stall
+from tuning.harness.run import dumps, stack_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +102,7 @@ SAVING = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tuning.rank import stack_dump
+from tuning.harness.run import dumps
 stack_dump.install({out!r}, 0)
 def _save_checkpoint(model, trial):  # the HF Trainer's name for its save
     print("ready", flush=True)
@@ -116,7 +118,7 @@ def test_a_dump_during_a_long_save_names_the_save(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
-        taken = stacks.dump(out, [stacks.Node("host", [0])], "test")
+        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
     finally:
         proc.kill()
         proc.wait()

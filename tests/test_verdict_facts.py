@@ -4,7 +4,7 @@ single, fms, 4 ranks), where the verdict named ranks 0 and 2."""
 
 from __future__ import annotations
 
-from tuning.harness.run import verdict, verdict_facts
+from tuning.harness.verdict import facts, rules
 
 PEER_LOST = (
     "SystemExit(203) from RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:535]"
@@ -30,7 +30,7 @@ def _killed_rank_3(error: str) -> dict:
         2: {"code": 203, "t": 19.96, "by_itself": True},
         3: {"code": -9, "signal": 9, "signature": "SIGKILL", "t": 21.42, "by_itself": True},
     }
-    return verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
+    return rules.judge(facts.gather(4, metrics, exits=exits))
 
 
 def test_peers_that_exit_on_a_lost_connection_are_not_the_culprit():
@@ -55,7 +55,7 @@ def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
         r: {**stack_text.parse(BUSY if r == 3 else WAITING), "state": "dumped"} for r in range(4)
     }
     metrics = {r: [{"event": "phase", "name": "rendezvous"}] for r in range(4)}
-    v = verdict.judge(verdict_facts.gather(4, metrics, {"ranks": dumped}))
+    v = rules.judge(facts.gather(4, metrics, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
 
 
@@ -95,7 +95,7 @@ def _skip_in_a_save(world: int) -> dict:
         for r in range(world)
     }
     metrics = {r: [{"event": "phase", "name": "rendezvous"}] for r in range(world)}
-    return verdict.judge(verdict_facts.gather(world, metrics, {"ranks": dumped}))
+    return rules.judge(facts.gather(world, metrics, {"ranks": dumped}))
 
 
 def test_a_skip_in_a_save_is_named_by_where_each_rank_called_its_collective():
@@ -136,7 +136,7 @@ def test_torchs_mismatch_check_is_read_through_fms_exit_203():
         for r in range(4)
     }
     exits = {r: {"code": 203, "t": 19.9, "by_itself": True} for r in range(4)}
-    v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
+    v = rules.judge(facts.gather(4, metrics, exits=exits))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
 
 
@@ -149,7 +149,7 @@ def test_every_rank_failing_alike_names_no_rank():
     )
     metrics = {r: _end(error) for r in range(4)}
     exits = {r: {"code": 1, "t": 30.3, "by_itself": True} for r in range(4)}
-    v = verdict.judge(verdict_facts.gather(4, metrics, exits=exits))
+    v = rules.judge(facts.gather(4, metrics, exits=exits))
     assert (v["class"], v["culprits"]) == ("died", []), v
     assert v["evidence"].startswith("every rank raised SystemExit(203) from RuntimeError: "), v
 
@@ -166,7 +166,7 @@ def test_a_rank_that_never_registered_never_arrived():
     dumped = {0: {"state": "not registered"}}
     dumped |= {r: {**stack_text.parse(wait), "state": "dumped"} for r in (1, 2, 3)}
     metrics = {r: [{"event": "phase", "name": "imports"}] for r in (1, 2, 3)}
-    v = verdict.judge(verdict_facts.gather(4, metrics, {"ranks": dumped}))
+    v = rules.judge(facts.gather(4, metrics, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
     assert v["evidence"].startswith("rank 0 never started (its process wrote nothing"), v
 
@@ -177,7 +177,7 @@ def test_a_rank_with_no_node_never_arrived_while_the_others_wait_to_register():
     recorder, so none registered. That is no sign against them: the rank with no node is named."""
     dumped = {r: {"state": "not registered"} for r in (0, 1, 2)}
     dumped[3] = {"state": "not started (no container or process holds it)"}
-    v = verdict.judge(verdict_facts.gather(4, {}, {"ranks": dumped}))
+    v = rules.judge(facts.gather(4, {}, {"ranks": dumped}))
     assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
     assert v["evidence"].startswith("rank 3 never started (no container or process ever held"), v
 
@@ -206,6 +206,6 @@ def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
         }
         for r in range(4)
     }
-    v = verdict.judge({"world": 4, "progressing": True, "ranks": ranks})
+    v = rules.judge({"world": 4, "progressing": True, "ranks": ranks})
     assert (v["class"], v["culprits"]) == ("slow", [0]), v
     assert v["waited_s"]["0"] > 0.05 and max(v["waited_s"][r] for r in "123") < 0.002, v

@@ -13,7 +13,8 @@ import time
 
 from test_desync import Ranks, ranks  # noqa: F401  (the fixture)
 
-from tuning.harness.run import stacks, verdict, verdict_facts
+from tuning.harness.run import dumps
+from tuning.harness.verdict import facts, rules
 
 LOOP = {"DESYNC_ENTRY_ITERS": "100000"}
 
@@ -63,13 +64,13 @@ def test_a_throttled_rank_is_named_slow_by_when_it_reaches_each_collective(ranks
     thread.start()
     try:
         time.sleep(4)  # the recorder's last 16 collectives all came after the throttle
-        taken = stacks.dump(r.out, [stacks.Node("host", list(range(4)))], "test")
+        taken = dumps.dump(r.out, [dumps.Node("host", list(range(4)))], "test")
     finally:
         stop.set()
         thread.join()
         os.kill(pid, signal.SIGCONT)
     assert taken["ranks"][1]["state"] == "dumped", taken["summaries"]  # never called frozen
-    v = verdict.judge(verdict_facts.gather(4, r.metrics(), taken, progressing=True))
+    v = rules.judge(facts.gather(4, r.metrics(), taken, progressing=True))
     assert (v["class"], v["culprits"]) == ("slow", [1]), v
     assert v["evidence"].startswith(
         "rank 1 reaches the collectives late: the others waited for it alone a mean "

@@ -1,6 +1,6 @@
 """torch's own flight recorder analysis (torch.distributed.flight_recorder, the library behind
 fr_trace) over every rank's dump of a run, as JSON on stdout, for the host's verdict
-(tuning/harness/run/verdict.py; the host never imports torch, so it runs this in a rank's
+(tuning/harness/verdict/rules.py; the host never imports torch, so it runs this in a rank's
 container, or with the project's Python for LAYOUT=host):
 
     python fr_check.py <output>/stacks/fr [since]

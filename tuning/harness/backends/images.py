@@ -26,7 +26,7 @@ import docker.errors
 
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.spec.image_recipes import Recipe, recipe_for
+from tuning.harness.machine.image_recipes import Recipe, recipe_for
 from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.trainers import FMS_IMAGE
 

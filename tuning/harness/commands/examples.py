@@ -15,7 +15,8 @@ import yaml
 
 from tuning.harness.backends import compose
 from tuning.harness.errors import ROOT
-from tuning.harness.spec import devices, trainers
+from tuning.harness.machine import devices
+from tuning.harness.spec import trainers
 from tuning.harness.spec.layout import CONTAINER_KINDS, Layout
 from tuning.harness.spec.options import job_of_file
 

@@ -1,13 +1,13 @@
 """`python -m tuning.harness gpus`: this host's GPUs as the harness sees them (hidden, MIG,
 busy with work that is not the harness's), and with --check-driver the driver check alone
-(spec/devices.py holds the rules)."""
+(machine/devices.py holds the rules)."""
 
 from __future__ import annotations
 
 import argparse
 
-from tuning.harness.spec import image_recipes, nvidia
-from tuning.harness.spec.devices import busy_why, check_driver
+from tuning.harness.machine import image_recipes, nvidia
+from tuning.harness.machine.devices import busy_why, check_driver
 from tuning.harness.spec.layout import IMAGE
 
 

@@ -7,7 +7,8 @@ import argparse
 
 from tuning.harness.backends import engine, images
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import devices, image_recipes, nvidia, trainers
+from tuning.harness.machine import devices, image_recipes, nvidia
+from tuning.harness.spec import trainers
 from tuning.harness.spec.layout import IMAGE
 
 

@@ -1,4 +1,4 @@
-"""`make stacks`: every rank's Python stacks of a running run, on demand (run/stacks.py), with
+"""`make stacks`: every rank's Python stacks of a running run, on demand (run/dumps.py), with
 a one-line summary each; the dumps are kept in the run's output/stacks/."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import stacks
+from tuning.harness.run import dumps
 from tuning.harness.spec import options
 from tuning.harness.spec.layout import runs_key
 
@@ -31,7 +31,7 @@ def main(a: argparse.Namespace) -> int:
             + (" (it ended: see its summary.json)" if ended else "")
             + "; `make stacks RUN_ID=<id>` takes a running one (`make ps` lists them)"
         )
-    taken = stacks.dump(run_dir / "output", places, "on demand")
+    taken = dumps.dump(run_dir / "output", places, "on demand")
     print(
         f"harness: stacks of run {run_dir.name} ({taken['dump_s']} s); every thread's in "
         f"{run_dir / 'output/stacks'}:"
@@ -41,7 +41,7 @@ def main(a: argparse.Namespace) -> int:
     return 0
 
 
-def _places(run_dir: Path) -> list[stacks.Node]:
+def _places(run_dir: Path) -> list[dumps.Node]:
     """The run's live nodes: its running (or paused) containers; for LAYOUT=host, the host
     while a rank it registered still lives."""
     if (run_dir / "compose.yaml").is_file():
@@ -49,9 +49,9 @@ def _places(run_dir: Path) -> list[stacks.Node]:
 
         found = engine.labelled(engine.client(), run_dir.name, runs=runs_key(run_dir.parent))
         found = found["containers"]
-        return stacks.from_containers([c for c in found if c.status in ("running", "paused")])
-    alive = [r for r, x in stacks.registered(run_dir / "output").items() if _alive(x)]
-    return [stacks.Node("host", alive)] if alive else []
+        return dumps.from_containers([c for c in found if c.status in ("running", "paused")])
+    alive = [r for r, x in dumps.registered(run_dir / "output").items() if _alive(x)]
+    return [dumps.Node("host", alive)] if alive else []
 
 
 def _alive(info: dict) -> bool:

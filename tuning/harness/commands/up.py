@@ -6,7 +6,8 @@ import argparse
 
 import yaml
 
-from tuning.harness.run import lifecycle, stall
+from tuning.harness.commands import stall
+from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import flags, options, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
@@ -34,7 +35,7 @@ def main(a: argparse.Namespace) -> int:
         )
         print(yaml.safe_dump(spec.job, sort_keys=False), end="")
         return 0
-    # A stalled run prints where every rank is (run/stall.py); it goes on, as it would without.
+    # A stalled run prints where every rank is (commands/stall.py); it goes on, as it would without.
     watch = stall.StallWatch(after, spec.summary_extra) if after != 0 else None
     limit = after if after is not None else stall.FLOOR_S
     timeouts.say(
@@ -64,16 +65,17 @@ def verdict_from_logs(run_dir, summary: dict) -> dict:
     wrote (the sizes a gloo size check does not say)."""
     from tuning.harness.commands import repro
     from tuning.harness.commands.repro import collect
-    from tuning.harness.run import stacks, verdict_run
+    from tuning.harness.run import dumps
+    from tuning.harness.verdict import live
 
     view = collect.kubectl_view(run_dir, run_dir / "kubectl")
     output = run_dir / "output"
-    ranks = verdict_run.from_outside(runs.read_metrics(output), run_dir / "logs")
-    rec, _, _ = repro.judge(view, stacks.failed(output), ranks)
+    ranks = live.from_outside(runs.read_metrics(output), run_dir / "logs")
+    rec, _, _ = repro.judge(view, dumps.failed(output), ranks)
     v = rec["verdict"]
     if not v:
         return summary
     summary = {**summary, "verdict": {**v, "read_from": "its logs and its containers' ends"}}
     runs.write_json(run_dir / "summary.json", summary)
-    print("\n".join(verdict_run.said(v)))
+    print("\n".join(live.said(v)))
     return summary

@@ -21,10 +21,11 @@ from tuning import launch
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
 from tuning.harness.errors import ROOT, HarnessError, NodeLost
+from tuning.harness.machine import gpu_locks
 from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import gpu_locks, preflight
+from tuning.harness.spec import preflight
 from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import RUNS_LABEL, Layout
 from tuning.harness.spec.options import Spec

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.harness.machine.devices import device_of
+from tuning.harness.machine.image_recipes import IMAGE
+
 NETWORKS = ("isolated", "shared")
 
 
@@ -46,7 +49,6 @@ CONTAINER_KINDS = tuple(dict.fromkeys(s.kind for s in SHAPES.values() if s.in_co
 # Training Operator V1's PyTorchJob, Trainer v2's TrainJob, and a batch/v1 Job of one pod with a
 # container per rank (option 2: the shape of per-rank-shared)
 JOB_KINDS = ("pytorchjob", "trainjob", "job")
-IMAGE = "tuning-harness:latest"
 PORT = 29500  # the rendezvous port under Compose and on the host
 CONTAINER_UID = "1000:1000"  # the image's `tuner` user
 
@@ -118,11 +120,6 @@ def data_target(host_path: str) -> str:
 def output_dir_of(kind: str, run_dir: str) -> str:
     """Where a rank writes: /output in a container; the run directory's output on the host."""
     return str(Path(run_dir, "output")) if kind == "host" else OUTPUT_DIR
-
-
-def device_of(gpus: int) -> str:
-    """GPU ranks when any GPU is used, else CPU ranks on gloo."""
-    return "gpu" if gpus else "cpu"
 
 
 class LayoutError(ValueError):

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.machine import devices
+from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.rundirs import runs
-from tuning.harness.spec import devices, job_paths, own_trainer, preflight, ranks_user, trainers
-from tuning.harness.spec.devices import GpuPlan
+from tuning.harness.spec import job_paths, own_trainer, preflight, ranks_user, trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import Source
 from tuning.harness.spec.layout import (

@@ -8,11 +8,11 @@ import time
 import docker.errors
 
 from tuning.harness.commands.fault import record as fault_record
-from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault import verdicts as fault_verdict
+from tuning.harness.commands.fault.hung import HangStacks
 from tuning.harness.commands.fault.inject import Injector
 from tuning.harness.commands.fault.kinds.kind import SHORT, SINCE_STEP
 from tuning.harness.commands.fault.record import SLACK_S
-from tuning.harness.commands.fault.stacks import HangStacks
 from tuning.harness.rundirs import runs
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
@@ -43,7 +43,7 @@ class Follow:
         self.running: dict[str, bool] = {}
         self.world_size = knobs["world_size"]
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
-        self.nodes = None  # stacks of a hang go through it (fault/stacks.py)
+        self.nodes = None  # stacks of a hang go through it (fault/hung.py)
         self.hang_stacks = HangStacks(self.timeout)
         self.verdicts = fault_verdict.Verdicts()  # judged at each dump, and at the end
         self.metrics: dict = {}

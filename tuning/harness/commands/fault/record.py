@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from tuning.harness.commands.fault import stacks as fault_stacks
-from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault import hung as fault_stacks
+from tuning.harness.commands.fault import verdicts as fault_verdict
 from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import timeouts
@@ -120,7 +120,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "timeouts": _timeouts(base, metrics, fault_at, run_dir.name),
     }
     timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
-    record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/stacks.py)
+    record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/dumps.py)
     if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
         seen = SimpleNamespace(
             output=run_dir / "output", ranks=ranks, logs=logs, metrics=metrics, job_end=job_end

@@ -6,9 +6,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tuning.harness.commands.fault import verdict as fault_verdict
+from tuning.harness.commands.fault import hung, verdicts
 from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.run import stacks
 from tuning.harness.rundirs import runs
 
 
@@ -60,7 +59,7 @@ def markdown(rec: dict) -> str:
             else f"hang detected after {rec['hang_detected_s']} s"
         )
         + f", bound {rec['bound_s']} s; goal met: {rec['goal_met']}",
-        *fault_verdict.lines(rec),
+        *verdicts.lines(rec),
         *(kind.lines(rec) if kind.lines else []),
         f"- on a cluster: {rec['on_a_cluster']}",
         timeouts_line(rec),
@@ -85,7 +84,7 @@ def markdown(rec: dict) -> str:
             f"{x['oom_killed']} | {x['end_status']} | {x['signature']} |"
         )
     lines += kind.table(rec) if kind.table else []
-    lines += stacks.markdown(rec["stacks"]) if rec.get("stacks") else []
+    lines += hung.markdown(rec["stacks"]) if rec.get("stacks") else []
     lines += ["", "## Timeline (s since start)", ""]
     lines += [f"- {e['t']:7.2f}  {e['event']}" for e in rec["timeline"]]
     return "\n".join(lines) + "\n"

@@ -33,13 +33,12 @@ from tuning.harness.backends import (
 )
 from tuning.harness.commands.kube import said as kube_said
 from tuning.harness.errors import HarnessError
+from tuning.harness.machine import devices, nvidia
 from tuning.harness.run import lifecycle
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import (
-    devices,
     flags,
     job_paths,
-    nvidia,
     options,
     own_trainer,
     preflight,

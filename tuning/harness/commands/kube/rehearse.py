@@ -24,8 +24,9 @@ import yaml
 from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
 from tuning.harness.commands.kube import faults as kube_faults
 from tuning.harness.errors import HarnessError
+from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
-from tuning.harness.spec import devices, flags, options, ranks_user
+from tuning.harness.spec import flags, options, ranks_user
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import MODEL_DIR, OUTPUT_DIR
 from tuning.rank import torn

@@ -3,8 +3,8 @@ to the culprit and the same failure replayed here.
 
 1. Read (source.py, read.py, lines.py, cluster.py): each pod's log and object, each line by its
    producer's format (torch, torchrun, gloo, NCCL, the HF Trainer, this harness).
-2. The verdict: what the logs showed becomes the facts `verdict_facts.gather` takes from a live
-   run (facts.py), and `verdict.judge` decides, with the rules live runs use.
+2. The verdict: what the logs showed becomes the facts `facts.gather` takes from a live
+   run (facts.py), and `rules.judge` decides, with the rules live runs use.
 3. The replay (replay.py): the fault kind that causes that class, on the culprit's role, at the
    step the logs show, on the user's own JOB / ENTRY / ARGS / MODEL / DATA: the `make fault`
    line; RUN=1 runs it and says whether its verdict matches (class and role).
@@ -20,12 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuning.harness.commands.repro import collect, facts, replay, source
+from tuning.harness.commands.repro import collect, replay, seen, source
 from tuning.harness.commands.repro import write as repro_write
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.run import verdict, verdict_facts
 from tuning.harness.rundirs import runs
 from tuning.harness.spec import flag_table, flags, options, own_trainer
+from tuning.harness.verdict import facts, rules
 
 CANNOT_TELL = 2
 # What a replay may not be told: repro chooses them from the culprit's role
@@ -90,13 +90,13 @@ def main(a: argparse.Namespace) -> int:
 
 def judge(
     folder: Path, records: dict | None = None, metrics: dict | None = None
-) -> tuple[dict, facts.Inputs, source.Read]:
+) -> tuple[dict, seen.Inputs, source.Read]:
     """(the record: what the folder shows, the verdict, what the logs could not tell; the
     inputs the verdict was given; what was read). `records`: a harness run's own flight
-    recorder of each rank that failed (run/stacks.py failed), and `metrics` its ranks' own
+    recorder of each rank that failed (run/dumps.py failed), and `metrics` its ranks' own
     lines (how each ended, the SIGTERMs from outside), where it has them."""
     got = source.load(folder)
-    inp = facts.inputs(got)
+    inp = seen.inputs(got)
     for rank, rec in (records or {}).items():  # a harness run's own: each failed rank's flight
         inp.failed[rank] = {**inp.failed.get(rank, {}), **rec}  # recorder, beside what logs say
     for rank, lines in (metrics or {}).items():  # ... and its ranks' own lines (ends, signals)
@@ -119,10 +119,10 @@ def judge(
     if why:
         rec["could_not_tell"].append(why)
         return rec, inp, got
-    found = verdict_facts.gather(
+    found = facts.gather(
         inp.world, inp.metrics, None, inp.exits, inp.nodes, False, None, inp.failed
     )
-    v = verdict.judge(found)
+    v = rules.judge(found)
     rec["verdict"] = v
     rec["could_not_tell"] += limits(v, inp)
     if not v["culprits"]:
@@ -130,7 +130,7 @@ def judge(
     return rec, inp, got
 
 
-def cannot_read(got: source.Read, inp: facts.Inputs) -> str | None:
+def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
     if not got.files:
         return "the folder holds no log (one file a pod: kubectl logs <pod> > <pod>.log)"
     if not got.containers:
@@ -151,7 +151,7 @@ def cannot_read(got: source.Read, inp: facts.Inputs) -> str | None:
     return None
 
 
-def limits(v: dict, inp: facts.Inputs) -> list[str]:
+def limits(v: dict, inp: seen.Inputs) -> list[str]:
     """What these logs could not tell, said with the verdict."""
     out = []
     if inp.missing:

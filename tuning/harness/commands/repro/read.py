@@ -58,7 +58,7 @@ class Container:
 
 
 def consequence(text: str) -> str | None:
-    """The CONSEQUENCES label (run/verdict.py) of an error a peer's failure or a wait causes."""
+    """The CONSEQUENCES label (verdict/rules.py) of an error a peer's failure or a wait causes."""
     if L.WATCHDOG.search(text) or L.GLOO_TIMEOUT.search(text):
         return "collective timeout"
     if L.GLOO_SIZE.search(text):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.commands.repro.facts import Inputs
+from tuning.harness.commands.repro.seen import Inputs
 from tuning.harness.commands.repro.source import Read
 
 ROLES = ("rank 0", "a rank on rank 0's node", "a rank on another node")

@@ -9,7 +9,7 @@ collective is the one it changes (its metrics then say which, with the call site
 - mismatch: it calls another collective there (mismatch-shape: the same one, another shape).
 skip-collective and the mismatches run with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch checks each
 collective's op and shapes across ranks before it runs and stops every rank at the first that
-differs, naming both fingerprints (run/verdict_torch.py reads them). Without it gloo aborts a
+differs, naming both fingerprints (run/torch_check.py reads them). Without it gloo aborts a
 peer of the odd rank on a size it did not expect, and names no one. slow-main leaves the peers
 waiting in the collective: the verdict names the rank that never arrived.
 On CPU ranks, a job that gathers its FSDP checkpoint (fms: accelerate's get_state_dict) cannot
@@ -42,7 +42,7 @@ def _env(kind: str, how: str = "op"):
             "HARNESS_DESYNC_WHEN": GO,
         }
         if kind != "slow-main":  # torch's own op and shape check stops every rank at the odd
-            out["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # call (verdict_torch.py), before gloo
+            out["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # call (torch_check.py), before gloo
         return out  # aborts a peer on a size it did not expect, with no word of whose it was
 
     return env

@@ -1,4 +1,4 @@
-"""The verdict's shape and its way of naming ranks (verdict.py, verdict_torch.py)."""
+"""The verdict's shape and its way of naming ranks (rules.py, torch_check.py)."""
 
 from __future__ import annotations
 

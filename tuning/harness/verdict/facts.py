@@ -1,5 +1,5 @@
-"""What each rank showed, gathered for the verdict (verdict.py): from a dump of the ranks'
-stacks and flight recorders (run/stacks.py), the ranks' metrics (phases, steps, end lines),
+"""What each rank showed, gathered for the verdict (rules.py): from a dump of the ranks'
+stacks and flight recorders (run/dumps.py), the ranks' metrics (phases, steps, end lines),
 their exits where a fault run recorded them (fault/record.py), and their nodes (started at
 all, on the run's network). Never what was injected: a fault run and a stalled `make up` give
 the same kind of facts.
@@ -12,7 +12,7 @@ import re
 from tuning.harness.run import stack_text
 
 # An end these say the rank failed because a peer did, or waited too long: not a cause
-from tuning.harness.run.verdict import CONSEQUENCES
+from tuning.harness.verdict.rules import CONSEQUENCES
 
 # gloo's and c10d's errors from inside a collective: a timeout, a peer lost
 _IN_A_COLLECTIVE = re.compile(

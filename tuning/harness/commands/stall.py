@@ -1,5 +1,5 @@
 """`make up`'s stall watch: when no rank has made progress for the stall time, print every live
-rank's stack summary (run/stacks.py) and the verdict across ranks (run/verdict.py: the culprit,
+rank's stack summary (run/dumps.py) and the verdict across ranks (verdict/rules.py: the culprit,
 the class, the evidence), and keep both in the run (output/stacks/, and summary.json's "stall"
 and "verdict").
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from tuning.harness.run import stack_text, stacks, verdict_run
+from tuning.harness.run import dumps, stack_text
 from tuning.harness.rundirs import runs
+from tuning.harness.verdict import live
 
 FLOOR_S = 60.0  # the default stall time is never below this
 STEPS_PER_STALL = 10  # ... nor below this many median gaps between logged steps
@@ -92,7 +93,7 @@ class StallWatch:
             f"{how}); the ranks' stacks follow. The run goes on: the collective timeout "
             "ends a stuck one, Ctrl-C stops it."
         )
-        taken = stacks.take(nodes, f"no progress for {quiet:.0f} s")
+        taken = dumps.take(nodes, f"no progress for {quiet:.0f} s")
         if taken is None:
             return None
         busy = stack_text.slow_phases(taken)
@@ -111,9 +112,9 @@ class StallWatch:
             "verdict": None,
         }
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
-        found = verdict_run.judge_live(nodes, metrics, taken)  # may take a while (fr_check)
+        found = live.judge_live(nodes, metrics, taken)  # may take a while (fr_check)
         if first is None:
             self.extra["stall"]["verdict"] = found
         self.extra.setdefault("verdict", found)  # summary.json's: the first spell's
-        print("\n".join(verdict_run.said(found)))
+        print("\n".join(live.said(found)))
         return None

@@ -1,14 +1,14 @@
-"""A fault run's stacks (run/stacks.py): every live rank's, taken while the peers still wait
+"""A fault run's stacks (run/dumps.py): every live rank's, taken while the peers still wait
 (no step for half of TIMEOUT after the fault, before their collective timeout ends them), or
 at the latest when the harness stops a hung run, before any heal (unpause, thaw) or teardown;
 or once while the ranks still step, SLOWED_X times slower than before the fault. Each dump is
-judged at once (fault/verdict.py: the verdict, printed). fault.json keeps them only for a run
+judged at once (fault/verdicts.py: the verdict, printed). fault.json keeps them only for a run
 that ended in a hang, a timeout or the deadline, or that slowed."""
 
 from __future__ import annotations
 
-from tuning.harness.commands.fault import verdict as fault_verdict
-from tuning.harness.run import stacks
+from tuning.harness.commands.fault import verdicts
+from tuning.harness.run import dumps
 
 EARLY = 0.5  # of TIMEOUT without a step after the fault: dump while the peers still wait
 HUNG = ("hang detected", "deadline")  # the Follow's stopped_by for a run that hung
@@ -23,7 +23,7 @@ class HangStacks:
         if self.taken or follow.injected_at is None or follow.finished_at:
             return
         quiet = now - max(follow.injected_at, follow.last_step_seen[1])
-        slower = fault_verdict.slowed(follow.metrics, follow.injected_at)
+        slower = verdicts.slowed(follow.metrics, follow.injected_at)
         if quiet > EARLY * self.timeout:
             self._take(follow, nodes, f"no step for {quiet:.0f} s after the fault")
         elif slower:  # judged as a run that still steps
@@ -35,7 +35,7 @@ class HangStacks:
             self._take(follow, nodes, f"fault run {follow.stopped_by}")
 
     def _take(self, follow, nodes, why: str, progressing: bool = False) -> None:
-        self.taken = stacks.take(nodes, why)
+        self.taken = dumps.take(nodes, why)
         if self.taken:
             self.taken["progressing"] = progressing
             follow.verdicts.at_dump(follow, nodes, self.taken, follow.metrics)

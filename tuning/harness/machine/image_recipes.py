@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import IMAGE
+
+IMAGE = "tuning-harness:latest"  # the harness image (recipe cpu): what IMAGE defaults to
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.spec import gpu_locks, image_recipes, nvidia
-from tuning.harness.spec.layout import IMAGE, device_of
+from tuning.harness.machine import gpu_locks, image_recipes, nvidia
+from tuning.harness.machine.image_recipes import IMAGE
 
 CONFIGS = ROOT / "configs"
 DTYPE = {"gpu": "bfloat16", "cpu": "float32"}  # fms-hf-tuning's GPU default; CPUs lack bf16 speed
+
+
+def device_of(gpus: int) -> str:
+    """GPU ranks when any GPU is used, else CPU ranks on gloo."""
+    return "gpu" if gpus else "cpu"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A fault run's verdict (run/verdict.py): judged when the ranks' stacks are taken (a hang,
+"""A fault run's verdict (verdict/rules.py): judged when the ranks' stacks are taken (a hang,
 before the peers' collective timeout; steps slowed), printed then, and judged again at the end
 with every rank's exit. fault.json and summary.json keep the last one, with how long after the
 fault a verdict first named those culprits (`verdict_s`); fault.md says it first. The verdict
@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tuning.harness.run import verdict_run
 from tuning.harness.rundirs import runs
+from tuning.harness.verdict import live
 
 SLOWED_X = 3  # steps this many times slower than before the fault: a dump, judged as slow
 SLOWED_STEPS = 3  # ... over this many steps
@@ -27,9 +27,9 @@ class Verdicts:
         self.nodes: dict | None = None
 
     def at_dump(self, follow, nodes, taken: dict, metrics: dict) -> None:
-        self.nodes = verdict_run.node_facts(nodes, set(follow.running))
-        self.fr = verdict_run.fr_of(nodes, taken)
-        v = verdict_run.judge(
+        self.nodes = live.node_facts(nodes, set(follow.running))
+        self.fr = live.fr_of(nodes, taken)
+        v = live.judge(
             nodes.layout.world_size,
             nodes.run_dir / "output",
             metrics,
@@ -38,7 +38,7 @@ class Verdicts:
             facts_of_nodes=self.nodes,
         )
         self.early.append({**v, "at": time.time()})
-        print("\n".join(verdict_run.said(v)))
+        print("\n".join(live.said(v)))
 
 
 def slowed(metrics: dict, fault_at: float) -> float | None:
@@ -79,8 +79,8 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
     for x in record["ranks"]:  # a node the follow never saw running never started
         nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
     output = run_dir / "output"
-    metrics = verdict_run.from_outside(runs.read_metrics(output), run_dir / "logs")
-    v = verdict_run.judge(
+    metrics = live.from_outside(runs.read_metrics(output), run_dir / "logs")
+    v = live.judge(
         record["world_size"], output, metrics, taken, keep.fr, exits(record, follow.t0), nodes
     )
     fault_at = follow.injected_at

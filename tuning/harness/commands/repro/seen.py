@@ -1,7 +1,7 @@
 """What the logs and objects showed of each rank (source.py), as the inputs the live runs give
-the verdict's `verdict_facts.gather`: metrics lines (joined, ended and how), exits (code,
+the verdict's `facts.gather`: metrics lines (joined, ended and how), exits (code,
 signal, OOM, what ended it, when), nodes (started at all) and each failed rank's collective at
-failure. No rule of its own decides a culprit: the verdict's do (run/verdict.py)."""
+failure. No rule of its own decides a culprit: the verdict's do (verdict/rules.py)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def _started(seen: Rank | None, pod, c: Container | None) -> dict:
 
 
 def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
-    """code, signal, oom, signature (a consequence), t, by_itself: as fault/verdict.py's exits."""
+    """code, signal, oom, signature (a consequence), t, by_itself: as fault/verdicts.py's exits."""
     code = signal = None
     failure = (c.failures.get(rank) if c else None) or {}
     if "exit" in failure:  # torchrun's summary: minus the signal for a signal's death
@@ -211,7 +211,7 @@ def _outside_stops(got: Read, out: Inputs) -> None:
     signal (torchrun's "Received 15 death signal") before any other rank failed, by the lines'
     times. An operator deleting the pods still running after the job failed sends the same
     signal, later: without times to order them, only the pod's object counts. The verdict
-    names the first (run/verdict.py, stopped from outside), where no rank died by itself."""
+    names the first (verdict/rules.py, stopped from outside), where no rank died by itself."""
     failed_t = [
         r.t for c in got.containers for r in c.ranks.values() if r.t and (r.lost or r.exception)
     ]

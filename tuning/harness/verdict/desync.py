@@ -1,4 +1,4 @@
-"""The verdict's desync rule (verdict.py), by hand from every rank's flight recorder: the first
+"""The verdict's desync rule (rules.py), by hand from every rank's flight recorder: the first
 sequence number at which ranks recorded different collectives (another op, or other sizes).
 Ranks merely further on (one rank has #10 where another stopped at #9) agree on every number
 they share and are no desync. The odd ones out are the ranks unlike the biggest group there;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tuning.harness.run.verdict_words import ranks_text, verdict
+from tuning.harness.verdict.words import ranks_text, verdict
 
 
 def sig(p: dict) -> tuple:

@@ -2,7 +2,7 @@
 class of failure, and the evidence in one sentence ("rank 2 never entered all_reduce #305,
 where ranks 0, 1 and 3 wait").
 
-It reads only what the ranks showed (verdict_facts.py gathers it: each rank's stack, its
+It reads only what the ranks showed (facts.py gathers it: each rank's stack, its
 flight recorder entries, its metrics and end line, its exit, its node), never what a fault run
 injected. The rules, in order (the first that finds something decides):
 
@@ -30,9 +30,9 @@ where it ran, with whether it agrees: it finds the same first bad collective, bu
 
 from __future__ import annotations
 
-from tuning.harness.run import verdict_desync, verdict_torch
-from tuning.harness.run.verdict_words import ranks_text
-from tuning.harness.run.verdict_words import verdict as _verdict
+from tuning.harness.verdict import desync, torch_check
+from tuning.harness.verdict.words import ranks_text
+from tuning.harness.verdict.words import verdict as _verdict
 
 CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
     "Connection reset by peer",
@@ -53,11 +53,11 @@ SLOW_X = 5
 
 
 def judge(facts: dict) -> dict:
-    """facts: {"world", "progressing", "ranks": {rank: {...}}, "fr_check"} (verdict_facts.py)."""
+    """facts: {"world", "progressing", "ranks": {rank: {...}}, "fr_check"} (facts.py)."""
     ranks = facts["ranks"]
     found = (
-        verdict_torch.detail_mismatch(ranks)
-        or verdict_desync.desync(
+        torch_check.detail_mismatch(ranks)
+        or desync.desync(
             ranks
         )  # before deaths: a desync can kill a rank (gloo's size check aborts)
         or _died(ranks)
@@ -71,7 +71,7 @@ def judge(facts: dict) -> dict:
         or _left(ranks)
         or _verdict("unknown", [], _nothing(ranks), "none")
     )
-    return verdict_torch.attach(found, facts.get("fr_check"))
+    return torch_check.attach(found, facts.get("fr_check"))
 
 
 def _waiters(ranks, but=()) -> list[int]:

@@ -1,4 +1,4 @@
-"""What torch itself says about a desync, for the verdict (verdict.py):
+"""What torch itself says about a desync, for the verdict (rules.py):
 
 - TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every process group in a check that compares each
   collective's fingerprint (sequence number, op, shapes, dtypes) across ranks before it runs,
@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 from tuning.harness.errors import ROOT
-from tuning.harness.run.verdict_words import ranks_text, verdict
+from tuning.harness.verdict.words import ranks_text, verdict
 
 _DETAIL = re.compile(
     r"Detected mismatch between collectives on ranks\. Rank (\d+) is running "

@@ -1,4 +1,4 @@
-"""The verdict (verdict.py) for a run the harness is driving: its nodes' facts (which ranks'
+"""The verdict (rules.py) for a run the harness is driving: its nodes' facts (which ranks'
 nodes ever started, which container lost the run's network), torch's flight recorder analysis
 run in a live node, and the line printed on the console."""
 
@@ -8,8 +8,9 @@ import re
 import sys
 from pathlib import Path
 
-from tuning.harness.run import stacks, verdict, verdict_facts, verdict_torch
+from tuning.harness.run import dumps
 from tuning.harness.spec.layout import off_network
+from tuning.harness.verdict import facts, rules, torch_check
 
 
 def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
@@ -46,7 +47,7 @@ def fr_of(nodes, taken: dict | None) -> dict | None:
     if not taken or not any(x.get("state") == "dumped" for x in taken["ranks"].values()):
         return None
     output = nodes.run_dir / "output"
-    return verdict_torch.run_fr_check(stacks.nodes_of(nodes), output, taken["started_at"])
+    return torch_check.run_fr_check(dumps.nodes_of(nodes), output, taken["started_at"])
 
 
 # torch/distributed/elastic/multiprocessing/api.py SubprocessContext._close: the launcher stops
@@ -85,10 +86,10 @@ def judge(
     """The verdict over a dump `taken` (None: none; its "progressing": taken while the ranks
     still stepped), torch's analysis `fr`, the metrics and what failed ranks recorded."""
     progressing = bool(taken and taken.get("progressing"))
-    facts = verdict_facts.gather(
-        world, metrics, taken, exits, facts_of_nodes, progressing, fr, stacks.failed(output)
+    found = facts.gather(
+        world, metrics, taken, exits, facts_of_nodes, progressing, fr, dumps.failed(output)
     )
-    return verdict.judge(facts)
+    return rules.judge(found)
 
 
 def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
