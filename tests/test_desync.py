@@ -17,7 +17,7 @@ import pytest
 from conftest import free_port, recorder
 
 from tuning.harness.run import dumps
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 from tuning.harness.verdict import facts, rules, torch_check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +58,7 @@ class Ranks:
         )
 
     def metrics(self) -> dict:
-        return runs.read_metrics(self.out) if (self.out / "metrics").exists() else {}
+        return metric_lines.read_metrics(self.out) if (self.out / "metrics").exists() else {}
 
     def wait_for(self, done, what: str, limit_s: float = 120):
         deadline = time.monotonic() + limit_s

@@ -21,7 +21,7 @@ from safetensors import safe_open
 
 from tuning.harness.backends import compose
 from tuning.harness.commands.fault.kinds import disk_full
-from tuning.harness.rundirs import runs as run_files
+from tuning.harness.run_files import metric_lines
 from tuning.harness.spec.layout import Layout
 from tuning.rank import fs_errors, torn
 
@@ -174,7 +174,7 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(
     assert out.returncode == 1, out.stdout + out.stderr
     run_dir = (tmp_path / "runs" / "latest").resolve()
     assert leftovers(run_dir.name) == []
-    metrics = run_files.read_metrics(run_dir / "output")
+    metrics = metric_lines.read_metrics(run_dir / "output")
     ends = {r: x for r, lines in metrics.items() for x in lines if x.get("event") == "end"}
     # The first rank to fail makes torchrun stop the other, which on a loaded machine may still
     # be importing (seen: rank 0 at its imports 4.5 s after rank 1 failed): it ends by SIGTERM

@@ -19,7 +19,7 @@ from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign
 from tuning.harness.run.lifecycle import node_commands
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 from tuning.harness.spec import trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import LAUNCH_DIR, LAUNCHER, RANK_RECORD, Layout, LayoutError
@@ -147,7 +147,9 @@ def test_fms_training_logs_become_rank0_steps(tmp_path):
         },
     ]
     text = "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
-    (tmp_path / runs.FMS_LOGS).write_text(text + '{"data": {"step": 5')  # a line being written
+    (tmp_path / metric_lines.FMS_LOGS).write_text(
+        text + '{"data": {"step": 5'
+    )  # a line being written
     rec = {
         "event": "phase",
         "name": "imports",
@@ -157,13 +159,13 @@ def test_fms_training_logs_become_rank0_steps(tmp_path):
         "utc_offset_s": 3600,
     }
     (tmp_path / "metrics/rank0.jsonl").write_text(json.dumps(rec) + "\n")
-    steps = runs.steps(runs.read_metrics(tmp_path)[0])
+    steps = metric_lines.steps(metric_lines.read_metrics(tmp_path)[0])
     assert [(s["step"], s["loss"]) for s in steps] == [(1, 5.0), (2, 4.0), (4, 3.0)]
     assert steps[0]["step_s"] is None and steps[1]["step_s"] == pytest.approx(0.5)
     assert steps[2]["step_s"] == pytest.approx(0.5)  # 1 s over two steps
     assert steps[0]["time"] == pytest.approx(1796290680.0 - 3600)  # local time at UTC+1
     assert {s["world_size"] for s in steps} == {2}
-    summary = runs.summarize(runs.read_metrics(tmp_path), 0)
+    summary = metric_lines.summarize(metric_lines.read_metrics(tmp_path), 0)
     assert summary["losses"] == [[1, 5.0], [2, 4.0], [4, 3.0]] and summary["tokens_per_s"] is None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import ROOT, free_port, launch_env, read_metrics, recorder
 
 from tuning import launch
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files.status import status_of
 from tuning.rank import gpu_guard
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
@@ -215,7 +215,7 @@ def test_foreign_trainer_told_gpu_without_cuda_never_starts(mounted, tmp_path):
     assert end["event"] == "end" and end["status"] == "failed" and end["exit_code"] == 1
     assert_names_what_it_found(end["error"])
     # the run's summary says why, in the rank's own words
-    status, why = runs.status_of({"rank0": 1}, {0: read_metrics(tmp_path / "out", 0)})
+    status, why = status_of({"rank0": 1}, {0: read_metrics(tmp_path / "out", 0)})
     assert status == "failed" and why.startswith("rank(s) 0 ended failed: HARNESS_DEVICE=gpu")
 
 

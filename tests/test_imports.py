@@ -2,7 +2,7 @@
 the CLI, and no sub-package imports one above it. Imports are read with ast, those inside
 functions included, so a cycle hidden in a function body counts.
 
-The layers, bottom up (docs/design.md): errors, rundirs, machine, spec, backends, run, verdict,
+The layers, bottom up (docs/design.md): errors, run_files, machine, spec, backends, run, verdict,
 commands, cli.
 """
 
@@ -13,8 +13,18 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "tuning/harness"
 PACKAGE = "tuning.harness"
-LAYERS = ["errors", "rundirs", "machine", "spec", "backends", "run", "verdict", "commands", "cli",
-          "__main__"]
+LAYERS = [
+    "errors",
+    "run_files",
+    "machine",
+    "spec",
+    "backends",
+    "run",
+    "verdict",
+    "commands",
+    "cli",
+    "__main__",
+]
 
 
 def name_of(path: Path) -> str:

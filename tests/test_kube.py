@@ -14,7 +14,7 @@ from conftest import ROOT, harness, leftovers
 
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec.layout import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
@@ -273,7 +273,7 @@ def test_rendering_does_not_import_torch(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("nodes", "nproc"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
 def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path, nodes, nproc):
-    run_id = f"kube-{nodes}x{nproc}-" + runs.new_run_id()
+    run_id = f"kube-{nodes}x{nproc}-" + folders.new_run_id()
     out = harness(
         "kube",
         "--rehearse",

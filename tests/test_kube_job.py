@@ -16,7 +16,7 @@ from tuning import launch
 from tuning.harness.backends import kube_job, kube_manifest, kube_restarts
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 
 CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
@@ -155,7 +155,7 @@ def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(
     """KIND=job, 2 CPU containers, MAX_RESTARTS=1, no claim: rank 1's container SIGKILLed at
     step 11 (checkpoint-10 saved); the pod fails once rank 0 has ended too, the Job makes a
     new pod, every rank starts again, from step 0: the emptyDir and its checkpoint are gone."""
-    run_id = "oj-" + runs.new_run_id()
+    run_id = "oj-" + folders.new_run_id()
     out = harness(
         "kube",
         "--kind",

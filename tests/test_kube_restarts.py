@@ -13,7 +13,7 @@ from conftest import harness, leftovers
 
 from tuning.harness.backends import kube_restarts
 from tuning.harness.commands.kube import faults as kube_faults
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec.layout import Node
 
 IMAGE = os.environ.get("HARNESS_IMAGE", "tuning-harness:latest")
@@ -180,7 +180,7 @@ def test_the_record_reads_as_markdown():
 
 
 def _rehearse(tmp_path, kind: str, *flags: str) -> tuple[dict, dict, str]:
-    run_id = f"kr-{kind[:2]}-" + runs.new_run_id()
+    run_id = f"kr-{kind[:2]}-" + folders.new_run_id()
     out = harness(
         "kube",
         "--kind",

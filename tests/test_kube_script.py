@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import ROOT, harness, leftovers
 
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 
 SCRIPTS = ROOT / "tests/user_scripts"
 ARGS = (
@@ -32,7 +32,7 @@ ARGS = (
 def test_a_script_with_args_trains_in_the_kube_rehearsal(
     harness_image, tmp_path, kind, nodes, nproc
 ):
-    run_id = f"ks-{kind[:5]}-" + runs.new_run_id()[-8:]
+    run_id = f"ks-{kind[:5]}-" + folders.new_run_id()[-8:]
     shape = ("--kind", kind, "--gpus", "0", "--nodes", str(nodes), "--nproc", str(nproc))
     script = ("--src", str(SCRIPTS), "--entry", "train_sft.py", f"--args={ARGS}")
     knobs = ("--rdzv-timeout", "77", "--grace", "45", "--run-id", run_id)
@@ -63,7 +63,7 @@ def test_a_script_with_args_trains_in_the_kube_rehearsal(
         for name in services:  # the launcher took the rendered rendezvous timeout
             assert "--rdzv_conf timeout=77" in (run_dir / f"logs/{name}.log").read_text()
         for rank in range(2):  # each rank saw the whole world and did every step
-            lines = runs.read_metrics(run_dir / "output")[rank]
+            lines = metric_lines.read_metrics(run_dir / "output")[rank]
             assert {x["world_size"] for x in lines} == {2}
             assert [x["step"] for x in lines if x["event"] == "step"] == [1, 2, 3, 4]
             assert [x["step"] for x in lines if x["event"] == "checkpoint"] == [2, 4]

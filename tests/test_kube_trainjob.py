@@ -14,7 +14,7 @@ from test_kube import check_restricted
 from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 
 CPU = (ROOT / "configs/accelerate/fsdp-cpu.yaml").read_text()
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()
@@ -201,7 +201,7 @@ def test_max_restarts_maps_to_each_objects_own_field(given, restarts, policy):
 def test_trainjob_rehearsal_trains_with_trainer_v2_environment(
     harness_image, tmp_path, nodes, nproc
 ):
-    run_id = f"tjob-{nodes}x{nproc}-" + runs.new_run_id()
+    run_id = f"tjob-{nodes}x{nproc}-" + folders.new_run_id()
     out = harness(
         "kube",
         "--kind",

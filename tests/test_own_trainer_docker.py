@@ -22,7 +22,7 @@ from conftest import ROOT, leftovers
 from test_own_trainer import YAML_12_WORDS
 
 from tuning.harness.backends import compose, engine
-from tuning.harness.rundirs import runs as run_files
+from tuning.harness.run_files import metric_lines
 from tuning.harness.spec.layout import Layout
 
 ARGS = (
@@ -61,7 +61,7 @@ def own_fault(kind: str, layout: str, runs: Path, *extra: str) -> tuple[dict, di
     assert out.returncode == 0 and "Traceback" not in said, f"exit {out.returncode}:\n{said}"
     record = json.loads((runs / "latest/fault.json").read_text())
     summary = json.loads((runs / "latest/summary.json").read_text())
-    metrics = run_files.read_metrics(runs / "latest/output")
+    metrics = metric_lines.read_metrics(runs / "latest/output")
     assert record["leftovers"] == [] and leftovers(record["run_id"]) == [], said
     assert record["trainer"] == {
         "image": "tuning-harness:latest",
@@ -137,7 +137,7 @@ def test_kill_single_lands_on_rank_ones_own_steps(tmp_path):
     assert rec["status"] == "done" and rec["outcome"] == "failed fast", said
     assert "steps_note" not in rec and rec["step_sleep_s"] == 0.2  # paced, every rank's own
     # the step it landed at is rank 1's own, as its metrics show it
-    rank1_steps = [x["step"] for x in run_files.steps(metrics[1])]
+    rank1_steps = [x["step"] for x in metric_lines.steps(metrics[1])]
     assert rec["injected_step"] >= AT_STEP and rec["injected_step"] in rank1_steps, said
     ranks = {x["rank"]: x for x in rec["ranks"]}
     assert ranks[1]["signal"] == 9 and ranks[1]["signature"] == "SIGKILL", said

@@ -23,7 +23,8 @@ from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import gpu_locks
 from tuning.harness.run import lifecycle, output_dir
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
+from tuning.harness.run_files.status import status_of
 from tuning.harness.spec import ranks_user
 from tuning.harness.spec.layout import Layout
 
@@ -49,7 +50,7 @@ def end(status: str) -> list[dict]:
     ],
 )
 def test_status_comes_from_what_the_ranks_did(exits, metrics, status):
-    got, reason = runs.status_of(exits, metrics)
+    got, reason = status_of(exits, metrics)
     assert got == status
     assert (reason is None) == (status == "succeeded")
 
@@ -58,9 +59,9 @@ def test_a_rank_that_dies_after_its_trainer_returned_is_named_so():
     """Every end line completed, the node exited 1 (a gloo rank's SIGABRT at exit, seen with
     fms): failed, and the reason says where to look; a rank with no end line is not that case."""
     done = {0: end("completed"), 1: end("completed")}
-    got, reason = runs.status_of({"trainer": 1}, done)
+    got, reason = status_of({"trainer": 1}, done)
     assert got == "failed" and reason.startswith("trainer exited 1 after every rank's trainer")
-    _, reason = runs.status_of({"trainer": 1}, {0: end("completed"), 1: end("completed")[:1]})
+    _, reason = status_of({"trainer": 1}, {0: end("completed"), 1: end("completed")[:1]})
     assert reason == "trainer exited 1"
 
 
@@ -76,8 +77,8 @@ def test_a_bad_run_id_is_refused_before_anything_is_written(tmp_path, bad):
 
 
 def test_a_good_run_id_passes():
-    assert runs.check_run_id("sft-demo-2") == "sft-demo-2"
-    assert runs.check_run_id(runs.new_run_id())
+    assert folders.check_run_id("sft-demo-2") == "sft-demo-2"
+    assert folders.check_run_id(folders.new_run_id())
 
 
 def fake_run(root: Path, run_id: str, ckpts: dict[str, list[str]], status="failed") -> Path:
@@ -86,7 +87,7 @@ def fake_run(root: Path, run_id: str, ckpts: dict[str, list[str]], status="faile
     (d / "output").mkdir(parents=True)
     tree(d / "output", ckpts)  # each file whole in its format (test_torn)
     (d / "summary.json").write_text(json.dumps({"status": status}))
-    runs.point_latest(root, run_id)
+    folders.point_latest(root, run_id)
     return d
 
 

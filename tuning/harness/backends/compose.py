@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from tuning.harness.errors import ROOT
-from tuning.harness.rundirs.runs import FMS_LOGS
+from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.harness.spec.layout import (
     JOB_DIR,
     LAUNCH_DIR,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tuning.harness.backends import kube_src
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.rundirs.runs import job_text
+from tuning.harness.run_files.folders import job_text
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import (
     JOB_DIR,

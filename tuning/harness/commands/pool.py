@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tuning.harness.commands.fault import pool_list
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec import options
 from tuning.harness.spec.flags import int_arg
 
@@ -100,7 +100,7 @@ def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
             ).returncode
         except subprocess.TimeoutExpired:
             code = None
-    rec = runs.read_json(runs_root / run_id / "fault.json")
+    rec = folders.read_json(runs_root / run_id / "fault.json")
     row = score(e, rec)
     row.update(run_id=run_id, exit_code=code, wall_s=round(time.time() - t, 1))
     print(
@@ -147,7 +147,7 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
 
 
 def write(out: Path, rows: list[dict], took_s: float, seed: int) -> None:
-    runs.write_json(out / "pool.json", {"seed": seed, "took_s": round(took_s), "rows": rows})
+    folders.write_json(out / "pool.json", {"seed": seed, "took_s": round(took_s), "rows": rows})
     (out / "pool.md").write_text("\n".join(table(rows, took_s)) + "\n")
 
 

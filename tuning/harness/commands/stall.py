@@ -17,7 +17,7 @@ import statistics
 import time
 
 from tuning.harness.run import dumps, stack_text
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 from tuning.harness.verdict import live
 
 FLOOR_S = 60.0  # the default stall time is never below this
@@ -35,7 +35,7 @@ def step_gaps(metrics) -> list[float]:
     fms's logging_steps, shows N steps' time between its lines)."""
     gaps = []
     for lines in metrics.values():
-        times = [s["time"] for s in runs.steps(lines) if s.get("time") is not None]
+        times = [s["time"] for s in metric_lines.steps(lines) if s.get("time") is not None]
         gaps += [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
     return gaps
 

@@ -8,7 +8,8 @@ import yaml
 
 from tuning.harness.commands import stall
 from tuning.harness.run import lifecycle
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
+from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.spec import flags, options, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
 
@@ -46,7 +47,7 @@ def main(a: argparse.Namespace) -> int:
     run_dir = spec.runs_root / spec.layout.run_id
     # a stall's verdict that named nobody (taken while a script with no step lines was still
     # busy, say) gives way to the one its end shows
-    if summary["status"] == "failed" and not (summary.get("verdict") or {}).get("culprits"):
+    if summary["status"] == Status.FAILED and not (summary.get("verdict") or {}).get("culprits"):
         summary = verdict_from_logs(run_dir, summary)
     m = timeouts.measured(run_dir)
     if m is not None:  # the stall time the watch used: set, or the default from this run's steps
@@ -54,8 +55,8 @@ def main(a: argparse.Namespace) -> int:
         limit = after if after is not None else stall.default_limit(steps)
         found = timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), m)
         timeouts.say(found, "what this run measured")
-        runs.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
-    return lifecycle.EXIT_CODES.get(summary["status"], 1)
+        folders.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
+    return EXIT_CODES.get(summary["status"], 1)
 
 
 def verdict_from_logs(run_dir, summary: dict) -> dict:
@@ -70,12 +71,12 @@ def verdict_from_logs(run_dir, summary: dict) -> dict:
 
     view = collect.kubectl_view(run_dir, run_dir / "kubectl")
     output = run_dir / "output"
-    ranks = live.from_outside(runs.read_metrics(output), run_dir / "logs")
+    ranks = live.from_outside(metric_lines.read_metrics(output), run_dir / "logs")
     rec, _, _ = repro.judge(view, dumps.failed(output), ranks)
     v = rec["verdict"]
     if not v:
         return summary
     summary = {**summary, "verdict": {**v, "read_from": "its logs and its containers' ends"}}
-    runs.write_json(run_dir / "summary.json", summary)
+    folders.write_json(run_dir / "summary.json", summary)
     print("\n".join(live.said(v)))
     return summary

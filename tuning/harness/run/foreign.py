@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 from tuning.harness.spec.layout import SRC_DIR, Layout
 
 METRICS_NOTE = (
@@ -108,11 +108,11 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
         else None,
         "tokens_per_s": None,
     }
-    pairs, source = trl_tokens(log, runs.steps(metrics.get(0, [])))
+    pairs, source = trl_tokens(log, metric_lines.steps(metrics.get(0, [])))
     out["tokens_per_s_source"] = source
     if not pairs:
         return out
-    warm = [p for p in pairs if p[0]["step"] >= runs.WARMUP_STEPS] or pairs
+    warm = [p for p in pairs if p[0]["step"] >= metric_lines.WARMUP_STEPS] or pairs
     (s0, n0), (s1, n1) = warm[0], warm[-1]
     if s1["time"] > s0["time"]:
         out["tokens_per_s"] = round((n1 - n0) / (s1["time"] - s0["time"]), 1)

@@ -19,7 +19,8 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.backends import engine
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
+from tuning.harness.run_files.status import Status
 from tuning.harness.spec.layout import OUTPUT_DIR, runs_key
 
 OWNER = "harness.json"
@@ -28,7 +29,7 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 def claim(run_dir: Path) -> None:
     """This process owns the run, until summary.json says it ended."""
-    runs.write_json(
+    folders.write_json(
         run_dir / OWNER,
         {
             "pid": os.getpid(),
@@ -42,7 +43,7 @@ def claim(run_dir: Path) -> None:
 def alive(run_dir: Path) -> bool:
     """Whether the harness that claimed `run_dir` is still that process (a pid may be reused:
     its start time and the boot must match too)."""
-    owner = runs.read_json(run_dir / OWNER)
+    owner = folders.read_json(run_dir / OWNER)
     return (
         bool(owner)
         and owner.get("boot_id") == _boot_id()
@@ -101,17 +102,17 @@ def _bury(client, run_dir: Path, containers: list, log) -> list[str]:
     folder = runs_key(run_dir.parent)
     gone = engine.remove_labelled(client, run_id, runs=folder).get(run_id, []) if client else []
     if run_dir.is_dir() and not (run_dir / "summary.json").is_file():
-        owner = runs.read_json(run_dir / OWNER)
-        metrics = runs.read_metrics(run_dir / "output")
-        runs.write_json(
+        owner = folders.read_json(run_dir / OWNER)
+        metrics = metric_lines.read_metrics(run_dir / "output")
+        folders.write_json(
             run_dir / "summary.json",
             {
                 "run_id": run_id,
-                "status": "interrupted",
+                "status": Status.INTERRUPTED,
                 "reason": f"its harness (pid {owner.get('pid', '?')}) died while the ranks ran; "
                 f"found and cleaned up at {time.strftime('%Y-%m-%dT%H:%M:%S')} by a later "
                 f"harness (pid {os.getpid()}), which removed {names}",
-                **runs.summarize(metrics, owner.get("time", time.time())),
+                **metric_lines.summarize(metrics, owner.get("time", time.time())),
             },
         )
     return gone

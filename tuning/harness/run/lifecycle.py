@@ -24,14 +24,13 @@ from tuning.harness.errors import ROOT, HarnessError, NodeLost
 from tuning.harness.machine import gpu_locks
 from tuning.harness.run import foreign, leftovers, output_dir
 from tuning.harness.run.progress import Progress
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
+from tuning.harness.run_files.status import Status, status_of
 from tuning.harness.spec import preflight
 from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import RUNS_LABEL, Layout
 from tuning.harness.spec.options import Spec
 from tuning.rank import torn
-
-EXIT_CODES = {"succeeded": 0, "interrupted": 130, "preempted": 143}  # a command's; else 1
 
 
 class Interrupted(Exception):
@@ -113,11 +112,11 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     run_dir = (
         spec.runs_root / layout.run_id
         if spec.run_dir_made
-        else runs.create(spec.runs_root, layout.run_id)
+        else folders.create(spec.runs_root, layout.run_id)
     )
     leftovers.claim(run_dir)
     if spec.job_files is None:
-        runs.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
+        folders.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
     for key, text in (spec.job_files or {}).items():
         (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
     if spec.resume_from:
@@ -143,14 +142,16 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
     )
     # Restarts the harness made (per-rank), else the ones the metrics show (torchrun's).
-    restarts = nodes.restarts or runs.restarts_seen(runs.read_metrics(run_dir / "output"))
+    restarts = nodes.restarts or metric_lines.restarts_seen(
+        metric_lines.read_metrics(run_dir / "output")
+    )
     extra = {
         **({"reason": reason} if reason else {}),
         "image": engine.image_record(client, layout.image),
         **spec.summary_extra,
     }
     summary = write_summary(layout, run_dir, status, details, t0, restarts, extra)
-    if status == "failed" and spec.explain:
+    if status == Status.FAILED and spec.explain:
         explain_failure(run_dir, summary)
     why = f" ({reason})" if reason else ""
     if not spec.quiet:
@@ -170,31 +171,31 @@ def execute(
     t0: float,
     on_tick=None,
     quiet=False,
-) -> tuple[str, dict, str | None]:
+) -> tuple[Status, dict, str | None]:
     """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
-    `succeeded`); the status comes from what the ranks did (runs.status_of), not only from
+    `succeeded`); the status comes from what the ranks did (status_of), not only from
     their exit codes.
 
     `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
     waits for a step there); it may return "stop" to end the follow early (its `stop_reason`
     says why), or "restarted" when it restarted the group itself (a soak)."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
-    status, reason = "failed", None
+    status, reason = Status.FAILED, None
     progress = Progress(total_steps=total_steps, quiet=quiet)
     output = run_dir / "output"
     try:
         nodes.start()
         failed_at = ended_at = None
         while True:
-            metrics = runs.read_metrics(output)
+            metrics = metric_lines.read_metrics(output)
             progress.update(metrics)
             state = nodes.poll()
             verdict = on_tick(metrics, state, nodes) if on_tick else None
             if verdict == "stop":
                 # Every rank may have ended already (a launcher lingers in torchrun's exit
                 # barrier): then they say how the run went; else the harness cut it short.
-                if len(runs.returned_now(metrics)) == layout.world_size:
-                    status, reason = runs.status_of({n: c or 0 for n, c in state.items()}, metrics)
+                if len(metric_lines.returned_now(metrics)) == layout.world_size:
+                    status, reason = status_of({n: c or 0 for n, c in state.items()}, metrics)
                 else:
                     reason = getattr(on_tick, "stop_reason", None) or (
                         "stopped by the harness (fault injection)"
@@ -209,12 +210,12 @@ def execute(
                 failed_at = None
                 continue
             if all(code is not None for code in state.values()):
-                status, reason = runs.status_of(state, runs.read_metrics(output))
+                status, reason = status_of(state, metric_lines.read_metrics(output))
                 break
             # Every trainer returned, a node runs on: torchrun's exit takes seconds (20-30 s
             # throttled); past GRACE a process hung on its way out (destroy_process_group, an
             # atexit handler) and would hold the run for ever.
-            if len(runs.returned_now(metrics)) == layout.world_size:
+            if len(metric_lines.returned_now(metrics)) == layout.world_size:
                 ended_at = ended_at or time.monotonic()
                 if time.monotonic() - ended_at > grace:
                     reason = _hung_on_exit(nodes, state, metrics, grace)
@@ -231,26 +232,26 @@ def execute(
                 print(f"harness: {reason}", file=sys.stderr)
                 break
             time.sleep(0.5)
-        progress.finish(runs.read_metrics(output))
+        progress.finish(metric_lines.read_metrics(output))
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)
-        status, reason = "interrupted", f"the harness received {e}"
+        status, reason = Status.INTERRUPTED, f"the harness received {e}"
     except NodeLost as e:  # removed from outside (docker rm, another `make down`), engine gone
         print(f"harness: {e}; ending the run as failed", file=sys.stderr)
-        status, reason = "failed", str(e)
+        status, reason = Status.FAILED, str(e)
     finally:
         # Teardown must finish even if a second Ctrl-C comes.
         for s in old:
             signal.signal(s, signal.SIG_IGN)
         try:
             nodes.save_logs()
-            details = nodes.details() if status != "interrupted" or _safe(nodes) else {}
+            details = nodes.details() if status != Status.INTERRUPTED or _safe(nodes) else {}
         except Exception:
             details = {}
         try:
             nodes.stop()
         except Exception as e:  # a Docker API error in teardown: recorded, never a traceback
-            status, reason = "failed", f"{reason + '; ' if reason else ''}teardown failed: {e}"
+            status, reason = Status.FAILED, f"{reason + '; ' if reason else ''}teardown failed: {e}"
             print(
                 f"harness: teardown failed: {e}; `make down RUN_ID={layout.run_id}` "
                 "removes what is left",
@@ -266,7 +267,7 @@ def _hung_on_exit(nodes, state: dict, metrics: dict, grace: float) -> str:
     from tuning.harness.run import stacks
 
     running = sorted(n for n, code in state.items() if code is None)
-    ends = sorted({e.get("status", "?") for e in runs.ends_seen(metrics).values()})
+    ends = sorted({e.get("status", "?") for e in metric_lines.ends_seen(metrics).values()})
     taken = stacks.take(nodes, "hung after every rank's trainer returned")
     where = "; ".join(taken["summaries"]) if taken else "its stacks could not be dumped"
     reason = (
@@ -295,8 +296,8 @@ def write_summary(
     restarts: list[dict] = (),
     extra: dict | None = None,
 ) -> dict:
-    metrics = runs.read_metrics(run_dir / "output")
-    seen, shards = runs.world_sizes_seen(metrics), runs.sharding_seen(metrics)
+    metrics = metric_lines.read_metrics(run_dir / "output")
+    seen, shards = metric_lines.world_sizes_seen(metrics), metric_lines.sharding_seen(metrics)
     ranks = []
     for node in layout.nodes():
         d = details.get(node.name, {})
@@ -314,7 +315,7 @@ def write_summary(
         "run_id": layout.run_id,
         **layout.record(),
         "status": status,
-        **runs.summarize(metrics, t0),
+        **metric_lines.summarize(metrics, t0),
         "ranks": ranks,
         "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
         "torn_checkpoints": torn.moved(run_dir / "output"),
@@ -322,7 +323,7 @@ def write_summary(
     if layout.entry:
         summary.update(foreign.summary_fields(layout, run_dir, metrics))
     summary.update(extra or {})
-    runs.write_json(run_dir / "summary.json", summary)
+    folders.write_json(run_dir / "summary.json", summary)
     return summary
 
 

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tuning.harness.rundirs.runs import FMS_LOGS
+from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.ranks_user import ids
 from tuning.rank import torn

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from tuning.harness.rundirs.runs import steps
+from tuning.harness.run_files.metric_lines import steps
 
 EVERY = 10
 

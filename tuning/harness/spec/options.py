@@ -15,7 +15,7 @@ from pathlib import Path
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec import job_paths, own_trainer, preflight, ranks_user, trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import Source
@@ -47,13 +47,13 @@ def load_env_file(path: Path = ROOT / ".env") -> None:
             os.environ.setdefault(name, value.strip().strip("'\""))
 
 
-def checked_run_id(raw: str | None, limit: int = runs.RUN_ID_MAX) -> str:
-    """RUN_ID, checked by the one rule (runs.check_run_id) before anything is written; a new
+def checked_run_id(raw: str | None, limit: int = folders.RUN_ID_MAX) -> str:
+    """RUN_ID, checked by the one rule (folders.check_run_id) before anything is written; a new
     id when unset."""
     if not raw:
-        return runs.new_run_id()
+        return folders.new_run_id()
     try:
-        return runs.check_run_id(raw, limit)
+        return folders.check_run_id(raw, limit)
     except ValueError as e:
         raise HarnessError(str(e)) from None
 
@@ -228,7 +228,7 @@ class Spec:
 
 def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) -> Spec:
     # A command's own id for one of its runs (bench, fault) derives from a checked RUN_ID.
-    run_id = checked_run_id(run_id, runs.LABEL_MAX) if run_id else checked_run_id(f.run_id)
+    run_id = checked_run_id(run_id, folders.LABEL_MAX) if run_id else checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     plan = plan_from(f)
     with_args = own_trainer.words(f.args) is not None  # ENTRY takes ARGS, reads no job file
@@ -312,14 +312,14 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
             f"harness: {c.name} of run {previous.name} is incomplete ({torn.missing(c)}): "
             "it is moved aside in this run, never loaded"
         )
-    saved_by = runs.checkpoint_world_size(newest)
+    saved_by = folders.checkpoint_world_size(newest)
     if saved_by and saved_by != layout.world_size:
         raise HarnessError(
             f"{what}: {newest.name} of run {previous.name} was saved by {saved_by} rank(s); this "
             f"run has {layout.world_size}. Resume with {saved_by} rank(s) (GPUS or NPROC), "
             "or start afresh"
         )
-    status = runs.read_json(previous / "summary.json").get("status", "no summary")
+    status = folders.read_json(previous / "summary.json").get("status", "no summary")
     print(
         f"harness: resuming from run {previous.name} ({status}): {newest.name}, saved by "
         f"{saved_by or '?'} rank(s)"

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 
 HF_DDP_TIMEOUT_S = 1800  # TrainingArguments.ddp_timeout's default
 TORCHRUN_RDZV_S = 600  # torchrun's static rendezvous join timeout
@@ -56,7 +56,7 @@ class Measured:
 
 def measured(run_dir: Path) -> Measured | None:
     """What a run's metrics say of its slow waits (None: it logged no step)."""
-    metrics = runs.read_metrics(run_dir / "output")
+    metrics = metric_lines.read_metrics(run_dir / "output")
     lines = [x for rank in metrics.values() for x in rank]
     steps = [x for x in lines if x.get("event") == "step"]
     if not steps:
@@ -144,7 +144,7 @@ def newest_of_job(runs_root: Path, job_file: str) -> Path | None:
     """The newest run in RUNS of the same job file that logged steps (kube's measurement)."""
     found = []
     for d in Path(runs_root).iterdir() if Path(runs_root).is_dir() else ():
-        summary = runs.read_json(d / "summary.json") if d.is_dir() and not d.is_symlink() else {}
+        summary = folders.read_json(d / "summary.json") if d.is_dir() and not d.is_symlink() else {}
         if summary.get("job_file") == job_file and summary.get("steps"):
             found.append((d.stat().st_mtime, d))
     return max(found)[1] if found else None

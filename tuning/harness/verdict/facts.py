@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from tuning.harness.run import stack_text
+from tuning.harness.run_files.status import ENDED_WELL
 
 # An end these say the rank failed because a peer did, or waited too long: not a cause
 from tuning.harness.verdict.rules import CONSEQUENCES
@@ -171,7 +172,7 @@ def _ended(x: dict, ex: dict | None, end: dict | None) -> None:
         how = f"was killed (SIGKILL, exit {code})"
     elif sig and sig != 15:
         how = f"was killed by signal {sig} (exit {code})"
-    elif signature in CONSEQUENCES or (end or {}).get("status") in ("completed", "preempted"):
+    elif signature in CONSEQUENCES or (end or {}).get("status") in ENDED_WELL:
         x["ended_by"] = signature or (end or {}).get("status")
         return
     elif peer := next((c for c in CONSEQUENCES if c in (error or "")), None):

@@ -41,7 +41,8 @@ from tuning.harness.commands.bench.rounds import DEFAULT_REPEAT, Rounds
 from tuning.harness.commands.bench.samples import boot_correction, probe_sample, train_sample
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
+from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.spec import flags, options, trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import HOST_ASSETS
@@ -242,7 +243,7 @@ def main(a: argparse.Namespace) -> int:
         "model": f.model or "the tiny model (built in)",
         "data": f.data or "the demo data (built in)",
         **report.job_meta(first.job, f.job, own=f.job == str(BENCH_JOB)),
-        "warmup_steps": runs.WARMUP_STEPS,
+        "warmup_steps": metric_lines.WARMUP_STEPS,
         "probe": {
             "min_bytes": a.probe_min_bytes,
             "max_bytes": _probe_max(a, f),
@@ -280,7 +281,9 @@ def main(a: argparse.Namespace) -> int:
     if any(LAYOUTS[n].in_containers for n in names):
         engine.client()  # fail now, not after the host layout ran (the message names LAYOUT=host)
     bench_dir.mkdir(parents=True, exist_ok=True)
-    runs.point_latest(bench_dir.parent, bench_id)  # the bench is the newest run (its runs inside)
+    folders.point_latest(
+        bench_dir.parent, bench_id
+    )  # the bench is the newest run (its runs inside)
     print(f"bench: {rounds.describe()}", flush=True)  # the stopping rule and its error rate
     fix = boot_correction()
     repeats: dict[str, list[dict]] = {n: [] for n in names}  # repeat i = round i
@@ -318,10 +321,10 @@ def main(a: argparse.Namespace) -> int:
                         "status": summary["status"],
                     }
                 )
-                if summary["status"] == "interrupted":
+                if summary["status"] == Status.INTERRUPTED:
                     meta["interrupted"] = True
                     raise KeyboardInterrupt  # its partial figures would bias the report
-                if summary["status"] != "succeeded":
+                if summary["status"] != Status.SUCCEEDED:
                     status = 1
                 if what == "train":
                     repeats[name].append(train_sample(bench_dir / run_id, summary, fix))
@@ -336,7 +339,7 @@ def main(a: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, old_term)
         report.show(raw, report.write(raw, bench_dir))
-    return lifecycle.EXIT_CODES["interrupted"] if meta["interrupted"] else status
+    return EXIT_CODES[Status.INTERRUPTED] if meta["interrupted"] else status
 
 
 def _dry_run(plan, checked, meta) -> int:

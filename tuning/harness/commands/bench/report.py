@@ -46,6 +46,7 @@ from pathlib import Path
 from tuning.harness.commands.bench.report_derive import PHASES, derive
 from tuning.harness.commands.bench.report_goals import need_line
 from tuning.harness.commands.bench.stopping import FIXED
+from tuning.harness.run_files.status import Status
 
 MIB = 1024 * 1024
 
@@ -241,7 +242,7 @@ def show(raw: dict, paths) -> None:
     md = paths[1].read_text()
     print("\n" + md.split("\n", 2)[2] if md.startswith("# ") else md)
     for r in raw["meta"]["runs"]:
-        if r["status"] != "succeeded":
+        if r["status"] != Status.SUCCEEDED:
             print(f"bench: {r['run_id']} ({r['layout']} {r['what']}) {r['status']}")
     if raw["meta"]["interrupted"]:
         print("bench: interrupted; the report holds the runs that finished")

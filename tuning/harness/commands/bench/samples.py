@@ -16,7 +16,8 @@ end of step 1. The parts are the differences, so they add up to first step minus
     model_load_s       model_loaded - rendezvous
     first_step_s       end of step 1 - model_loaded (tokenize data, build the Trainer, step 1)
 
-Steady state: the step_s and tokens of steps after `runs.WARMUP_STEPS`, per rank. Peak memory:
+Steady state: the step_s and tokens of steps after `metric_lines.WARMUP_STEPS`, per rank.
+Peak memory:
 per rank, the largest ``peak_rss_bytes`` (on CUDA ``max_memory_allocated_bytes``) of its step
 lines. Transport: gloo's from probe.json; NCCL's from the probe run's logs (the launcher sets
 NCCL_DEBUG=INFO for a probe on GPUs): its channel lines, e.g. ``nccl/P2P/CUMEM``.
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from tuning.harness.commands.bench import report
 from tuning.harness.run import foreign
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 from tuning.shared.boot import boot_time
 from tuning.shared.transport import parse_nccl_transport
 
@@ -82,7 +83,7 @@ def _process_start(fix: float):
 
 
 def _first_step(lines):
-    st = runs.steps(lines)
+    st = metric_lines.steps(lines)
     return min(st, key=lambda s: s["step"])["time"] if st else None
 
 
@@ -124,17 +125,19 @@ def _nodes(summary: dict) -> list[dict]:
 
 def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
     """A report repeat's training half: phases, steady steps and tokens, peak memory."""
-    metrics = runs.read_metrics(run_dir / "output")
+    metrics = metric_lines.read_metrics(run_dir / "output")
     if summary.get("trainer") and summary.get("ranks"):  # foreign: trl's tokens, on rank 0
         log = run_dir / f"logs/{summary['ranks'][0]['node']}.log"
-        pairs, _ = foreign.trl_tokens(log, runs.steps(metrics.get(0, [])))
+        pairs, _ = foreign.trl_tokens(log, metric_lines.steps(metrics.get(0, [])))
         for (s, n), prev in zip(pairs or [], [None, *(pairs or [])[:-1]], strict=False):
             s["tokens"] = n - prev[1] if prev else n
     step_s, tokens, memory = [], [], []
     memory_kind = "rss"
     for rank in sorted(metrics):
-        by_step = {s["step"]: s for s in runs.steps(metrics[rank])}  # a resumed step: last wins
-        steady = [by_step[k] for k in sorted(by_step) if k > runs.WARMUP_STEPS]
+        by_step = {
+            s["step"]: s for s in metric_lines.steps(metrics[rank])
+        }  # a resumed step: last wins
+        steady = [by_step[k] for k in sorted(by_step) if k > metric_lines.WARMUP_STEPS]
         step_s.append([s["step_s"] for s in steady])
         tokens.append([s.get("tokens", 0) for s in steady])
         cuda = [
@@ -148,7 +151,7 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
         memory.append(max(cuda) if cuda else max(rss) if rss else None)
     train_summary = run_dir / "output/train_summary.json"
     if memory and memory[0] is None and train_summary.is_file():  # an image without step peaks
-        memory[0] = runs.read_json(train_summary).get("peak_rss_bytes")
+        memory[0] = folders.read_json(train_summary).get("peak_rss_bytes")
     return {
         "run_id": summary["run_id"],
         "status": summary["status"],
@@ -163,7 +166,7 @@ def train_sample(run_dir: Path, summary: dict, fix: float) -> dict:
 
 def probe_sample(run_dir: Path, summary: dict) -> dict:
     """A report repeat's probe half: probe.json, and NCCL's transport from the logs."""
-    probe = runs.read_json(run_dir / "output/probe.json") or None
+    probe = folders.read_json(run_dir / "output/probe.json") or None
     out = {"probe_run_id": summary["run_id"], "probe_status": summary["status"], "probe": probe}
     if probe and probe.get("backend") == "nccl":
         text = "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("logs/*.log")))

@@ -23,7 +23,7 @@ from tuning.harness.commands.fault.follow import Follow
 from tuning.harness.commands.fault.kinds import KNOBS, NAMES, TABLE
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec import options
 from tuning.harness.spec.flags import RunFlags, int_arg
 from tuning.harness.spec.layout import CONTAINER_KINDS, RUNS_LABEL
@@ -137,7 +137,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     else:
         status = "not applicable"
     if reason:
-        run_dir = runs.create(spec.runs_root, run_id)
+        run_dir = folders.create(spec.runs_root, run_id)
         record = {
             **base,
             "status": status,

@@ -13,7 +13,8 @@ from tuning.harness.commands.fault.hung import HangStacks
 from tuning.harness.commands.fault.inject import Injector
 from tuning.harness.commands.fault.kinds.kind import SHORT, SINCE_STEP
 from tuning.harness.commands.fault.record import SLACK_S
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
+from tuning.harness.run_files.status import ENDED_WELL
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
 START_DEADLINE_S = 300  # the target must reach its step this long after the first tick
@@ -98,7 +99,7 @@ class Follow:
         if self.kind.tick:  # the kind's own work after the fault (start a held node, thaw)
             self.kind.tick(self, metrics, nodes, now)
         newest = max(
-            (x["step"] for lines in metrics.values() for x in runs.steps(lines)), default=0
+            (x["step"] for lines in metrics.values() for x in metric_lines.steps(lines)), default=0
         )
         if newest > self.last_step_seen[0]:
             self.last_step_seen = (newest, now)
@@ -140,8 +141,8 @@ class Follow:
         for rank, lines in metrics.items():
             if not lines or lines[-1].get("event") != "end":
                 continue
-            starts = sum(map(runs.is_start, lines))
-            if lines[-1].get("status") in ("completed", "preempted") or starts > self.max_restarts:
+            starts = sum(map(metric_lines.is_start, lines))
+            if lines[-1].get("status") in ENDED_WELL or starts > self.max_restarts:
                 out[rank] = lines[-1]["time"]
         return out
 

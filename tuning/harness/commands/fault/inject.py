@@ -14,7 +14,7 @@ import docker.errors
 
 from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.commands.fault.kinds.tools import worker_pid
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 
 
 class Injector:
@@ -33,7 +33,7 @@ class Injector:
 
     def target_step(self, metrics) -> int:
         rank = 0 if self.group_steps else self.rank  # fms: the group's step, from rank 0
-        return max((x["step"] for x in runs.steps(metrics.get(rank, []))), default=0)
+        return max((x["step"] for x in metric_lines.steps(metrics.get(rank, []))), default=0)
 
     def due(self, metrics, nodes, now: float) -> list[tuple[str, int, float]]:
         """Inject if it is time: [(how, step, when)] once injected, else []."""

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 from tuning.harness.commands.fault import hung as fault_stacks
 from tuning.harness.commands.fault import verdicts as fault_verdict
 from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
+from tuning.harness.run_files.status import ENDED_WELL, Status
 from tuning.harness.spec import timeouts
 from tuning.rank import torn
 
@@ -70,9 +71,9 @@ def is_timeout(text: str) -> bool:
 
 def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: dict) -> dict:
     t0, fault_at = follow.t0, follow.injected_at
-    metrics = runs.read_metrics(run_dir / "output")
+    metrics = metric_lines.read_metrics(run_dir / "output")
     if base.get("steps", 0) is None:  # ENTRY with ARGS: the steps its Trainer said it runs
-        base = {**base, "steps": runs.trainer_max_steps(metrics)}
+        base = {**base, "steps": metric_lines.trainer_max_steps(metrics)}
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
     node_rows = {r["node"]: r for r in summary.get("ranks", [])}
     ranks = []
@@ -85,7 +86,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
     job_end = max([*follow.ended.values(), follow.finished_at or 0]) or None
     outcome = _outcome(follow, ranks, fault_at, job_end, base["timeout_s"])
     restarts = summary.get("restarts") or []
-    if outcome == "finished" and restarts and summary.get("status") == "succeeded":
+    if outcome == "finished" and restarts and summary.get("status") == Status.SUCCEEDED:
         outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
     bound = base["timeout_s"] + SLACK_S
     fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
@@ -132,7 +133,7 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
 
 
 def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
-    steps = runs.steps(lines)
+    steps = metric_lines.steps(lines)
     end = next((x for x in reversed(lines) if x.get("event") == "end"), None)
     own_log = "\n".join(x for x in log.splitlines() if x.startswith(f"[rank{r}]"))
     ended = follow.ended.get(node.name)
@@ -146,7 +147,7 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
         code = failures[r]
         sig = -code if code < 0 else None
     elif end is not None:
-        code = 0 if end.get("status") in ("completed", "preempted") else 1
+        code = 0 if end.get("status") in ENDED_WELL else 1
         sig = None
     else:
         code, sig = None, None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.verdict import live
 
 SLOWED_X = 3  # steps this many times slower than before the fault: a dump, judged as slow
@@ -44,7 +44,7 @@ class Verdicts:
 def slowed(metrics: dict, fault_at: float) -> float | None:
     """How many times slower the group's last SLOWED_STEPS steps came than its steps before the
     fault (by the time between them; any rank's), when that is SLOWED_X or more."""
-    times = sorted({x["time"] for lines in metrics.values() for x in runs.steps(lines)})
+    times = sorted({x["time"] for lines in metrics.values() for x in metric_lines.steps(lines)})
     before = [b - a for a, b in zip(times, times[1:], strict=False) if b < fault_at]
     after = [b - a for a, b in zip(times, times[1:], strict=False) if a > fault_at]
     if len(before) < 3 or len(after) < SLOWED_STEPS:
@@ -79,7 +79,7 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
     for x in record["ranks"]:  # a node the follow never saw running never started
         nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
     output = run_dir / "output"
-    metrics = live.from_outside(runs.read_metrics(output), run_dir / "logs")
+    metrics = live.from_outside(metric_lines.read_metrics(output), run_dir / "logs")
     v = live.judge(
         record["world_size"], output, metrics, taken, keep.fr, exits(record, follow.t0), nodes
     )
@@ -88,8 +88,8 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
     at = same[0]["at"] if same else _last_fact(record, follow)
     v["verdict_s"] = round(at - fault_at, 2) if fault_at and at else None
     v["early"] = bool(same)
-    runs.write_json(
-        run_dir / "summary.json", {**runs.read_json(run_dir / "summary.json"), "verdict": v}
+    folders.write_json(
+        run_dir / "summary.json", {**folders.read_json(run_dir / "summary.json"), "verdict": v}
     )
     return v
 

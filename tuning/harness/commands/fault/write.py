@@ -8,11 +8,11 @@ from pathlib import Path
 
 from tuning.harness.commands.fault import hung, verdicts
 from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 
 
 def write(run_dir: Path, record: dict) -> None:
-    runs.write_json(run_dir / "fault.json", record)
+    folders.write_json(run_dir / "fault.json", record)
     (run_dir / "fault.md").write_text(markdown(record))
 
 
@@ -92,7 +92,7 @@ def markdown(rec: dict) -> str:
 
 def write_matrix(out: Path, records: list[dict]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    runs.write_json(out / "fault.json", records)
+    folders.write_json(out / "fault.json", records)
     lines = [
         "# Fault matrix",
         "",

@@ -34,8 +34,8 @@ from tuning.harness.backends import (
 from tuning.harness.commands.kube import said as kube_said
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import devices, nvidia
-from tuning.harness.run import lifecycle
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
+from tuning.harness.run_files.status import EXIT_CODES
 from tuning.harness.spec import (
     flags,
     job_paths,
@@ -264,7 +264,7 @@ def main(a: argparse.Namespace) -> int:
     here = kube_rehearse.claims_here(layout, runs_root) if a.rehearse else {}
 
     # a rehearsal is a run: `latest` moves, as for `up`
-    run_dir = runs.create(runs_root, run_id, starts=bool(a.rehearse))
+    run_dir = folders.create(runs_root, run_id, starts=bool(a.rehearse))
     manifest = run_dir / MANIFESTS[kind]
     manifest.write_text(text)
     for line in kube_said.said(layout, objects, model, data, accelerate_config, f.max_restarts):
@@ -282,7 +282,7 @@ def main(a: argparse.Namespace) -> int:
         summary = kube_rehearse.rehearse(
             layout, run_dir, objects, made, f.grace, accelerate_config, here
         )
-        return lifecycle.EXIT_CODES.get(summary["status"], 1)
+        return EXIT_CODES.get(summary["status"], 1)
     return kube_rehearse.rehearse_kill(
         a, f, layout, run_dir, objects, made, accelerate_config, kill, here
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from tuning.harness.backends import engine, kube_restarts
 from tuning.harness.commands.fault import record as fault_record
 from tuning.harness.commands.fault.inject import Injector
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so the kill lands near its step
 START_DEADLINE_S = 300  # the target must reach its step by then
@@ -151,7 +151,7 @@ def record(op: Operator, summary: dict, layout, run_dir: Path, output: dict) -> 
     from: 0 when it started again from step 0; or the newest one before the kill when the job
     failed). `output` says what /output was ("claim" or "emptyDir") and the host folders that
     stood in for it ("folders"; "lost": the emptyDirs that went with their pods)."""
-    metrics = runs.read_metrics(run_dir / "output")
+    metrics = metric_lines.read_metrics(run_dir / "output")
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
     kept = {
         Path(f).name if output["claim"] else Path(f).parent.name: _steps(Path(f))
@@ -163,9 +163,9 @@ def record(op: Operator, summary: dict, layout, run_dir: Path, output: dict) -> 
     ranks = []
     for node in layout.nodes():
         for r in node.ranks:
-            tries = runs.attempts(metrics.get(r, []))
-            last = [runs.steps(t) for t in tries]
-            end = runs.ends_seen(metrics).get(r, {})
+            tries = metric_lines.attempts(metrics.get(r, []))
+            last = [metric_lines.steps(t) for t in tries]
+            end = metric_lines.ends_seen(metrics).get(r, {})
             sig = fault_record.signature(end.get("error") or "") or fault_record.signature(
                 logs.get(node.name, "")
             )
@@ -228,7 +228,7 @@ def _details(summary: dict) -> dict:
 
 
 def write(run_dir: Path, rec: dict) -> None:
-    runs.write_json(run_dir / "restarts.json", rec)
+    folders.write_json(run_dir / "restarts.json", rec)
     (run_dir / "restarts.md").write_text(markdown(rec))
 
 

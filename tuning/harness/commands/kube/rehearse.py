@@ -26,6 +26,7 @@ from tuning.harness.commands.kube import faults as kube_faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
+from tuning.harness.run_files.status import EXIT_CODES
 from tuning.harness.spec import flags, options, ranks_user
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.layout import MODEL_DIR, OUTPUT_DIR
@@ -243,4 +244,4 @@ def rehearse_kill(
         f"resumed from {rec['resumed_from']}; steps lost {rec['steps_lost']}; /output "
         f"{rec['output']}; {run_dir / 'restarts.md'}"
     )
-    return lifecycle.EXIT_CODES.get(summary["status"], 1)
+    return EXIT_CODES.get(summary["status"], 1)

@@ -23,7 +23,7 @@ from pathlib import Path
 from tuning.harness.commands.repro import collect, replay, seen, source
 from tuning.harness.commands.repro import write as repro_write
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders
 from tuning.harness.spec import flag_table, flags, options, own_trainer
 from tuning.harness.verdict import facts, rules
 
@@ -62,7 +62,7 @@ def main(a: argparse.Namespace) -> int:
     f = flags.RunFlags.of(a)
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
-    run_dir = runs.create(runs_root, run_id, starts=False)
+    run_dir = folders.create(runs_root, run_id, starts=False)
     if (folder / "summary.json").is_file() and (folder / "logs").is_dir():
         folder = collect.kubectl_view(
             folder, run_dir / "from"
@@ -80,7 +80,7 @@ def main(a: argparse.Namespace) -> int:
     if rec["replay"] and a.run:
         rec["run"] = replay_here(a, rec["replay"], rec["verdict"], runs_root, run_id)
         code = 0 if rec["run"]["matches"] else 1
-    runs.write_json(run_dir / "repro.json", rec)
+    folders.write_json(run_dir / "repro.json", rec)
     (run_dir / "repro.md").write_text(repro_write.markdown(rec))
     for line in repro_write.said(rec):
         print(f"harness: {line}", file=sys.stdout if code == 0 else sys.stderr)
@@ -201,7 +201,7 @@ def replay_here(
     """RUN=1: the fault run, as a user types it (`python -m tuning.harness fault ...`, as the
     pool runs them), and whether its verdict matches the cluster's: the same class, and its
     culprits in the culprit's role here."""
-    local_id = f"{run_id}-replay"[: runs.LABEL_MAX]
+    local_id = f"{run_id}-replay"[: folders.LABEL_MAX]
     plan = replay.Replay(**{k: r[k] for k in replay.Replay.__dataclass_fields__})
     job = [fl.option if fl.switch else f"{fl.option}={getattr(a, fl.dest)}" for fl in _job_flags(a)]
     argv = [
@@ -217,7 +217,7 @@ def replay_here(
         *job,
     ]
     code = subprocess.run(argv, cwd=ROOT).returncode
-    here = runs.read_json(runs_root / local_id / "fault.json").get("verdict") or {}
+    here = folders.read_json(runs_root / local_id / "fault.json").get("verdict") or {}
     nodes = 1 if plan.layout == "single" else plan.nproc
     roles = {replay.role(c, plan.nproc // nodes, nodes) for c in here.get("culprits") or []}
     matches = here.get("class") == cluster["class"] and roles == {plan.role}

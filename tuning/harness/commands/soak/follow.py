@@ -15,7 +15,7 @@ import docker.errors
 
 from tuning.harness.commands.fault.inject import Injector
 from tuning.harness.commands.soak import plan as soak_plan
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 
 HOLD_FILE = ".soak-hold.json"  # in the run's output dir (/output): the ranks read it
 MEASURE_STEPS = 6  # the step time: the median of the first attempt's steps 2..this
@@ -26,7 +26,7 @@ LINGER_S = 5  # every rank's trainer returned this long ago but a node still run
 
 def latest(metrics: dict) -> dict[int, list[dict]]:
     """Each rank's lines since its trainer's latest start."""
-    return {r: runs.attempts(lines)[-1] for r, lines in metrics.items() if lines}
+    return {r: metric_lines.attempts(lines)[-1] for r, lines in metrics.items() if lines}
 
 
 def phase(lines: list[dict], name: str) -> dict | None:
@@ -39,15 +39,15 @@ def began(lines: list[dict]) -> tuple[float, int] | None:
     p = phase(lines, "training")
     if p:
         return p["time"], p["step"]
-    first = next(iter(runs.steps(lines)), None)
-    if first and first.get("source") == runs.FMS_LOGS:
+    first = next(iter(metric_lines.steps(lines)), None)
+    if first and first.get("source") == metric_lines.FMS_LOGS:
         return first["time"] - (first.get("step_s") or 0), first["step"] - 1
     return None
 
 
 def step_time(lines: list[dict]) -> float | None:
     """The median step_s of steps after the first (fms's first has none)."""
-    xs = [x["step_s"] for x in runs.steps(lines)[1:] if x.get("step_s")]
+    xs = [x["step_s"] for x in metric_lines.steps(lines)[1:] if x.get("step_s")]
     return statistics.median(xs) if xs else None
 
 
@@ -119,7 +119,7 @@ class SoakFollow:
             return self.stop("DURATION reached")
         if self.plan is None and not self.draw(now_lines):
             return None  # a failure before the plan is the job's own: lifecycle ends the run
-        ends = runs.ends_seen(now_lines)
+        ends = metric_lines.ends_seen(now_lines)
         if len(ends) == len(self.targets) and all(
             x.get("status") == "completed" for x in ends.values()
         ):
@@ -140,7 +140,7 @@ class SoakFollow:
     def draw(self, now_lines) -> bool:
         """The step time from the first attempt's first steps, then the plan (MTBF in steps)."""
         rank0 = now_lines.get(0, [])
-        if max((x["step"] for x in runs.steps(rank0)), default=0) < MEASURE_STEPS:
+        if max((x["step"] for x in metric_lines.steps(rank0)), default=0) < MEASURE_STEPS:
             return False
         self.step_s = step_time(rank0)
         steps = self.mtbf.in_steps(self.step_s)
@@ -225,7 +225,7 @@ class SoakFollow:
     def lingering(self, now_lines, now: float) -> bool:
         """Every rank's trainer returned (term, preempt) but a launcher waits on (torchelastic's
         exit barrier): the group is done."""
-        if len(runs.returned_now(now_lines)) < len(self.targets):
+        if len(metric_lines.returned_now(now_lines)) < len(self.targets):
             self.ended_since = None
             return False
         self.ended_since = self.ended_since or now

@@ -27,7 +27,7 @@ from pathlib import Path
 from tuning.harness.commands.bench import report_stats
 from tuning.harness.commands.bench.samples import boot_correction
 from tuning.harness.commands.soak.follow import began
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 from tuning.harness.spec import save_interval
 from tuning.rank import torn
 
@@ -45,8 +45,8 @@ def step_time(metrics: dict) -> float | None:
     xs = [
         x["step_s"]
         for lines in metrics.values()
-        for a in runs.attempts(lines)
-        for x in runs.steps(a)[1:]
+        for a in metric_lines.attempts(lines)
+        for x in metric_lines.steps(a)[1:]
         if x.get("step_s")
     ]
     return statistics.median(xs) if xs else None
@@ -56,7 +56,7 @@ def saves(metrics: dict) -> list[dict]:
     """Each save once: its step and the slowest rank's save_s (every rank waits for it)."""
     by: dict[tuple, dict] = {}
     for lines in metrics.values():
-        for i, a in enumerate(runs.attempts(lines)):
+        for i, a in enumerate(metric_lines.attempts(lines)):
             for x in a:
                 if x.get("event") == "checkpoint" and x.get("save_s") is not None:
                     key = (i, x["step"])
@@ -90,21 +90,23 @@ def failure(f: dict, attempts: dict, follow, step_s: float, fix: float, until: f
     stopped = [restart["time"] + restart["stopped_s"]] if restart else []
     detected = min([x for x in ends + exits if x >= t], default=None)
     down = max([x for x in ends + exits if x >= t] + stopped, default=None)
-    old_steps = [x for a in old.values() for x in runs.steps(a)]
+    old_steps = [x for a in old.values() for x in metric_lines.steps(a)]
     last = max((x["step"] for x in old_steps), default=None)
     struck_line = next(
-        (x for x in runs.steps(old.get(f["rank"], [])) if x["step"] == f["landed"]), None
+        (x for x in metric_lines.steps(old.get(f["rank"], [])) if x["step"] == f["landed"]), None
     )
     b = [began(a) for a in new.values()]
     b = [x for x in b if x]
     resumed = min((s for _, s in b), default=None)
-    firsts = [runs.steps(a)[0]["time"] for a in new.values() if runs.steps(a)]
+    firsts = [metric_lines.steps(a)[0]["time"] for a in new.values() if metric_lines.steps(a)]
     first = max(firsts) if firsts and len(firsts) == len(b) else None
     process = [a[0]["time"] - a[0]["t"] + fix for a in new.values() if "t" in a[0]]
     lost = None if last is None or resumed is None else max(0, last - resumed)
     redone = None
     if lost:
-        again = [x["time"] for a in new.values() for x in runs.steps(a) if x["step"] == last]
+        again = [
+            x["time"] for a in new.values() for x in metric_lines.steps(a) if x["step"] == last
+        ]
         redone = _diff(min(again), max(t for t, _ in b)) if again else None
     # work lost: from the checkpoint resumed from (saved in the old attempt), else from when
     # the old attempt began training, to the strike
@@ -148,8 +150,8 @@ def _latest(attempt_of: dict, name: str) -> float | None:
 
 def build(base: dict, follow, run_dir: Path) -> dict:
     """soak.json: the knobs (`base`), the plan, every failure, the saves, ETT and the model."""
-    metrics = runs.read_metrics(run_dir / "output")
-    attempts = {r: runs.attempts(lines) for r, lines in metrics.items() if lines}
+    metrics = metric_lines.read_metrics(run_dir / "output")
+    attempts = {r: metric_lines.attempts(lines) for r, lines in metrics.items() if lines}
     step_s = step_time(metrics) or follow.step_s
     end = follow.stopped_at or max((x["time"] for xs in metrics.values() for x in xs), default=0)
     fix = boot_correction()
@@ -184,7 +186,9 @@ def final_step(attempts: dict, follow, output: Path) -> int:
     checkpoint (where it would resume)."""
     struck = follow.failures[-1]["time"] if follow.failures else 0
     now = [xs[-1] for xs in attempts.values() if xs[-1][0]["time"] > struck]
-    seen = [x["step"] for a in now for x in runs.steps(a)] or [b[1] for a in now if (b := began(a))]
+    seen = [x["step"] for a in now for x in metric_lines.steps(a)] or [
+        b[1] for a in now if (b := began(a))
+    ]
     if seen:
         return max(seen)
     whole = [p for p in torn.checkpoints(output) if torn.missing(p) is None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.spec.save_interval import duration
 
 COLUMNS = (
@@ -113,8 +113,8 @@ def figure(rec: dict, metrics: dict):
     fig = Figure(figsize=(10, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    for i, a in enumerate(runs.attempts(metrics.get(0, []))):
-        st = runs.steps(a)
+    for i, a in enumerate(metric_lines.attempts(metrics.get(0, []))):
+        st = metric_lines.steps(a)
         ax.plot(
             [x["time"] - t0 for x in st],
             [x["step"] for x in st],
@@ -147,11 +147,11 @@ def figure(rec: dict, metrics: dict):
 
 def write(run_dir: Path, rec: dict) -> list[Path]:
     """soak.json, soak.md and, with matplotlib, soak.png."""
-    runs.write_json(run_dir / "soak.json", rec)
+    folders.write_json(run_dir / "soak.json", rec)
     (run_dir / "soak.md").write_text(markdown(rec))
     out = [run_dir / "soak.json", run_dir / "soak.md"]
     try:
-        fig = figure(rec, runs.read_metrics(run_dir / "output"))
+        fig = figure(rec, metric_lines.read_metrics(run_dir / "output"))
     except ImportError:
         print("harness: soak.png needs matplotlib (pip install -e '.[bench]')")
         return out

@@ -9,7 +9,7 @@ import statistics
 
 from tuning.harness.commands.fault.kinds.kind import GOES_ON, SINCE_STEP, Kind
 from tuning.harness.commands.fault.kinds.tools import sh
-from tuning.harness.rundirs import runs
+from tuning.harness.run_files import metric_lines
 
 SLOW_CPUS = 0.05  # the target's share of a CPU
 STEP_SLEEP_S = 0.05  # less padding than other kinds, so the throttled compute shows in step times
@@ -37,7 +37,7 @@ def slowdown(metrics, fault_at) -> dict:
     """Median step time per rank before and after the fault, and their ratio."""
     out = {}
     for r, lines in metrics.items():
-        st = runs.steps(lines)
+        st = metric_lines.steps(lines)
         before = [x["step_s"] for x in st if fault_at and x["time"] < fault_at and x["step"] > 2]
         after = [x["step_s"] for x in st if fault_at and x["time"] > fault_at + 1]
         b = statistics.median(before) if before else None

@@ -1,20 +1,12 @@
-"""Run directories (`runs/<run-id>/`) and what the host reads back from them."""
+"""What the ranks wrote of themselves: their metric lines (`output/metrics/rank<N>.jsonl`, the
+rank recorder's), fms's own training log, and the training figures read off them."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import secrets
-import shutil
 import statistics
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-
-import yaml
-
-from tuning.harness.errors import HarnessError
 
 WARMUP_STEPS = 2  # steps excluded from steady-state figures (compile, allocator, caches)
 # fms-hf-tuning's FileLoggingTracker: <output_dir>/training_logs.jsonl, written by the world
@@ -22,90 +14,6 @@ WARMUP_STEPS = 2  # steps excluded from steady-state figures (compile, allocator
 #   {"data": {"epoch": 0.1, "step": 3, "timestamp": "<local isoformat>", "value": 2.3},
 #    "name": "training_loss"}   ("validation_loss" for eval_loss)
 FMS_LOGS = "training_logs.jsonl"
-
-
-# A run id names a directory under runs/, a Compose project (harness-<id>), labels and a
-# PyTorchJob's labels: so one rule, a DNS label (RFC 1123), lower case, at most 63. Commands
-# append to the id a user gives (fault: "-partition-per-rank", bench:
-# "-r10-per-rank-isolated-probe", 29 at most), hence 32 for that one.
-RUN_ID_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-RUN_ID_MAX = 32
-LABEL_MAX = 63
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def check_run_id(run_id: str, limit: int = RUN_ID_MAX) -> str:
-    """`run_id` if it keeps the rule, else ValueError saying why and how to fix it. `limit`:
-    LABEL_MAX for the ids commands derive from a checked one."""
-    if len(run_id) <= limit and RUN_ID_RE.fullmatch(run_id):
-        return run_id
-    why = (
-        f"is {len(run_id)} characters, more than {limit}"
-        if len(run_id) > limit
-        else "must be lower-case letters, digits and '-', starting and ending with a "
-        "letter or digit"
-    )
-    raise ValueError(f"RUN_ID={run_id!r} {why}; e.g. RUN_ID=my-run-2")
-
-
-def create(root: Path, run_id: str, starts: bool = True) -> Path:
-    """A fresh run directory; never reuses one. `latest` moves only now, when a run starts;
-    starts=False: the directory alone, for files and no run (kube's render)."""
-    run_dir = root / run_id
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        run_dir.mkdir()
-        for sub in ("job", "output", "logs", "ranks") if starts else ():
-            (run_dir / sub).mkdir()
-    except FileExistsError:
-        raise HarnessError(f"{run_dir} exists; a run never writes over another") from None
-    except OSError as e:
-        raise HarnessError(
-            f"cannot write the run directory under {root}: {e.strerror}. "
-            "Make it writable or point RUNS=<dir> elsewhere."
-        ) from None
-    if starts:
-        point_latest(root, run_id)
-    return run_dir
-
-
-def point_latest(root: Path, name: str) -> None:
-    """runs/latest -> the run that started last (up, fault, kube's rehearsal, a bench). The
-    link is made under its own name and renamed over `latest`, so two runs starting at once
-    never leave it missing or half-made: the later rename wins."""
-    tmp = root / f".latest-{name}-{os.getpid()}"
-    tmp.symlink_to(name)
-    os.replace(tmp, root / "latest")
-
-
-def job_text(job: dict, name: str = "job.yaml") -> str:
-    """The job file's text: JSON for a foreign trainer's job.json, else YAML (kube's ConfigMap
-    holds the same text)."""
-    if name.endswith(".json"):
-        return json.dumps(job, indent=2) + "\n"
-    return yaml.safe_dump(job, sort_keys=False)
-
-
-def write_job(run_dir: Path, job: dict, accelerate_config: Path, name: str = "job.yaml") -> None:
-    (run_dir / "job" / name).write_text(job_text(job, name))
-    shutil.copyfile(accelerate_config, run_dir / "job/accelerate.yaml")
-
-
-def write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict:
-    """A JSON file the harness wrote ({} when it is missing or half-written)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def read_metrics(output_dir: Path) -> dict[int, list[dict]]:
@@ -255,56 +163,6 @@ def returned_now(metrics: dict[int, list[dict]]) -> list[int]:
     an earlier attempt (before a restart) does not count."""
     latest = {r: attempts(lines)[-1] for r, lines in metrics.items() if lines}
     return sorted(r for r, xs in latest.items() if any(x.get("event") == "end" for x in xs))
-
-
-def status_of(
-    exits: dict[str, int | None], metrics: dict[int, list[dict]]
-) -> tuple[str, str | None]:
-    """A run's status once every node exited, and why when it is not `succeeded`. Exit codes
-    alone lie: a rank stopped by SIGTERM checkpoints and exits 0, and a run whose nodes never
-    started has no exit code that failed. The rules (docs/design.md):
-      failed     no node ran; or a rank's end line says failed/refused; or a node exited
-                 non-zero; or a rank that logged anything ended without an end line
-      preempted  some rank stopped early on SIGTERM (and checkpointed), none failed
-      succeeded  every node exited 0 and every rank that logged ended `completed`"""
-    if not exits:
-        return "failed", "no node ran (no container or process was started)"
-    ends = ends_seen(metrics)
-    broken = sorted(r for r, e in ends.items() if e.get("status") not in ("completed", "preempted"))
-    stopped = sorted(r for r, e in ends.items() if e.get("status") == "preempted")
-    if stopped and not broken:
-        return "preempted", (
-            f"rank(s) {_ranks(stopped)} stopped early on SIGTERM and "
-            "checkpointed; RESUME=1 continues from there"
-        )
-    if broken:
-        first = ends[broken[0]]  # its own words (e.g. the GPU guard's), so the summary says why
-        why = f": {first['error']}" if first.get("error") else ""
-        return "failed", f"rank(s) {_ranks(broken)} ended {first.get('status')}{why}"
-    bad = {n: c for n, c in exits.items() if c != 0}
-    silent = sorted(r for r, lines in metrics.items() if lines and r not in ends)
-    if bad:
-        why = ", ".join(f"{n} exited {c}" for n, c in bad.items())
-        if ends and not silent:  # each trainer returned; a process died later, on its way out
-            why += (
-                " after every rank's trainer returned (end lines: completed): a rank's "
-                "process died on its way out; the node's log names the rank and signal"
-            )
-        return "failed", why
-    if silent:
-        return "failed", f"rank(s) {_ranks(silent)} exited 0 with no end line (killed?)"
-    return "succeeded", None
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks))
-
-
-def checkpoint_world_size(path: Path) -> int | None:
-    """The ranks that saved it: the Trainer writes one rng_state_<rank>.pth per rank (one
-    rng_state.pth for one process)."""
-    per_rank = list(path.glob("rng_state_*.pth"))
-    return len(per_rank) or (1 if (path / "rng_state.pth").is_file() else None)
 
 
 def world_sizes_seen(metrics: dict[int, list[dict]]) -> dict[int, int | None]:
