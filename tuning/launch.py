@@ -145,24 +145,16 @@ def command(
     # accelerate's num_processes is the WORLD size; it passes nproc_per_node =
     # num_processes // num_machines, nnodes, node_rank and master addr/port to torchrun.
     argv = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        config,
-        "--num_processes",
-        str(nnodes * nproc),
-        "--num_machines",
-        str(nnodes),
-        "--machine_rank",
-        str(node_rank),
-        "--main_process_ip",
-        addr,
-        "--main_process_port",
-        str(port),
-        "--rdzv_backend",
-        "static",
+        "accelerate", "launch",
+        "--config_file", config,
+        "--num_processes", str(nnodes * nproc),
+        "--num_machines", str(nnodes),
+        "--machine_rank", str(node_rank),
+        "--main_process_ip", addr,
+        "--main_process_port", str(port),
+        "--rdzv_backend", "static",
         "--same_network",
-    ]
+    ]  # fmt: skip
     asked = distributed_type(config_file or config)
     # The trainer fails when the ranks do not run what the config asked for (no silent DDP).
     extra: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HARNESS_DISTRIBUTED_TYPE": asked}

@@ -209,7 +209,7 @@ TABLE = (
     Flag(
         "REPEAT",
         "rounds over the layouts (default 5, one look); auto: a look a round up to 30, under "
-        "bounds that keep a goal's false MET or MISSED at 3.7 %",
+        "bounds that keep a goal's false MET or MISSED at 3.7 per cent",
         ("bench",),
         "r",
     ),
