@@ -151,7 +151,7 @@ def protected_regular(value: str | None):
 
 
 def test_the_lock_folder_is_one_for_the_machine_whatever_tmpdir_says(second_user, tmp_path):
-    show = "from tuning.harness.spec import gpu_locks; print(gpu_locks.LOCK_DIR)"
+    show = "from tuning.harness.machine import gpu_locks; print(gpu_locks.LOCK_DIR)"
     seen = {}
     for who in ("root", second_user):
         tmpdir = Path(f"/tmp/{who}-tmpdir-{secrets.token_hex(3)}")  # a per-user TMPDIR

@@ -29,7 +29,7 @@ import warnings
 
 from tuning.sft.records import DataError
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = -100  # a label the loss skips (torch's CrossEntropyLoss ignore_index)
 
 
 def config_problem(cfg) -> str | None:

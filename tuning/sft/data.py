@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuning.sft import chat
+from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.records import DataError, Record, read_path
 from tuning.sft.shapes import shape_of
 from tuning.sft.template import SPECIAL_NAMES, NeedsJinja, render_template
-
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)

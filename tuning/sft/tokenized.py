@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tuning.sft.data import IGNORE_INDEX, DataError
+from tuning.sft.chat import IGNORE_INDEX
+from tuning.sft.records import DataError
 
 MAGIC = b"TOKENS01"
 HEADER = 32  # MAGIC, records, tokens, learnable: four 8-byte fields

@@ -264,11 +264,11 @@ def execute(
 
 def _hung_on_exit(nodes, state: dict, metrics: dict, grace: float) -> str:
     """Every rank's trainer returned, a node did not exit: where it hangs, said and kept."""
-    from tuning.harness.run import stacks
+    from tuning.harness.run import dumps
 
     running = sorted(n for n, code in state.items() if code is None)
     ends = sorted({e.get("status", "?") for e in metric_lines.ends_seen(metrics).values()})
-    taken = stacks.take(nodes, "hung after every rank's trainer returned")
+    taken = dumps.take(nodes, "hung after every rank's trainer returned")
     where = "; ".join(taken["summaries"]) if taken else "its stacks could not be dumped"
     reason = (
         f"{', '.join(running)} still running {grace:.0f} s after every rank's "
