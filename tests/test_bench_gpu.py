@@ -15,7 +15,7 @@ from tuning.harness.backends import compose
 from tuning.harness.cli import parser
 from tuning.harness.commands import bench
 from tuning.harness.commands.bench.report_goals import path
-from tuning.harness.run import lifecycle
+from tuning.harness.run import render
 from tuning.harness.spec.flags import RunFlags
 from tuning.shared import affinity
 
@@ -70,7 +70,7 @@ def test_per_rank_shared_shares_ipc_and_shm_for_nccl_shm(probe_spec):
 def test_every_gpu_probe_logs_nccl_transport_and_training_stays_quiet(probe_spec):
     for name in ("host", "single", "per-rank-isolated", "per-rank-shared"):
         s = probe_spec(name)
-        for node, cmd in lifecycle.node_commands(s.layout, s.accelerate_config).items():
+        for node, cmd in render.node_commands(s.layout, s.accelerate_config).items():
             assert cmd["env"]["NCCL_DEBUG"] == "INFO", (name, node)
             i = cmd["argv"].index("tuning.probe")
             assert cmd["argv"][i - 1 : i + 2] == ["-m", "tuning.probe", "--out"], (name, node)

@@ -124,7 +124,7 @@ def test_naming_a_gpu_another_run_holds_is_still_refused(other_run_holds_4_5, tm
 def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_path, monkeypatch):
     from tuning.harness import cli
     from tuning.harness.backends.nodes import HostNodes
-    from tuning.harness.run import lifecycle
+    from tuning.harness.run import render
     from tuning.harness.spec import options
     from tuning.harness.spec.flags import RunFlags
 
@@ -136,7 +136,7 @@ def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_p
     spec = options.spec_from(RunFlags.of(a))
     assert spec.layout.gpu_ids == ("3", "6")
     want = f"{uuid(3)},{uuid(6)}"
-    commands = lifecycle.node_commands(spec.layout, spec.accelerate_config)
+    commands = render.node_commands(spec.layout, spec.accelerate_config)
     assert commands["host"]["env"]["CUDA_VISIBLE_DEVICES"] == want
     # The process HostNodes starts has them, not the harness's own CUDA_VISIBLE_DEVICES.
     run_dir = tmp_path / "runs/h"

@@ -7,7 +7,7 @@ import argparse
 import yaml
 
 from tuning.harness.commands import stall
-from tuning.harness.run import lifecycle
+from tuning.harness.run import lifecycle, render
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.spec import flags, options, preflight, timeouts
@@ -28,7 +28,7 @@ def main(a: argparse.Namespace) -> int:
             print(f"# gpus: {spec.plan.describe()}; driver {spec.plan.driver}")
         if spec.user_config:  # as a real run checks it, with accelerate's own loader
             preflight.check_accelerate_config(spec.accelerate_config, None)
-        lifecycle.dry_run(spec.layout, spec.accelerate_config)
+        render.dry_run(spec.layout, spec.accelerate_config)
         # The job every rank reads, as a second YAML document (kube's ConfigMap holds the same)
         print(
             f"---\n# {spec.layout.job_dir}/{spec.layout.job_file}: {spec.sources_said()}; "

@@ -1,33 +1,27 @@
 """One run of a layout, start to end: prepare, render, start, follow, tear down, record.
 
 `start(spec)` is the whole of it, for up, bench, fault and kube's rehearsal alike; the
-backends (nodes.py) differ only in how nodes start, report their exit and stop. `render`
-is every file a run writes before its nodes start, which is also what a dry run prints.
+backends (nodes.py) differ only in how nodes start, report their exit and stop. What it writes
+before nodes start is render.py's (also what a dry run prints); its summary, summary.py's.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tuning import launch
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
-from tuning.harness.errors import ROOT, HarnessError, NodeLost
+from tuning.harness.errors import HarnessError, NodeLost
 from tuning.harness.machine import gpu_locks
-from tuning.harness.run import foreign, leftovers, output_dir
+from tuning.harness.run import foreign, host_assets, leftovers, output_dir, render
+from tuning.harness.run import summary as run_summary
 from tuning.harness.run.progress import Progress
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status, status_of
 from tuning.harness.spec import preflight
-from tuning.harness.spec.job_paths import HOST_ASSETS
 from tuning.harness.spec.layout import RUNS_LABEL, Layout
 from tuning.harness.spec.options import Spec
 from tuning.rank import torn
@@ -44,7 +38,7 @@ def _raise_interrupted(signum, _frame):
 def prepare(layout: Layout):
     """The engine client with the image ready (None for LAYOUT=host, whose assets it makes)."""
     if layout.kind == "host":
-        _host_assets()
+        host_assets.demo()
         return None
     client = engine.client()
     engine.compose_cmd()
@@ -55,38 +49,6 @@ def prepare(layout: Layout):
         )
     images.ready(client, layout)
     return client
-
-
-def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
-    """Each node's launch command and environment, from the image's own launcher; the host
-    reads `accelerate_config`, the file each node will find at ACCELERATE_CONFIG."""
-    out = {}
-    for node in layout.nodes():
-        job = layout.trainer_args
-        argv, extra = launch.command(node.env, job, str(accelerate_config))
-        out[node.name] = {"argv": argv, "env": {**node.env, **extra}}
-    return out
-
-
-def render(layout: Layout, commands: dict[str, dict]) -> dict[str, str]:
-    """The files a run writes before its nodes start, besides /job (path in the run
-    directory -> text): each node's launch command, and the backend's own (compose.yaml)."""
-    files = {
-        f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
-        for name, cmd in commands.items()
-    }
-    return {**files, **backend(layout).render(layout)}
-
-
-def dry_run(layout: Layout, accelerate_config: Path, prefix: str = "# ", files=True) -> None:
-    """What would run, printed: the backend's files (up: the Compose file), then each
-    node's command. Nothing starts and nothing is written."""
-    commands = node_commands(layout, accelerate_config)
-    for path, text in render(layout, commands).items() if files else ():
-        if not path.startswith("ranks/"):
-            print(text)
-    for name, cmd in commands.items():
-        print(f"{prefix}{name}: {shlex.join(cmd['argv'])}")
 
 
 def start(spec: Spec, on_tick=None) -> dict:
@@ -108,7 +70,7 @@ def start(spec: Spec, on_tick=None) -> dict:
 
 def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     layout = spec.layout
-    commands = node_commands(layout, spec.accelerate_config)
+    commands = render.node_commands(layout, spec.accelerate_config)
     run_dir = (
         spec.runs_root / layout.run_id
         if spec.run_dir_made
@@ -122,7 +84,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     if spec.resume_from:
         output_dir.take_checkpoints(spec.resume_from, run_dir / "output", layout)
         torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
-    for path, text in render(layout, commands).items():
+    for path, text in render.render(layout, commands).items():
         (run_dir / path).write_text(text)
     output_dir.prepare(run_dir / "output", layout)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
@@ -150,9 +112,9 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
         "image": engine.image_record(client, layout.image),
         **spec.summary_extra,
     }
-    summary = write_summary(layout, run_dir, status, details, t0, restarts, extra)
+    summary = run_summary.write(layout, run_dir, status, details, t0, restarts, extra)
     if status == Status.FAILED and spec.explain:
-        explain_failure(run_dir, summary)
+        run_summary.explain_failure(run_dir, summary)
     why = f" ({reason})" if reason else ""
     if not spec.quiet:
         print(
@@ -285,78 +247,3 @@ def _safe(nodes) -> bool:
         return True
     except Exception:
         return False
-
-
-def write_summary(
-    layout: Layout,
-    run_dir: Path,
-    status: str,
-    details: dict,
-    t0: float,
-    restarts: list[dict] = (),
-    extra: dict | None = None,
-) -> dict:
-    metrics = metric_lines.read_metrics(run_dir / "output")
-    seen, shards = metric_lines.world_sizes_seen(metrics), metric_lines.sharding_seen(metrics)
-    ranks = []
-    for node in layout.nodes():
-        d = details.get(node.name, {})
-        for r in node.ranks:
-            ranks.append(
-                {
-                    "rank": r,
-                    "node": node.name,
-                    **d,
-                    "world_size_seen": seen.get(r),
-                    **shards.get(r, {}),
-                }
-            )
-    summary = {
-        "run_id": layout.run_id,
-        **layout.record(),
-        "status": status,
-        **metric_lines.summarize(metrics, t0),
-        "ranks": ranks,
-        "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
-        "torn_checkpoints": torn.moved(run_dir / "output"),
-    }
-    if layout.entry:
-        summary.update(foreign.summary_fields(layout, run_dir, metrics))
-    summary.update(extra or {})
-    folders.write_json(run_dir / "summary.json", summary)
-    return summary
-
-
-def explain_failure(run_dir: Path, summary: dict) -> None:
-    """Say why ranks failed: their own error lines, else the end of their logs."""
-    for node in dict.fromkeys(r["node"] for r in summary["ranks"] if r.get("exit_code")):
-        log = run_dir / f"logs/{node}.log"
-        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-        errors = [x for x in lines if "error:" in x.lower() or x.startswith(("Error", "OSError"))]
-        shown = list(dict.fromkeys(errors))[-5:] or lines[-10:]
-        print(f"harness: {node} failed; from {log}:", file=sys.stderr)
-        for line in shown:
-            print(f"  {line}", file=sys.stderr)
-
-
-def _host_assets() -> None:
-    host_asset(HOST_ASSETS / "tiny-model", "tuning.tiny_model", made="config.json")
-    host_asset(HOST_ASSETS / "demo.jsonl", "tuning.demo_data")
-
-
-def host_asset(out: Path, module: str, *args: str, made: str = "") -> Path:
-    """`out`, made once here by ``python -m module --out ... args`` (a container-side module,
-    run as a process: this side never imports it); `made` names the file inside a directory
-    that says it is complete."""
-    if not (out / made).is_file():  # written aside, then renamed: a reader sees all or none
-        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-        subprocess.run(
-            [sys.executable, "-m", module, "--out", str(tmp), *args],
-            check=True,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-        )
-        if out.is_dir():
-            shutil.rmtree(out)  # an earlier try's, incomplete
-        os.replace(tmp, out)
-    return out

@@ -40,7 +40,7 @@ from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import DEFAULT_REPEAT, Rounds
 from tuning.harness.commands.bench.samples import boot_correction, probe_sample, train_sample
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import foreign, lifecycle
+from tuning.harness.run import foreign, host_assets, lifecycle, render
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.spec import flags, options, trainers
@@ -149,7 +149,7 @@ def _workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
         return f
     if f.data:
         return replace(f, job=str(BENCH_JOB))
-    lifecycle.host_asset(
+    host_assets.host_asset(
         BENCH_DATA, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
     )
     return replace(f, job=str(BENCH_JOB), data=str(BENCH_DATA))
@@ -351,5 +351,5 @@ def _dry_run(plan, checked, meta) -> int:
         print(f"  round {rnd + 1}: {name} {what} -> {run_id}")
     for (name, what), spec in checked.items():
         print(f"# {name} {what}:")
-        lifecycle.dry_run(spec.layout, spec.accelerate_config, prefix="#   ", files=False)
+        render.dry_run(spec.layout, spec.accelerate_config, prefix="#   ", files=False)
     return 0
