@@ -15,7 +15,7 @@ from conftest import ROOT, harness, leftovers
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError
 from tuning.harness.run_files import folders
-from tuning.harness.spec.layout import IMAGE_MODEL, contract_env
+from tuning.harness.spec.container import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()

@@ -25,8 +25,9 @@ from tuning.harness import cli
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import own_trainer
+from tuning.harness.spec.container import SRC_DIR
 from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.layout import SRC_DIR, Layout
+from tuning.harness.spec.layout import Layout
 from tuning.rank import torn
 
 SCRIPTS = ROOT / "tests/user_scripts"

@@ -10,7 +10,7 @@ import yaml
 
 from tuning.harness.errors import ROOT
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.harness.spec.layout import (
+from tuning.harness.spec.container import (
     JOB_DIR,
     LAUNCH_DIR,
     LAUNCHER,
@@ -20,12 +20,10 @@ from tuning.harness.spec.layout import (
     RUNS_LABEL,
     SRC_DIR,
     TMP_DIR,
-    Layout,
-    LayoutError,
-    Node,
     data_target,
     launch_files,
 )
+from tuning.harness.spec.layout import Layout, LayoutError, Node
 from tuning.shared import affinity
 
 TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in

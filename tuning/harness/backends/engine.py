@@ -15,7 +15,7 @@ import docker
 import docker.errors
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import LABEL, RUNS_LABEL
+from tuning.harness.spec.container import LABEL, RUNS_LABEL
 
 
 def client() -> docker.DockerClient:
@@ -109,7 +109,7 @@ def run_tool(cmd: list[str], **kw) -> None:
 
 def labelled(c: docker.DockerClient, run_id: str | None = None, *, runs: str | None) -> dict:
     """Everything the harness created, for one run or for all of them, of one RUNS folder
-    (`runs`: its layout.runs_key; the runs in folders under it too, as a bench's layout runs
+    (`runs`: its container.runs_key; the runs in folders under it too, as a bench's layout runs
     in its own) or, runs=None (ALL=1), of every folder on this engine."""
     flt = {"label": f"{LABEL}={run_id}" if run_id else LABEL}
     found = {

@@ -10,8 +10,7 @@ from __future__ import annotations
 from tuning.harness.backends import kube_src
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run_files.folders import job_text
-from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import (
+from tuning.harness.spec.container import (
     JOB_DIR,
     LABEL,
     LAUNCH_DIR,
@@ -21,6 +20,7 @@ from tuning.harness.spec.layout import (
     TMP_DIR,
     launch_files,
 )
+from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.ranks_user import ids
 
 SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
@@ -67,7 +67,7 @@ def config_map(layout: JobLayout, job: dict, accelerate_yaml: str):
 
 def launch_config_map(layout: JobLayout):
     """ENTRY: the launcher, the rank recorder and the modules beside it, the files Compose
-    binds into a user's image (layout.launch_files), mounted at the launch dir. A cluster
+    binds into a user's image (container.launch_files), mounted at the launch dir. A cluster
     cannot bind this checkout; the files are small (about 45 kB of the 1 MiB a ConfigMap
     holds) and standard library only."""
     c = k8s()

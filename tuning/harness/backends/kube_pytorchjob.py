@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from tuning.harness.backends import kube_pod, kube_restarts
 from tuning.harness.errors import HarnessError
+from tuning.harness.spec.container import contract_env
 from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import Node, contract_env
+from tuning.harness.spec.layout import Node
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name

@@ -21,7 +21,8 @@ import requests.exceptions
 from tuning.harness.backends import compose as compose_mod
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, NodeLost
-from tuning.harness.spec.layout import RUNS_LABEL, Layout
+from tuning.harness.spec.container import RUNS_LABEL
+from tuning.harness.spec.layout import Layout
 from tuning.shared import affinity
 
 

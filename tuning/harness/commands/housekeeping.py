@@ -10,7 +10,7 @@ from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import leftovers
 from tuning.harness.spec import options
-from tuning.harness.spec.layout import LABEL, RUNS_LABEL, runs_key
+from tuning.harness.spec.container import LABEL, RUNS_LABEL, runs_key
 
 
 def register(sub) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import dumps
 from tuning.harness.spec import options
-from tuning.harness.spec.layout import runs_key
+from tuning.harness.spec.container import runs_key
 
 
 def register(sub) -> None:

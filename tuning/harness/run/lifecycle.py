@@ -22,7 +22,8 @@ from tuning.harness.run.progress import Progress
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status, status_of
 from tuning.harness.spec import preflight
-from tuning.harness.spec.layout import RUNS_LABEL, Layout
+from tuning.harness.spec.container import RUNS_LABEL
+from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.options import Spec
 from tuning.rank import torn
 

@@ -17,17 +17,10 @@ from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run_files import folders
 from tuning.harness.spec import job_paths, own_trainer, preflight, ranks_user, trainers
+from tuning.harness.spec.container import MODEL_DIR, PORT, SRC_DIR, data_target, output_dir_of
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import Source
-from tuning.harness.spec.layout import (
-    MODEL_DIR,
-    PORT,
-    SRC_DIR,
-    Layout,
-    LayoutError,
-    data_target,
-    output_dir_of,
-)
+from tuning.harness.spec.layout import Layout, LayoutError
 from tuning.rank import torn
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables

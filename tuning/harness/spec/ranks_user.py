@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.layout import CONTAINER_UID
+from tuning.harness.spec.container import CONTAINER_UID
 
 
 def ids(user: str) -> tuple[int, int]:

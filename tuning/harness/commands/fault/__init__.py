@@ -25,8 +25,9 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, lifecycle
 from tuning.harness.run_files import folders
 from tuning.harness.spec import options
+from tuning.harness.spec.container import RUNS_LABEL
 from tuning.harness.spec.flags import RunFlags, int_arg
-from tuning.harness.spec.layout import CONTAINER_KINDS, RUNS_LABEL
+from tuning.harness.spec.layout import CONTAINER_KINDS
 
 KINDS = NAMES  # the table's order (fault/kinds/): FAULT=all runs them so
 LAYOUTS = CONTAINER_KINDS

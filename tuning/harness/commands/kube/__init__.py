@@ -45,15 +45,9 @@ from tuning.harness.spec import (
     save_interval,
     timeouts,
 )
+from tuning.harness.spec.container import CONTAINER_UID, OUTPUT_DIR
 from tuning.harness.spec.job_layout import ClaimMount, JobLayout
-from tuning.harness.spec.layout import (
-    CONTAINER_UID,
-    IMAGE,
-    JOB_KINDS,
-    OUTPUT_DIR,
-    LayoutError,
-    Node,
-)
+from tuning.harness.spec.layout import IMAGE, JOB_KINDS, LayoutError, Node
 
 KINDS = JOB_KINDS
 MANIFESTS = {

@@ -28,8 +28,8 @@ from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.run_files.status import EXIT_CODES
 from tuning.harness.spec import flags, options, ranks_user
+from tuning.harness.spec.container import MODEL_DIR, OUTPUT_DIR
 from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import MODEL_DIR, OUTPUT_DIR
 from tuning.rank import torn
 
 CLAIMS = ".claims"  # under RUNS: a claim's stand-in (a run id never starts with a dot)

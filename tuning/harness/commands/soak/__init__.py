@@ -25,8 +25,8 @@ from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.spec import options, own_trainer, save_interval
+from tuning.harness.spec.container import RUNS_LABEL
 from tuning.harness.spec.flags import RunFlags, int_arg, time_arg
-from tuning.harness.spec.layout import RUNS_LABEL
 
 RESTARTS = 1_000_000  # torchrun's --max-restarts in single: no limit a soak could reach
 MAX_STEPS = 1_000_000  # the job's max_steps unless STEPS: the soak ends at DURATION

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tuning.harness.commands.fault.kinds.kind import HANGS, Kind
 from tuning.harness.commands.fault.kinds.tools import sh
-from tuning.harness.spec.layout import TMP_DIR
+from tuning.harness.spec.container import TMP_DIR
 
 GO = f"{TMP_DIR}/harness-desync-go"  # in the target's container: the ranks' /tmp
 SLOW_EXTRA_S = 30  # slow-main's work outlasts the peers' collective timeout by this much

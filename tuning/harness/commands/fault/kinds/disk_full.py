@@ -22,7 +22,7 @@ from pathlib import Path
 from tuning.harness.backends import engine, images
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.harness.spec.layout import LABEL, OUTPUT_DIR, TORN
+from tuning.harness.spec.container import LABEL, OUTPUT_DIR, TORN
 from tuning.rank import torn
 
 KIND = "disk-full"

@@ -9,7 +9,7 @@ import docker.errors
 
 from tuning.harness.backends import engine, images
 from tuning.harness.commands.fault.kinds.kind import HANGS, Kind
-from tuning.harness.spec.layout import RUNS_LABEL
+from tuning.harness.spec.container import RUNS_LABEL
 
 NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
-from tuning.harness.spec.layout import NETWORK
+from tuning.harness.spec.container import NETWORK
 
 SINGLE = (
     "every rank of a single container talks to the others over loopback inside one "
