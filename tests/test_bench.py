@@ -350,7 +350,7 @@ def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tm
     """No JOB: configs/jobs/bench.yaml on long records made once (2048 of 64 words a side); a
     DATA of the user's keeps it; a JOB of the user's is run as it is, data and all."""
     from tuning.harness.cli import parser
-    from tuning.harness.commands import bench as cmd
+    from tuning.harness.commands.bench import plan
     from tuning.harness.spec.flags import RunFlags
 
     def spec(*flags):
@@ -368,8 +368,8 @@ def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tm
                 *flags,
             ]
         )
-        f = cmd._workload(a, RunFlags.of(a))
-        return cmd._spec(a, f, tmp_path / "w", "w-r1-host", "host", probe=False, threads=1)
+        f = plan.workload(a, RunFlags.of(a))
+        return plan.spec(a, f, tmp_path / "w", "w-r1-host", "host", probe=False, threads=1)
 
     job = spec().job
     assert (job["per_device_train_batch_size"], job["max_seq_length"], job["max_steps"]) == (
@@ -378,8 +378,8 @@ def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tm
         30,
     )
     assert job["save_strategy"] == "no" and "save_steps" not in job
-    assert job["training_data_path"] == str(cmd.BENCH_DATA)
-    lines = cmd.BENCH_DATA.read_text().splitlines()
+    assert job["training_data_path"] == str(plan.BENCH_DATA)
+    lines = plan.BENCH_DATA.read_text().splitlines()
     words = {len(json.loads(x)["input"].split(":")[1].split("\n")[0].split()) for x in lines}
     assert len(lines) == 2048 and words == {64}
     mine = tmp_path / "mine.jsonl"

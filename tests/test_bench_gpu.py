@@ -13,7 +13,7 @@ from gpu_standin import device_ids
 from tuning import launch
 from tuning.harness.backends import compose
 from tuning.harness.cli import parser
-from tuning.harness.commands import bench
+from tuning.harness.commands.bench import plan
 from tuning.harness.commands.bench.report_goals import path
 from tuning.harness.run import render
 from tuning.harness.spec.flags import RunFlags
@@ -23,11 +23,11 @@ from tuning.shared import affinity
 @pytest.fixture
 def probe_spec(tmp_path, monkeypatch):
     gpu_standin.install(tmp_path, monkeypatch)
-    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda _pid: set(range(16)))  # 16 cores
+    monkeypatch.setattr(plan.os, "sched_getaffinity", lambda _pid: set(range(16)))  # 16 cores
     a = parser().parse_args(["bench", "--gpus", "2", "--run-id", "g", "--runs", str(tmp_path)])
 
     def spec(name: str):
-        return bench._spec(
+        return plan.spec(
             a, RunFlags.of(a), tmp_path / "g", f"g-r1-{name}-probe", name, probe=True, threads=8
         )
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tuning.harness import cli
-from tuning.harness.commands import bench
+from tuning.harness.commands.bench import plan
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.flags import RunFlags
 
@@ -40,7 +40,7 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
     """Every layout run is a variant (dataclasses.replace); the user's flags stay as given."""
     a = cli.parser().parse_args(["bench", "--gpus", "0", "--runs", str(tmp_path)])
     f = RunFlags.of(a)
-    spec = bench._spec(
+    spec = plan.spec(
         a, f, tmp_path / "b", "b-r1-per-rank-shared-probe", "per-rank-shared", probe=True, threads=3
     )
     lay = spec.layout
@@ -53,9 +53,10 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
 
 def test_a_flags_way_to_the_compose_file_crosses_four_modules():
     """NETWORK from `make up` to compose.yaml: spec/flags types it, spec/options hands it to
-    the Layout, spec/layout checks it and says what it means for each node, and
-    backends/compose renders it. No other module outside commands/ (where bench and fault
-    choose layouts) reads it: cli and commands/up pass the flags on untouched."""
+    the Layout, spec/layout checks it and says what it means for each node
+    (`shared_namespaces`), and backends/compose renders what layout says. No other module
+    outside commands/ (where bench and fault choose layouts) reads it: cli and commands/up
+    pass the flags on untouched. (Compose's network, `<project>_train`, is COMPOSE_NETWORK.)"""
     import ast
 
     from conftest import ROOT
@@ -72,5 +73,7 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
                 isinstance(n, ast.Name) and n.id in ("NETWORK", "NETWORKS")
             ):
                 readers.add(str(path.relative_to(harness)))
-    assert readers == {"spec/options.py", "spec/layout.py", "backends/compose.py"}
+    assert readers == {"spec/options.py", "spec/layout.py"}
+    compose = (harness / "backends/compose.py").read_text()
+    assert "layout.shared_namespaces" in compose
     assert "network" in RunFlags.__dataclass_fields__  # spec/flags.py: the fourth

@@ -208,11 +208,12 @@ def test_a_code_change_never_reinstalls_torch():
 
 def test_one_table_names_every_layout():
     """bench, fault, examples and LAYOUT read their names from layout.SHAPES."""
-    from tuning.harness.commands import bench, examples, fault, kube
+    from tuning.harness.commands import examples, fault, kube
+    from tuning.harness.commands.bench import plan
     from tuning.harness.spec import job_layout, layout
 
     assert layout.KINDS == ("single", "per-rank", "host")
-    assert list(bench.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
+    assert list(plan.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
     assert fault.LAYOUTS == examples.KINDS == ("single", "per-rank")
     assert kube.KINDS == ("pytorchjob", "trainjob", "job")
     assert job_layout.JobLayout().kind == "pytorchjob"

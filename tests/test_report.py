@@ -193,18 +193,18 @@ def _bench_args(tmp_path, *flags):
 def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_path):
     """`make bench JOB=...`: every layout runs the job's save_steps as the job sets them, and
     report.json's meta and report.md's Workload line say so."""
-    from tuning.harness.commands import bench as cmd
+    from tuning.harness.commands.bench import plan
     from tuning.harness.spec.flags import RunFlags
 
     job = tmp_path / "mine.yaml"
     job.write_text(JOB)
     a = _bench_args(tmp_path, "--job", str(job))
-    f = cmd._workload(a, RunFlags.of(a))
+    f = plan.workload(a, RunFlags.of(a))
     for name in ORDER:
-        spec = cmd._spec(a, f, tmp_path / "j", f"j-r1-{name}", name, probe=False, threads=1)
+        spec = plan.spec(a, f, tmp_path / "j", f"j-r1-{name}", name, probe=False, threads=1)
         assert (spec.job["save_strategy"], spec.job["save_steps"]) == ("steps", 7), name
         assert (spec.job["max_steps"], spec.job["max_seq_length"]) == (24, 96)
-    meta = rp.job_meta(spec.job, f.job, own=f.job == str(cmd.BENCH_JOB))
+    meta = rp.job_meta(spec.job, f.job, own=f.job == str(plan.BENCH_JOB))
     assert meta["job"]["save_steps"] == 7 and meta["own_workload"] is False
     assert rp.workload(meta) == (
         f"Workload: your job (JOB={job}): 24 steps, 8 x 96 tokens a rank, a checkpoint every 7 "
@@ -218,7 +218,7 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
             "max_seq_length": 128,
             "save_strategy": "no",
         },
-        str(cmd.BENCH_JOB),
+        str(plan.BENCH_JOB),
         own=True,
     )
     assert rp.workload(own).startswith(
@@ -228,7 +228,7 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
 
 
 def test_the_bench_prints_its_stopping_rule_and_its_error_first(tmp_path, capsys):
-    from tuning.harness.commands import bench as cmd
+    from tuning.harness.commands import bench
 
     job = tmp_path / "mine.yaml"
     job.write_text(JOB)
@@ -248,7 +248,7 @@ def test_the_bench_prints_its_stopping_rule_and_its_error_first(tmp_path, capsys
         ),
     ):
         a = _bench_args(tmp_path, "--job", str(job), "--repeat", repeat, "--dry-run")
-        assert cmd.main(a) == 0
+        assert bench.main(a) == 0
         assert said in capsys.readouterr().out.splitlines()[0]
 
 

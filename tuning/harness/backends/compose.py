@@ -11,11 +11,11 @@ import yaml
 from tuning.harness.errors import ROOT
 from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.harness.spec.container import (
+    COMPOSE_NETWORK,
     JOB_DIR,
     LAUNCH_DIR,
     LAUNCHER,
     MODEL_DIR,
-    NETWORK,
     OUTPUT_DIR,
     RUNS_LABEL,
     SRC_DIR,
@@ -55,7 +55,7 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
     out = {
         "name": layout.project,
         "services": services,
-        "networks": {NETWORK: {"internal": True, "labels": labels}},
+        "networks": {COMPOSE_NETWORK: {"internal": True, "labels": labels}},
     }
     if layout.output_volume:  # made and removed by its owner (fault disk-full), not by Compose
         out["volumes"] = {"output": {"external": True, "name": layout.output_volume}}
@@ -105,7 +105,9 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
             "harness.ranks": ",".join(str(r) for r in node.ranks),
         },
         "volumes": volumes,
-        "networks": {NETWORK: {"aliases": list(node.aliases)}} if node.aliases else [NETWORK],
+        "networks": {COMPOSE_NETWORK: {"aliases": list(node.aliases)}}
+        if node.aliases
+        else [COMPOSE_NETWORK],
         # c10d looks up the name of each store client; a loopback client shows as
         # ::ffff:127.0.0.1, which /etc/hosts lacks, and Docker's DNS on an internal network
         # takes 10 s to fail that lookup (make bench: rendezvous 10 s in one container).

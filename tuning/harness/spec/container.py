@@ -55,7 +55,7 @@ LABEL = "harness.run"  # on every container, network and volume of a run: its ru
 # one checkout's runs only (ALL=1: every folder's), so two checkouts, or two users, never
 # remove each other's runs, even under one run id.
 RUNS_LABEL = "harness.runs"
-NETWORK = "train"  # the Compose network of the isolated layouts
+COMPOSE_NETWORK = "train"  # the Compose network of the isolated layouts (<project>_train)
 
 
 def runs_key(runs_root: str | Path) -> str:

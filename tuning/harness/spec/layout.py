@@ -17,11 +17,11 @@ from pathlib import Path
 from tuning.harness.machine.devices import device_of
 from tuning.harness.machine.image_recipes import IMAGE
 from tuning.harness.spec.container import (
+    COMPOSE_NETWORK,
     CONTAINER_UID,
     JOB_DIR,
     LABEL,
     LAUNCH_DIR,
-    NETWORK,
     PORT,
     RUNS_LABEL,
     SRC_DIR,
@@ -70,7 +70,7 @@ def off_network(layout: Layout, attached: list[str]) -> bool:
     per-rank isolated every node has an interface on the run's network (<project>_train);
     other layouts give a rank none of its own to lose."""
     own = layout.kind == "per-rank" and layout.network == "isolated"
-    return own and not any(n.endswith(f"_{NETWORK}") for n in attached)
+    return own and not any(n.endswith(f"_{COMPOSE_NETWORK}") for n in attached)
 
 
 class LayoutError(ValueError):

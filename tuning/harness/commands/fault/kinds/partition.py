@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
-from tuning.harness.spec.container import NETWORK
+from tuning.harness.spec.container import COMPOSE_NETWORK
 
 SINGLE = (
     "every rank of a single container talks to the others over loopback inside one "
@@ -19,7 +19,7 @@ SHARED = (
 def partition(inj, nodes, ctr, pid) -> str:
     how = ""
     for name in list(ctr.attrs["NetworkSettings"]["Networks"]):
-        if name.endswith(f"_{NETWORK}"):
+        if name.endswith(f"_{COMPOSE_NETWORK}"):
             nodes.client.networks.get(name).disconnect(ctr, force=True)
             how = f"docker network disconnect {name} {ctr.name}"
     return how
