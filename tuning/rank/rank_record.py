@@ -9,7 +9,9 @@ and torn.py (beside it too): torn checkpoints are moved aside before the trainer
 to resume from. And stack_dump.py: SIGUSR1 dumps the rank's stacks (the host's `stacks`);
 fs_errors.py: a full volume or the read-only root, said plainly; desync.py, only when
 HARNESS_DESYNC names a fault kind (slow-main, skip-collective, mismatch: make fault's collective
-level desyncs). With HARNESS_DUMP_BATCHES
+level desyncs); library_patches.py: a save held for save-kill, torchrun's restarts given
+their own store keys; leaving.py: the group a trainer left open closed, the process ended
+without finalizing Python under torch's threads. With HARNESS_DUMP_BATCHES
 set (a debug switch the parity tests use), batch_dump.py dumps every batch the trainer's HF
 Trainer feeds the model.
 
@@ -33,22 +35,19 @@ each line marked "source": "harness_rank":
                          set up in this rank (its AcceleratorState), which may differ from what
                          the config asked for (accelerate 1.16 sets FSDP up on accelerators
                          only); closed_group: the trainer left its process group open and this
-                         recorder destroyed it (close_group)
+                         recorder destroyed it (leaving.py close_group)
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import json
 import os
 import runpy
 import signal
 import sys
-import threading
 import time
 import traceback
-from typing import NoReturn
 
 START = time.time()
 
@@ -168,97 +167,11 @@ def fsdp_on_gloo() -> None:
     _beside("fsdp_gloo").install()
 
 
-def hold_saves() -> None:
-    """save-kill (HARNESS_SAVE_SLEEP=s, set by that fault only): hold every HF Trainer save s
-    seconds after the weights, before the optimizer and trainer_state.json (transformers'
-    Trainer._save_checkpoint writes them in that order), so the harness's kill lands inside it,
-    as our trainer's atomic_save.py does. A trainer without transformers is left as it is."""
-    pause = float(os.environ.get("HARNESS_SAVE_SLEEP") or 0)
-    if not pause:
-        return
-    try:
-        from transformers import Trainer
-    except ImportError:
-        return
-    inner = Trainer._save_optimizer_and_scheduler
-
-    def held(self, output_dir, *args, **kwargs):
-        time.sleep(pause)
-        return inner(self, output_dir, *args, **kwargs)
-
-    Trainer._save_optimizer_and_scheduler = held
-
-
-def store_per_attempt() -> None:
-    """torchrun's restarts under a static rendezvous (single: every rank in one container) hand
-    the restarted workers the agent's same TCPStore, and torch 2.8's env:// rendezvous adds no
-    per-attempt prefix: a restarted gloo group can read its peers' previous addresses and fail
-    ("Gloo connectFullMesh failed ... Connection refused", measured with fms's torch 2.8). Give
-    each attempt its own keys, as torch's env:// rendezvous once did ("/worker/attempt_N")."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return
-    try:  # the module (torch.distributed's `rendezvous` attribute is a function of it)
-        rdzv = importlib.import_module("torch.distributed.rendezvous")
-        from torch.distributed import PrefixStore
-    except ImportError:
-        return
-    create, attempt = rdzv._create_c10d_store, os.environ.get("TORCHELASTIC_RESTART_COUNT")
-
-    def per_attempt(*args, **kwargs):
-        return PrefixStore(f"/worker/attempt_{attempt}", create(*args, **kwargs))
-
-    rdzv._create_c10d_store = per_attempt
-
-
 def sweep_torn(record: Record) -> None:
     """Every start of the trainer (torchrun's restarts too): rank 0 moves torn checkpoints
     aside (torn.py), the others wait for it, so the trainer resumes from a complete one."""
     out = os.path.dirname(os.path.dirname(record.path))
     _beside("torn").before_start(out, record.rank)
-
-
-def close_group() -> bool:
-    """Destroy the process group a trainer returned with still open (fms 3.2.2 never calls
-    destroy_process_group; torch asks every trainer process to). Only after a trainer that
-    returned 0: on a failure peers may still be inside a collective (torchtitan #1342). It does
-    not free a group others still hold (FSDP2's FSDPMeshInfo keeps fms's): gloo's threads live
-    on until the process ends, which is why the process ends through `leave`."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return False
-    try:
-        dist.destroy_process_group()
-    except Exception as e:  # the training is done; say so and let the exit code stand
-        print(f"harness_rank: destroy_process_group failed: {e}", file=sys.stderr, flush=True)
-        return False
-    return True
-
-
-def leave(code: int) -> NoReturn:
-    """End the rank's process with `code` without finalizing the interpreter, after what a
-    normal exit runs while Python is whole: joining non-daemon threads, then the atexit
-    handlers, then flushing stdio.
-
-    Why: a gloo worker thread can still hold the trainer's last collective when the trainer
-    returns (fms: transformers' Trainer.store_flos all_gather, seen not yet retired in torch's
-    flight recorder at return), and when it lets go of tensors whose Python objects were
-    already dropped, torch takes the GIL to free them (ConcretePyInterpreterVTable::decref).
-    If Python 3.11 has begun finalizing meanwhile, take_gil ends that thread with pthread_exit
-    inside a noexcept destructor: std::terminate, "terminate called without an active
-    exception", SIGABRT after a completed training (pytorch/pytorch#190489: AsyncAllgatherWork
-    on a gloo thread; its Py_IsInitialized guard leaves that window, and the atexit
-    destroy_process_group of #179291 was abandoned). The group cannot be drained from here
-    (close_group), so the interpreter is never finalized under torch's threads: os._exit."""
-    for thread in threading.enumerate():  # what Py_FinalizeEx does first (threading._shutdown)
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # the trainer's and its libraries' handlers (logging's flush, ...)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):  # closed or replaced by the trainer
-            pass
-    os._exit(code)
 
 
 def accelerate_distributed_type() -> str | None:
@@ -312,8 +225,9 @@ def main() -> int:
     watch_process_group(record)
     note_sigterm(record)
     fsdp_on_gloo()
-    hold_saves()
-    store_per_attempt()
+    patches = _beside("library_patches")
+    patches.hold_saves()
+    patches.store_per_attempt()
     sweep_torn(record)
     if os.environ.get("HARNESS_DUMP_BATCHES"):  # a debug switch; off: not even loaded
         _beside("batch_dump").install()
@@ -341,9 +255,9 @@ def main() -> int:
     ENDED["returned"] = (code, error)
     if code != 0:  # what this rank was waiting in when it failed (the host's verdict reads it)
         _beside("stack_dump").at_failure(os.path.dirname(os.path.dirname(record.path)), record.rank)
-    write_end(record, close_group() if code == 0 else False)
+    write_end(record, _beside("leaving").close_group() if code == 0 else False)
     return code
 
 
 if __name__ == "__main__":
-    leave(main())
+    _beside("leaving").leave(main())

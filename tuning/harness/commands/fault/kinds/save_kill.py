@@ -4,7 +4,7 @@ A save is under way while the output holds an incomplete checkpoint (tuning/rank
 our trainer's staging dir `tmp-checkpoint-N`, or a foreign trainer's `checkpoint-N` before its
 trainer_state.json. Our trainer holds every save HARNESS_SAVE_SLEEP seconds after the weights
 (tuning/sft/atomic_save.py), and the rank recorder holds a foreign HF Trainer's (fms) the same way
-(rank_record.hold_saves), so the harness, polling twice a second, finds it every time; the
+(library_patches.hold_saves), so the harness, polling twice a second, finds it every time; the
 default demo never sets it. What the directory held at the kill goes on record.
 """
 
