@@ -22,28 +22,27 @@ import json
 import logging
 import os
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from transformers import (
     AutoModelForCausalLM,
     Trainer,
-    TrainerCallback,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
 from tuning.rank import batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
-from tuning.sft import fms_tokenizer, special_tokens
+from tuning.sft import fms_tokenizer, rendezvous, special_tokens
 from tuning.sft.atomic_save import AtomicSaveMixin
 from tuning.sft.config import ConfigError, SFTConfig, parse_args
 from tuning.sft.data import Collator, DataError, load_examples, tokenize_examples
 from tuning.sft.fault_hooks import FaultHooks, Preemption
+from tuning.sft.fms_logs import FileLoggingCallback
 from tuning.sft.metrics import (
-    FileLoggingCallback,
     MetricsTrainerMixin,
     MetricsWriter,
+    Sharding,
     StepMetricsCallback,
     summarize,
 )
@@ -160,25 +159,8 @@ def _tokenize(cfg: SFTConfig, data: dict, tokenizer, name: str):
 
 
 def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
-    # 2. Rendezvous. Without a GPU, accelerate must be told to use gloo (ACCELERATE_USE_CPU=1),
-    # and the collective timeout (ddp_timeout) is set here, because accelerate's CPU path drops it.
-    # (HARNESS_DEVICE=gpu without CUDA never gets here: gpu_guard.check() in main.)
-    on_gpu = torch.cuda.is_available() and os.environ.get(
-        "ACCELERATE_USE_CPU", "0"
-    ).lower() not in ("1", "true")
-    if not on_gpu:
-        os.environ["ACCELERATE_USE_CPU"] = "1"
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        if on_gpu:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(
-            backend="cuda:nccl,cpu:gloo" if on_gpu else "gloo",
-            timeout=timedelta(seconds=cfg.ddp_timeout),
-            **_restart_store(world, cfg.ddp_timeout),
-        )
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    # 2. Rendezvous (tuning/sft/rendezvous.py): gloo without a GPU, NCCL with one.
+    rank, world_size, on_gpu = rendezvous.join(cfg.ddp_timeout)
     writer.bind(rank, world_size)
     writer.phase("rendezvous")
     preempt = Preemption(world_size, torch.device("cuda") if on_gpu else torch.device("cpu"))
@@ -268,50 +250,6 @@ def _train(cfg: SFTConfig, writer: MetricsWriter, data: dict) -> str:
         dist.barrier()
         dist.destroy_process_group()
     return status
-
-
-def _restart_store(world: int, timeout: int) -> dict:
-    """After a torchrun restart (--max_restarts) under the static rendezvous, the agent keeps
-    ONE store for every attempt, so a restarted group would read the last attempt's gloo
-    addresses (connectFullMesh: Connection refused). A prefix per attempt keeps them apart."""
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
-    if not attempt or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return {}
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        world,
-        is_master=False,
-        timeout=timedelta(seconds=timeout),
-    )
-    return {
-        "store": dist.PrefixStore(f"harness-attempt-{attempt}", store),
-        "rank": int(os.environ["RANK"]),
-        "world_size": world,
-    }
-
-
-class Sharding(TrainerCallback):
-    """Logs how much of the model this rank holds once the Trainer has wrapped it: FSDP's
-    shards are ~1/world of the parameters, DDP's replicas all of them."""
-
-    def __init__(self, writer: MetricsWriter, distributed_type: str, params_total: int):
-        self.writer, self.distributed_type, self.total = writer, distributed_type, params_total
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        local = sum(_local_numel(p) for p in model.parameters())
-        self.writer.log(
-            "sharding",
-            distributed_type=self.distributed_type,
-            params_local=local,
-            params_total=self.total,
-        )
-
-
-def _local_numel(param) -> int:
-    # FSDP2 parameters are DTensors (their local shard); FSDP1 with use_orig_params leaves
-    # each parameter a view of its part of this rank's flat shard (maybe empty).
-    return param.to_local().numel() if hasattr(param, "to_local") else param.numel()
 
 
 class SFTTrainer(AtomicSaveMixin, MetricsTrainerMixin, Trainer):

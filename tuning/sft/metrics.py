@@ -254,34 +254,24 @@ def summarize(steps: list[dict], world_size: int, status: str, device_type: str 
     return summary
 
 
-class FileLoggingCallback(TrainerCallback):
-    """fms-hf-tuning's file logger: ``<output_dir>/training_logs.jsonl``, one line per HF log
-    event that has a loss, in fms 3.2.2's exact format (tuning/trackers/filelogging_tracker.py):
-    ``{"data": {"epoch": <2 decimals>, "step": N, "timestamp": ISO, "value": loss},
-    "name": "training_loss" | "validation_loss"}``, keys sorted. Written by the world's rank 0."""
+class Sharding(TrainerCallback):
+    """Logs how much of the model this rank holds once the Trainer has wrapped it: FSDP's
+    shards are ~1/world of the parameters, DDP's replicas all of them."""
 
-    def __init__(self, filename: str = "training_logs.jsonl"):
-        self.filename = filename
+    def __init__(self, writer: MetricsWriter, distributed_type: str, params_total: int):
+        self.writer, self.distributed_type, self.total = writer, distributed_type, params_total
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or logs is None or "epoch" not in logs:
-            return
-        if "loss" in logs:
-            key, name = "loss", "training_loss"
-        elif "eval_loss" in logs:
-            key, name = "eval_loss", "validation_loss"
-        else:
-            return
-        from datetime import datetime
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        local = sum(_local_numel(p) for p in model.parameters())
+        self.writer.log(
+            "sharding",
+            distributed_type=self.distributed_type,
+            params_local=local,
+            params_total=self.total,
+        )
 
-        line = {
-            "name": name,
-            "data": {
-                "epoch": round(logs["epoch"], 2),
-                "step": state.global_step,
-                "value": logs[key],
-                "timestamp": datetime.isoformat(datetime.now()),
-            },
-        }
-        with open(os.path.join(args.output_dir, self.filename), "a", encoding="utf-8") as fh:
-            fh.write(f"{json.dumps(line, sort_keys=True)}\n")
+
+def _local_numel(param) -> int:
+    # FSDP2 parameters are DTensors (their local shard); FSDP1 with use_orig_params leaves
+    # each parameter a view of its part of this rank's flat shard (maybe empty).
+    return param.to_local().numel() if hasattr(param, "to_local") else param.numel()
