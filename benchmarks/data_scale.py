@@ -75,7 +75,7 @@ def make_data(work: Path, fmt: str, n: int) -> Path:
 
 def child_host(data: str, out: str, model: str) -> dict:
     from tuning.harness.spec.preflight import check_data
-    from tuning.sft.config import parse_args
+    from tuning.sft.config_args import parse_args
 
     cfg = parse_args(
         ["--model_name_or_path", model, "--training_data_path", data, "--output_dir", out]
@@ -96,7 +96,7 @@ def child_rank(data: str, out: str, model: str) -> dict:
     from transformers import AutoTokenizer
 
     from tuning import sft_trainer
-    from tuning.sft.config import parse_args
+    from tuning.sft.config_args import parse_args
 
     cfg = parse_args(
         [

@@ -71,7 +71,7 @@ from tuning.probe import _parse_args  # noqa: E402
 
 _parse_args(shlex.split(os.environ["GC_PROBE_ARGS"]))
 ok("the probe accepts its arguments")
-from tuning.sft.config import parse_args  # noqa: E402
+from tuning.sft.config_args import parse_args  # noqa: E402
 
 cfg = parse_args(train_args, environ={})
 (cfg.torch_dtype == "bfloat16" and cfg.save_strategy == "no") or fail("trainer arguments")

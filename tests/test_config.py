@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuning.sft.config import CONFIG_ENV, ConfigError, SFTConfig, parse_args
+from tuning.sft.config import ConfigError, SFTConfig
+from tuning.sft.config_args import CONFIG_ENV, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ["--model_name_or_path", "m", "--training_data_path", "d.jsonl", "--output_dir", "out"]
@@ -140,7 +141,7 @@ def test_unknown_flag_and_no_abbreviations():
 def test_every_field_is_a_flag():
     from dataclasses import fields
 
-    from tuning.sft.config import build_parser
+    from tuning.sft.config_args import build_parser
 
     flags = {a.dest for a in build_parser()._actions}
     assert {f.name for f in fields(SFTConfig)} <= flags

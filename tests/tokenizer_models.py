@@ -174,7 +174,7 @@ def build_models(tmp_path_factory) -> dict:
 
 def job_config(model: Path, **job):
     """A parsed job on `model` (training data and output never read), with `job`'s keys."""
-    from tuning.sft.config import parse_args
+    from tuning.sft.config_args import parse_args
 
     args = ["--model_name_or_path", str(model), "--training_data_path", "d", "--output_dir", "o"]
     for key, value in job.items():

@@ -17,7 +17,8 @@ from pathlib import Path
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import trainers
 from tuning.sft.chat import require_template
-from tuning.sft.config import ConfigError, SFTConfig, coerce
+from tuning.sft.config import ConfigError, SFTConfig
+from tuning.sft.config_args import coerce
 from tuning.sft.data import DataError, load_examples
 from tuning.sft.records import describe, gc_paused, reader_missing, table_columns
 from tuning.sft.shapes import check_columns, formatting
