@@ -10,7 +10,8 @@ import pytest
 from conftest import harness, read_metrics, run_launch
 
 from tuning.rank import batch_dump
-from tuning.sft.data import Collator, load_examples, tokenize_examples
+from tuning.sft.collator import Collator
+from tuning.sft.data import load_examples, tokenize_examples
 
 
 def test_off_unless_set():

@@ -13,10 +13,11 @@ from tokenizer_models import CHAT_TEMPLATE, added_tokens
 
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.preflight import check_data
-from tuning.sft.chat import conversation_of, mask_turns
+from tuning.sft.chat import IGNORE_INDEX, conversation_of, mask_turns
 from tuning.sft.config import ConfigError
 from tuning.sft.config_args import parse_args
-from tuning.sft.data import IGNORE_INDEX, DataError, load_examples, tokenize_example
+from tuning.sft.data import load_examples, tokenize_example
+from tuning.sft.files import DataError
 
 X = IGNORE_INDEX
 CHAT = {

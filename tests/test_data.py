@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from tuning.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
+from tuning.sft.chat import IGNORE_INDEX
+from tuning.sft.collator import Collator
 from tuning.sft.data import (
-    IGNORE_INDEX,
-    Collator,
-    DataError,
     load_examples,
-    read_jsonl,
+    read_records,
     tokenize_example,
     tokenize_examples,
 )
+from tuning.sft.files import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"input": "a", "output": "b"}
@@ -150,7 +150,7 @@ def test_empty_file_refused(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("\n  \n")
     with pytest.raises(DataError, match="empty data file") as err:
-        read_jsonl(path)
+        read_records(path)
     assert str(path) in str(err.value)
 
 
@@ -169,7 +169,7 @@ def test_missing_template_field_and_template_not_found(tmp_path):
 
 def test_missing_file_refused(tmp_path):
     with pytest.raises(DataError, match="cannot read"):
-        read_jsonl(tmp_path / "nope.jsonl")
+        read_records(tmp_path / "nope.jsonl")
 
 
 def test_cli_refuses_bad_data_before_training(tmp_path, tiny_model):

@@ -10,10 +10,10 @@ from conftest import write_table
 from test_data import _write
 
 from tuning.sft.data import (
-    DataError,
     load_examples,
     tokenize_example,
 )
+from tuning.sft.files import DataError
 
 # --- Formats fms 3.2.2 reads (through datasets), and the errors for what matches no shape ----
 

@@ -19,7 +19,7 @@ from conftest import harness, write_table
 from tokenizer_models import portable, variant
 
 from tuning.demo_data import write as write_demo
-from tuning.sft.data import IGNORE_INDEX
+from tuning.sft.chat import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
 STEPS = 3

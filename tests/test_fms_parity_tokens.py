@@ -25,7 +25,7 @@ import pytest
 from test_fms_batches import batches, compare, demo_rows, train
 from tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
 
-from tuning.sft.data import IGNORE_INDEX
+from tuning.sft.chat import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
 CHAT_JOB = {

@@ -18,7 +18,8 @@ from tokenizer_models import (
     variant,
 )
 
-from tuning.sft.data import IGNORE_INDEX, Collator
+from tuning.sft.chat import IGNORE_INDEX
+from tuning.sft.collator import Collator
 from tuning.sft.fms_tokenizer import as_fms_loads, fms_class, load
 from tuning.sft.special_tokens import set_up
 

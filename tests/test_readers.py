@@ -11,8 +11,9 @@ import sys
 import pytest
 from conftest import ROOT, write_table
 
-from tuning.sft import records
-from tuning.sft.data import DataError, load_examples
+from tuning.sft import json_records, records
+from tuning.sft.data import load_examples
+from tuning.sft.files import DataError
 from tuning.sft.records import read_path
 
 GOOD = {"input": "a", "output": "b"}
@@ -94,14 +95,14 @@ def test_a_large_json_array_is_read_once_through(tmp_path, monkeypatch):
     text = CountingText(json.dumps(_array(n), indent=2))
     text.spans = []
     calls = []
-    raw_decode = records.json.JSONDecoder.raw_decode
+    raw_decode = json_records.json.JSONDecoder.raw_decode
 
     def counted(self, s, idx=0):
         calls.append(idx)
         return raw_decode(self, s, idx)
 
-    monkeypatch.setattr(records.json.JSONDecoder, "raw_decode", counted)
-    got = records._read_array(tmp_path / "big.json", text)
+    monkeypatch.setattr(json_records.json.JSONDecoder, "raw_decode", counted)
+    got = json_records._read_array(tmp_path / "big.json", text)
     assert [r.data["n"] for r in got] == list(range(n))
     assert [r.line for r in got] == [2 + 5 * i for i in range(n)]
     assert len(calls) == n and calls == sorted(set(calls))  # each record once, in order

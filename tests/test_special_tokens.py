@@ -16,8 +16,9 @@ import torch
 from conftest import ROOT, launch_env, run_launch, step_losses
 from tokenizer_models import CHAT_TOKENS, build_models, job_config, variant
 
+from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.config import ConfigError
-from tuning.sft.data import IGNORE_INDEX, load_examples, tokenize_example
+from tuning.sft.data import load_examples, tokenize_example
 from tuning.sft.fms_tokenizer import load
 from tuning.sft.special_tokens import set_up, tokens_to_add
 

@@ -14,7 +14,8 @@ from conftest import ROOT
 from tokens_entry import Ex, N, tokenize_as
 
 from tuning.demo_data import records
-from tuning.sft.data import DataError, load_examples, tokenize_example, tokenize_examples
+from tuning.sft.data import load_examples, tokenize_example, tokenize_examples
+from tuning.sft.files import DataError
 from tuning.sft.tokenized import Node, TokenizedDataset, build, pack, read_part, write_part
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
-from tuning.sft.data import DataError
+from tuning.sft.files import DataError
 from tuning.sft.tokenized import Node, build
 
 N = 11

@@ -35,10 +35,12 @@ from transformers.trainer_utils import get_last_checkpoint
 from tuning.rank import batch_dump, fs_errors, fsdp_gloo, gpu_guard, stack_dump, torn
 from tuning.sft import fms_tokenizer, rendezvous, special_tokens
 from tuning.sft.atomic_save import AtomicSaveMixin
+from tuning.sft.collator import Collator
 from tuning.sft.config import ConfigError, SFTConfig
 from tuning.sft.config_args import parse_args
-from tuning.sft.data import Collator, DataError, load_examples, tokenize_examples
+from tuning.sft.data import load_examples, tokenize_examples
 from tuning.sft.fault_hooks import FaultHooks, Preemption
+from tuning.sft.files import DataError
 from tuning.sft.fms_logs import FileLoggingCallback
 from tuning.sft.metrics import (
     MetricsTrainerMixin,

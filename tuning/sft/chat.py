@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 
-from tuning.sft.records import DataError
+from tuning.sft.files import DataError
 
 IGNORE_INDEX = -100  # a label the loss skips (torch's CrossEntropyLoss ignore_index)
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.records import DataError
+from tuning.sft.files import DataError
 
 MAGIC = b"TOKENS01"
 HEADER = 32  # MAGIC, records, tokens, learnable: four 8-byte fields
