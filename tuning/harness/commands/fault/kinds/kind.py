@@ -2,7 +2,7 @@
 knobs, where it applies, what it does to the ranks (its injector and what undoes it), what
 it is expected to cause, how its record reads, how the scored pool runs it and how a soak
 strikes it. fault/__init__.py, fault/inject.py, fault/follow.py, fault/record.py,
-fault/write.py, pool_list.py and soak/ read only these fields; none names a kind.
+fault/write.py, fault/pool_list.py and soak/ read only these fields; none names a kind.
 """
 
 from __future__ import annotations
@@ -138,6 +138,10 @@ class Kind:
     # --- the scored pool (fault/pool_list.py): the verdict's class a right verdict gives it
     # (None: the pool never draws it)
     judged: str | None = None
+    # its place in the committed pool (seed 30), whose draws follow this order: a place added
+    # or moved changes that list; None: only in fresh draws (SEED=n)
+    pool_place: int | None = None
+    pool_flags: tuple[str, ...] = ()  # the fault command's flags the pool adds for it
     # --- a soak (soak/plan.py) draws it only with this: it ends the group, which restarts;
     # None: a one-off experiment (it hangs, slows, or is set for the whole run, not struck)
     soak: Soak | None = None
@@ -150,6 +154,8 @@ class Kind:
             raise TypeError(f"fault kind {self.name}: give exactly one of inject and due")
         if self.expect is None and self.goal is None:
             raise TypeError(f"fault kind {self.name}: give expect or goal (its record rule)")
+        if self.pool_place is not None and not self.judged:
+            raise TypeError(f"fault kind {self.name}: in the pool, so give judged (its class)")
         if bad or self.pid not in PID or self.deadline not in (SHORT, LONG, SINCE_STEP):
             raise TypeError(
                 f"fault kind {self.name}: not_here takes {WHERE}, pid {PID}, "

@@ -63,6 +63,7 @@ KINDS = (
         pid="always",
         expect=FAILS,
         judged="died",
+        pool_place=3,
         # in a soak, as a kill: the rank dies at the end of its held step
         soak=Soak("step", "before", undo=memory_back),
     ),

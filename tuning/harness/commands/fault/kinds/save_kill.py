@@ -96,6 +96,7 @@ KINDS = (
         recovers=True,
         cluster=CLUSTER,
         judged="died",
+        pool_place=4,
         # in a soak: held inside the save at or after its step, which is torn; the group
         # resumes from the save before it
         soak=Soak("save", "torn"),

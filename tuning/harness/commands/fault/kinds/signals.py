@@ -36,7 +36,16 @@ def preempt(inj, nodes, ctr, pid) -> str:
 
 
 KINDS = (
-    Kind("kill", 10, inject=kill, expect=FAILS, recovers=True, judged="died", soak=DIES),
+    Kind(
+        "kill",
+        10,
+        inject=kill,
+        expect=FAILS,
+        recovers=True,
+        judged="died",
+        pool_place=1,
+        soak=DIES,
+    ),
     Kind(
         "term",
         40,
