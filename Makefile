@@ -84,7 +84,7 @@ fault: $(VENV)/.harness ## reproduce a cluster failure: FAULT=kind|all [RANK=i] 
 soak: $(VENV)/.train ## train for DURATION under seeded failures: MTBF=3m DURATION=20m [KINDS=kill,oom] [FAULT_SEED=n] [SAVE_EVERY=n]
 	$(PY) -m tuning.harness soak $(FLAGS)
 
-pool: $(VENV)/.harness ## the scored pool: 26 fault runs, each verdict against what was injected (PICK=1,9)
+pool: $(VENV)/.harness ## the scored pool: fault runs of each scored kind, each verdict against what was injected (PICK=1,9)
 	$(PY) -m tuning.harness pool $(FLAGS)
 
 repro: $(VENV)/.harness ## a failed cluster job's logs -> the culprit and the same failure here: FROM=dir [RUN=1]

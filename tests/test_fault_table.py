@@ -15,13 +15,17 @@ from tuning.harness.commands.fault.kinds import NAMES, TABLE
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 
 COMMANDS = ROOT / "tuning/harness/commands"
-# The modules that run, follow, record and write any fault: they read the table
+# The modules that run, follow, record and write any fault, list the pool's and strike a
+# soak's: they read the table
 READERS = (
     "fault/__init__.py",
     "fault/inject.py",
     "fault/follow.py",
     "fault/record.py",
     "fault/write.py",
+    "fault/pool_list.py",
+    "pool.py",
+    "soak/follow.py",
 )
 
 
@@ -91,6 +95,8 @@ def test_the_table_is_in_its_order_and_refuses_a_kind_without_its_parts():
         Kind("toy", 1, inject=lambda *a: "")
     with pytest.raises(TypeError, match="not_here takes"):
         Kind("toy", 1, inject=lambda *a: "", expect=FAILS, not_here={"gpu": "why"})
+    with pytest.raises(TypeError, match="in the pool, so give judged"):
+        Kind("toy", 1, inject=lambda *a: "", expect=FAILS, pool_place=1)
 
 
 def test_where_a_kind_does_not_apply_is_said_by_the_kind():

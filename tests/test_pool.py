@@ -3,6 +3,7 @@ runs are fault runs (tests/test_pool_docker.py runs three of them on the engine)
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,9 @@ from tuning.harness.commands.fault.kinds import TABLE
 def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
     every = pool_list.experiments()
     assert every == pool_list.experiments()  # the seed fixes it
-    assert len(every) >= 24
+    # two runs of each kind its table entry places in the pool, in their places' order
+    assert len(every) == 2 * len(pool_list.REGRESSION) >= 24
+    assert [e.kind for e in every[::2]] == list(pool_list.REGRESSION)
     assert [e.n for e in every] == list(range(1, len(every) + 1))
     kinds = {e.kind for e in every}
     asked = (
@@ -27,11 +30,23 @@ def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
     assert kinds >= set(asked.split())
     for kind in kinds:
         ranks = sorted(e.rank for e in every if e.kind == kind)
-        assert ranks == ([0, 0] if kind == "late-master" else [0, pool_list.WORLD - 1]), kind
+        fixed = TABLE[kind].rank  # late-master's: the master, rank 0
+        assert ranks == ([fixed] * 2 if fixed is not None else [0, pool_list.WORLD - 1]), kind
     assert {e.layout for e in every} == {"single", "per-rank"}
     assert {e.trainer for e in every} == {"harness", "fms"}
     for e in every:  # only where the kind applies, by its table entry
         assert TABLE[e.kind].why_not(e.layout, "isolated", e.trainer != "harness") is None, e
+
+
+def test_the_docs_say_each_pooled_kinds_class_as_its_table_entry_does():
+    """docs/faults.md's table of expected classes (kinds, then the class; parentheses aside)."""
+    section = (ROOT / "docs/faults.md").read_text().split("## The scored pool (`make pool`)")[1]
+    rows = section.split("| kinds | expected class |")[1].split("\n\n")[0].splitlines()[2:]
+    said = {}
+    for row in rows:
+        kinds, judged = (re.sub(r" ?\([^)]*\)", "", cell).strip() for cell in row.split("|")[1:3])
+        said.update(dict.fromkeys(kinds.split(", "), judged))
+    assert said == {name: TABLE[name].judged for name in pool_list.REGRESSION}
 
 
 def test_a_fresh_draw_varies_everything_and_holds_to_its_seed():
@@ -74,7 +89,7 @@ def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
     )
     assert bad.returncode == 2
     assert bad.stderr == (
-        "harness: error: PICK='0,99': the pool's experiments are 1-26 "
+        f"harness: error: PICK='0,99': the pool's experiments are 1-{len(pool_list.experiments())} "
         "(`make pool DRY_RUN=1` lists them)\n"
     )
 

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from tuning.harness.commands.bench.report_stats import poisson_interval
+from tuning.harness.commands.fault.kinds import TABLE
+from tuning.harness.commands.fault.kinds.kind import Soak
 from tuning.harness.commands.soak import plan as soak_plan
 from tuning.harness.commands.soak.plan import Failure, Plan, schedule, strike
 from tuning.harness.commands.soak.record import renewal
@@ -67,6 +69,14 @@ def test_gaps_are_geometric_with_the_mean_mtbf_asks_for_and_hit_every_rank_and_k
 )
 def test_where_a_failure_strikes_and_the_group_resumes(kind, resumed, gap, expect):
     assert strike(Failure(1, gap, 0, kind), resumed, 10) == expect
+
+
+def test_a_soak_draws_the_kinds_whose_table_entry_says_how_they_fail_the_group():
+    assert set(soak_plan.KINDS) == {"kill", "oom", "save-kill", "term", "preempt"}
+    assert all(TABLE[name].soak is soak for name, soak in soak_plan.KINDS.items())
+    assert TABLE["oom"].soak.undo  # its lowered memory limit outlives the group's restart
+    with pytest.raises(TypeError, match="a soak's hold takes"):
+        Soak("end", "before")
 
 
 def test_the_schedule_counts_each_gap_from_where_the_group_resumed():

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from tuning.harness.commands.fault import pool_list
+from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run_files import folders
 from tuning.harness.spec import options
@@ -134,7 +135,7 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
         "right": culprits == [e.rank],
         "wrong_rank": bool(set(culprits or ()) - {e.rank}),
         "world": e.world,
-        "class_right": v.get("class") == pool_list.expected(e.kind),
+        "class_right": v.get("class") == TABLE[e.kind].judged,
         "verdict_s": v.get("verdict_s"),
         "timeout_s": timeout,
         "before_timeout": v.get("verdict_s") is not None

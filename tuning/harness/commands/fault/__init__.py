@@ -95,9 +95,9 @@ def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
 
 
 def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) -> dict:
-    kind, layout_kind = TABLE[name], f.layout
+    kind, layout_name = TABLE[name], f.layout
     if kind.rank is not None:
-        k = {**k, "rank": kind.rank}  # it always hits that rank (the master's node)
+        k = {**k, "rank": kind.rank}  # it always hits that rank, whatever RANK
     env = {
         "HARNESS_STEP_SLEEP": str(kind.step_sleep_s),
         "HARNESS_RDZV_TIMEOUT": str(k["rdzv_timeout_s"]),
@@ -114,7 +114,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     base = {
         "run_id": run_id,
         "kind": name,
-        "layout": layout_kind,
+        "layout": layout_name,
         **k,
         "max_restarts": layout.max_restarts,
         "world_size": layout.world_size,
@@ -127,7 +127,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
             base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces the recorder's steps only
         if layout.args is not None:  # the Trainer's own max_steps, once it logs it
             base.update(steps=None, args_note=ARGS_NOTE)
-    reason = kind.why_not(layout_kind, layout.network, bool(layout.entry))
+    reason = kind.why_not(layout_name, layout.network, bool(layout.entry))
     refused = kind.refuse and kind.refuse(layout, spec.job, k)
     if refused and alone:
         raise HarnessError(f"FAULT={name}: {refused}")
@@ -148,10 +148,10 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
             "leftovers": [],
         }
         fault_write.write(run_dir, record)
-        print(f"harness: fault {name} ({layout_kind}): {status}: {reason}")
+        print(f"harness: fault {name} ({layout_name}): {status}: {reason}")
         return record
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
-    if kind.held_back and layout_kind == "per-rank":
+    if kind.held_back and layout_name == "per-rank":
         spec.services = [n.name for n in layout.nodes() if n.name != target]
     knobs = {
         **k,
@@ -159,7 +159,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
         "max_restarts": layout.max_restarts,
         "group_steps": bool(layout.entry) and not layout.recorder_steps,
     }
-    follow = Follow(name, layout_kind, target, knobs, run_id)
+    follow = Follow(name, layout_name, target, knobs, run_id)
     with kind.staged(spec) if kind.staged else nullcontext():  # e.g. a volume of its own
         summary = lifecycle.start(spec, on_tick=follow)
     follow.finished_at = follow.finished_at or time.time()
@@ -168,7 +168,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
     fault_write.write(run_dir, record)
     print(
-        f"harness: fault {name} ({layout_kind}): {record['outcome']}; "
+        f"harness: fault {name} ({layout_name}): {record['outcome']}; "
         f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "
         f"{run_dir / 'fault.md'}"
     )

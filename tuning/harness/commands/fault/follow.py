@@ -25,9 +25,9 @@ class Follow:
     """The on_tick of a fault run: waits for the step, injects, watches, decides when to stop.
     What it does for each kind is the kind's (fault/kinds/): `kind` names one."""
 
-    def __init__(self, kind: str, layout_kind: str, target: str, knobs: dict, run_id: str):
+    def __init__(self, kind: str, layout_name: str, target: str, knobs: dict, run_id: str):
         self.rank, self.timeout = knobs["rank"], knobs["timeout_s"]
-        self.inject = Injector(kind, layout_kind, target, knobs, run_id)
+        self.inject = Injector(kind, layout_name, target, knobs, run_id)
         self.kind = self.inject.kind
         self.t0 = time.time()
         self.first_tick: float | None = None  # the nodes are up (an image build came before)

@@ -22,9 +22,9 @@ class Injector:
     `at_step`. `due()` is called on every tick until it returns what it did:
     [(how, step, when)]. What the kind keeps of its fault lives in `state`."""
 
-    def __init__(self, kind: str, layout_kind: str, target: str, knobs: dict, run_id: str):
+    def __init__(self, kind: str, layout_name: str, target: str, knobs: dict, run_id: str):
         self.kind = TABLE[kind]
-        self.per_rank, self.target = layout_kind == "per-rank", target
+        self.per_rank, self.target = layout_name == "per-rank", target
         self.rank, self.at_step, self.run_id = knobs["rank"], knobs["at_step"], run_id
         self.group_steps = knobs.get("group_steps", False)  # only rank 0 logs steps (fms)
         self.heals: list = []  # what undoes the fault (thaw, unpause, remove the helper)

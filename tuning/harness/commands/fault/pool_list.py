@@ -1,11 +1,13 @@
 """The scored pool's experiments (`make pool`, pool.py): fault runs, each verdict scored against
-what was injected. What each kind is judged (its verdict's class), where it applies and which
-rank it always hits are its table entry's (fault/kinds/: `judged`, `not_here`, `rank`).
+what was injected. Which kinds it runs and in what order, what each is judged (its verdict's
+class), where it applies, which rank it always hits and the flags the pool adds for it are its
+table entry's (fault/kinds/: `pool_place`, `judged`, `not_here`, `rank`, `pool_flags`).
 
 - The committed list (`experiments()`, seed 30): 4 ranks, each kind of REGRESSION on rank 0 and
-  on the last rank, in a layout and with a trainer the seed picks among those where the kind
-  applies; the second run of a kind differs from the first in layout and trainer where the
-  kind applies to both. A regression set: the rules were fit to it.
+  on the last rank (or twice on the rank it always hits), in a layout and with a trainer the
+  seed picks among those where the kind applies; the second run of a kind differs from the
+  first in layout and trainer where the kind applies to both. Its size is twice REGRESSION's.
+  A regression set: the rules were fit to it.
 - A fresh draw (`draw(seed)`, `make pool SEED=n`): any scored kind, any rank, world sizes 2 to
   8, any step from 8 to 14, any layout and trainer where the kind applies (this repo's trainer,
   fms, or a user's own script: tests/user_scripts/train_sft.py with SRC, ENTRY and ARGS).
@@ -27,23 +29,9 @@ WORLD = 4
 WORLDS = (2, 8)  # a fresh draw's world sizes, inclusive
 DRAW_N = 24
 TIMEOUT_S = 20  # the fault runs' default collective timeout (fault.DEFAULTS)
-LATE_S, LATE_RDZV_S = 40, 10  # late-master: rank 0 starts after the others gave up
-# The committed pool's kinds, in its order (its draws follow this order)
-REGRESSION = (
-    "kill",
-    "crash",
-    "oom",
-    "save-kill",
-    "pause",
-    "slow",
-    "partition",
-    "no-show",
-    "late-master",
-    "slow-main",
-    "skip-collective",
-    "mismatch",
-    "mismatch-shape",
-)
+# The committed pool's kinds, by their entries' pool_place (its draws follow this order)
+IN_POOL = [k for k in TABLE.values() if k.pool_place is not None]
+REGRESSION = tuple(k.name for k in sorted(IN_POOL, key=lambda k: k.pool_place))
 LAYOUTS, TRAINERS = ("single", "per-rank"), ("harness", "fms")
 DRAWN_TRAINERS = (*TRAINERS, "script")
 SCRIPT_SAVE_STEPS = 10
@@ -55,11 +43,6 @@ SCRIPT_ARGS = (
     f"{SCRIPT_SAVE_STEPS} --logging_steps 1 --per_device_train_batch_size 4 --learning_rate "
     f"3e-3 --ddp_timeout {TIMEOUT_S} --report_to none --seed 7"
 )
-
-
-def expected(kind: str) -> str:
-    """The class a right verdict gives this kind."""
-    return TABLE[kind].judged
 
 
 @dataclass(frozen=True)
@@ -106,9 +89,7 @@ class Experiment:
             out += ["--timeout", str(TIMEOUT_S)]
         if self.trainer == "fms":
             out += ["--trainer", "fms"]
-        if self.kind == "late-master":
-            out += ["--late", str(LATE_S), "--rdzv-timeout", str(LATE_RDZV_S)]
-        return out
+        return out + list(TABLE[self.kind].pool_flags)
 
 
 def _places(kind: str, trainers=TRAINERS) -> list[tuple[str, str]]:
@@ -137,7 +118,7 @@ def experiments(seed: int = SEED) -> list[Experiment]:
         first = rng.choice(places)
         apart = [p for p in places if p[0] != first[0] and p[1] != first[1]]
         picked = [first, rng.choice(apart or [p for p in places if p != first])]
-        fixed = TABLE[kind].rank  # late-master always hits rank 0 (the master)
+        fixed = TABLE[kind].rank  # a kind that always hits one rank: that one, twice
         ranks = (fixed, fixed) if fixed is not None else (0, WORLD - 1)
         for rank, (layout, trainer) in zip(ranks, picked, strict=True):
             out.append(

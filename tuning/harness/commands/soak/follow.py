@@ -51,21 +51,6 @@ def step_time(lines: list[dict]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def memory_back(nodes, name: str):
-    """oom lowers the target container's memory limit, and the group's next attempts run in the
-    same container: the undo puts the limit back (none: the host's memory)."""
-    ctr = nodes.container(name)
-    host = ctr.attrs["HostConfig"]
-    mem, swap = host.get("Memory") or 0, host.get("MemorySwap") or 0
-
-    def undo() -> None:
-        ctr.update(
-            mem_limit=mem or nodes.client.info()["MemTotal"], memswap_limit=swap if mem else -1
-        )
-
-    return undo
-
-
 class SoakFollow:
     def __init__(
         self,
@@ -173,7 +158,8 @@ class SoakFollow:
     # --- a failure ---------------------------------------------------------------------------
     def strike(self, now_lines, nodes, now: float):
         f, at, inj = self.armed
-        undo = memory_back(nodes, self.targets[f.rank]) if f.kind == "oom" else None
+        back = soak_plan.KINDS[f.kind].undo  # read before the fault changes it
+        undo = back(nodes, self.targets[f.rank]) if back else None
         try:
             done = inj.due(now_lines, nodes, now)
         except docker.errors.APIError as e:

@@ -8,11 +8,12 @@ with a random kind of KINDS. Gaps, ranks and kinds come from three streams of th
 the same FAULT_SEED keeps its gaps whatever KINDS, the world size or the save interval are, and
 the gaps scale with MTBF (one unit exponential per failure).
 
-Where a failure strikes and where the group resumes follow from the kind and the save interval
-alone (`strike`): a kill at step s (the rank is held at the end of step s until it is struck:
-tuning/sft/fault_hooks.hold, so its own save never starts) resumes from the newest save before s;
-a save-kill strikes inside the first save at or after s, which is torn, and resumes from the
-save before it; term and preempt stop the group at step s + 1, which is saved, and resume there.
+Where a failure strikes and where the group resumes follow from the kind (its table entry's
+`soak`, fault/kinds/) and the save interval alone (`strike`): a kill at step s (the rank is held
+at the end of step s until it is struck: tuning/sft/fault_hooks.hold, so its own save never
+starts) resumes from the newest save before s; a save-kill strikes inside the first save at or
+after s, which is torn, and resumes from the save before it; term and preempt stop the group at
+step s + 1, which is saved, and resume there.
 """
 
 from __future__ import annotations
@@ -22,22 +23,16 @@ import random
 import re
 from dataclasses import dataclass
 
+from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.flags import time_arg
 
-# kind -> (where its rank is held for it: tuning/sft/fault_hooks.hold; where the group resumes:
-# the newest save before the step, the save before the torn one, or the next step, saved)
-KINDS = {
-    "kill": ("step", "before"),
-    "oom": ("step", "before"),
-    "save-kill": ("save", "torn"),
-    "term": ("step", "next"),
-    "preempt": ("step", "next"),
-}
+# The kinds a soak draws from, in the table's order: those whose entry says how it fails the
+# group so that it restarts (Kind.soak: where the rank is held, where the group resumes)
+KINDS = {k.name: k.soak for k in TABLE.values() if k.soak}
 NOT_IN_A_SOAK = (
-    "a soak's failures end the group so that it restarts; the hangs (pause, "
-    "partition, no-show, late-master) and the slow kinds (slow, delay, loss) are "
-    "one-off experiments: make fault FAULT=<kind>"
+    "a soak's failures end the group so that it restarts, each struck at a planned step; "
+    "every other kind is a one-off experiment: make fault FAULT=<kind>"
 )
 STARTS_AT = 10  # the first failure's gap counts from this step: the step time is measured first
 
@@ -134,7 +129,7 @@ class Plan:
 def strike(f: Failure, resumed: int, save_steps: int) -> tuple[int, int]:
     """(the step `f` strikes at, the step the group resumes from after it), for a group that
     resumed from step `resumed` and saves every `save_steps` (at their multiples)."""
-    s, resumes = resumed + f.gap, KINDS[f.kind][1]
+    s, resumes = resumed + f.gap, KINDS[f.kind].resumes
     if resumes == "torn":
         torn = -(-s // save_steps) * save_steps  # the first save at or after s
         return torn, max(resumed, torn - save_steps)
@@ -167,4 +162,4 @@ def schedule(plan: Plan, save_steps: int, count: int, start: int = STARTS_AT) ->
 
 def hold(f: Failure, at: int) -> dict:
     """What HARNESS_HOLD_FILE says for `f` striking at step `at` (tuning/sft/fault_hooks.hold)."""
-    return {"n": f.n, "rank": f.rank, "step": at, "at": KINDS[f.kind][0]}
+    return {"n": f.n, "rank": f.rank, "step": at, "at": KINDS[f.kind].hold}

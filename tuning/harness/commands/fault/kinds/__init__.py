@@ -24,8 +24,8 @@ def _read() -> dict[str, Kind]:
         if not declared or not all(isinstance(k, Kind) for k in declared):
             raise TypeError(f"{module.__name__} declares no KINDS (a tuple of fault kinds)")
         kinds += declared
-    for what in ("name", "order"):
-        seen = [getattr(k, what) for k in kinds]
+    for what in ("name", "order", "pool_place"):
+        seen = [getattr(k, what) for k in kinds if getattr(k, what) is not None]
         twice = sorted({str(x) for x in seen if seen.count(x) > 1})
         if twice:
             raise TypeError(f"fault kinds share a {what}: {', '.join(twice)}")

@@ -30,6 +30,7 @@ KINDS = (
         expect=FAILS,
         recovers=True,
         judged="died",
+        pool_place=2,
         rank_env=lambda knobs: {
             "HARNESS_CRASH_AT_STEP": str(knobs["at_step"]),
             "HARNESS_CRASH_RANK": str(knobs["rank"]),

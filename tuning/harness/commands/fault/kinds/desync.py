@@ -75,7 +75,7 @@ def before_first_save(layout, job: dict, knobs: dict) -> str | None:
     )
 
 
-def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:
+def _kind(name: str, order: int, pool_place: int, desync: str, how: str = "op") -> Kind:
     detail = desync != "slow-main"
     # slow-main never enters the collective; the others call another one: torch's DETAIL check
     judged = "desync" if detail else "never arrived"
@@ -88,13 +88,14 @@ def _kind(name: str, order: int, desync: str, how: str = "op") -> Kind:
         expect=HANGS,
         signatures=(("desync", r"harness desync: "),),
         judged=judged,
+        pool_place=pool_place,
         refuse=before_first_save if detail else None,
     )
 
 
 KINDS = (
-    _kind("slow-main", 160, "slow-main"),
-    _kind("skip-collective", 170, "skip-collective"),
-    _kind("mismatch", 180, "mismatch"),
-    _kind("mismatch-shape", 190, "mismatch", "shape"),
+    _kind("slow-main", 160, 10, "slow-main"),
+    _kind("skip-collective", 170, 11, "skip-collective"),
+    _kind("mismatch", 180, 12, "mismatch"),
+    _kind("mismatch-shape", 190, 13, "mismatch", "shape"),
 )

@@ -1,7 +1,8 @@
 """One fault kind, declared once (a frozen `Kind` in its own module of this package): its
 knobs, where it applies, what it does to the ranks (its injector and what undoes it), what
-it is expected to cause, and how its record reads. fault/__init__.py, fault/inject.py,
-fault/follow.py, fault/record.py and fault/write.py read only these fields; none names a kind.
+it is expected to cause, how its record reads, how the scored pool runs it and how a soak
+strikes it. fault/__init__.py, fault/inject.py, fault/follow.py, fault/record.py,
+fault/write.py, fault/pool_list.py and soak/ read only these fields; none names a kind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ SHORT = "TIMEOUT + 15 s after the fault"  # the job must end or hang by then
 LONG = "180 s after the fault"  # the job is expected to go on (or restart: MAX_RESTARTS)
 SINCE_STEP = "180 s after the newest step"  # the job goes on, slower: never cut while it steps
 STEP_SLEEP_S = 0.2  # HARNESS_STEP_SLEEP: paces steps so a fault lands near its step
+# In a soak the struck rank waits at the end of its step, or inside the save at or after it
+# (tuning/sft/fault_hooks.hold); the group resumes from the newest save before the step, from
+# the save before the torn one, or at the next step (the stop saved it): soak/plan.strike
+HOLDS = ("step", "save")
+RESUMES = ("before", "torn", "next")
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,21 @@ GOES_ON = Expect("goes on", lambda rec: _left(rec) and rec["outcome"] == "finish
 
 
 @dataclass(frozen=True)
+class Soak:
+    """How a kind fails a soak's group at a planned step, so that the group restarts."""
+
+    hold: str  # HOLDS
+    resumes: str  # RESUMES
+    # (nodes, container) -> what undoes the fault; the group's next attempts run in the same
+    # container (a fault run ends with its containers and needs none)
+    undo: Callable[..., Callable[[], None]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.hold not in HOLDS or self.resumes not in RESUMES:
+            raise TypeError(f"a soak's hold takes {HOLDS}, resumes {RESUMES}")
+
+
+@dataclass(frozen=True)
 class Kind:
     name: str  # FAULT=<name>
     order: int  # its place in FAULT=?'s list and in FAULT=all's runs
@@ -89,7 +110,7 @@ class Kind:
     tick: Callable[..., None] | None = None  # (follow, metrics, nodes, now) after the fault
     # --- the run it needs
     knobs: tuple[Knob, ...] = ()
-    rank: int | None = None  # the rank it always hits (else RANK)
+    rank: int | None = None  # the rank it always hits, whatever RANK (the pool's runs too)
     step_sleep_s: float = STEP_SLEEP_S
     # The ranks' environment: how a kind that acts inside the rank (our trainer's hooks, the rank
     # recorder) is told what to do: (knobs) -> {NAME: value}
@@ -106,8 +127,6 @@ class Kind:
     # --- what it is expected to cause, and its record
     expect: Expect | None = None
     goal: Callable[[dict], bool | None] | None = None  # replaces expect.goal
-    # the verdict's class a right verdict gives it (the scored pool scores it; None: not scored)
-    judged: str | None = None
     recovers: bool = False  # with MAX_RESTARTS the group comes back and finishes every step
     deadline: str = SHORT
     slow_exit: bool = False  # after training its launcher is slow to exit, not stuck
@@ -116,6 +135,16 @@ class Kind:
     facts: Callable[..., dict] | None = None  # (follow, seen) -> fault.json's own keys
     lines: Callable[[dict], list[str]] | None = None  # fault.md, after the outcome
     table: Callable[[dict], list[str]] | None = None  # fault.md, after the ranks' table
+    # --- the scored pool (fault/pool_list.py): the verdict's class a right verdict gives it
+    # (None: the pool never draws it)
+    judged: str | None = None
+    # its place in the committed pool (seed 30), whose draws follow this order: a place added
+    # or moved changes that list; None: only in fresh draws (SEED=n)
+    pool_place: int | None = None
+    pool_flags: tuple[str, ...] = ()  # the fault command's flags the pool adds for it
+    # --- a soak (soak/plan.py) draws it only with this: it ends the group, which restarts;
+    # None: a one-off experiment (it hangs, slows, or is set for the whole run, not struck)
+    soak: Soak | None = None
 
     def __post_init__(self) -> None:
         bad = set(self.not_here) - set(WHERE)
@@ -125,6 +154,8 @@ class Kind:
             raise TypeError(f"fault kind {self.name}: give exactly one of inject and due")
         if self.expect is None and self.goal is None:
             raise TypeError(f"fault kind {self.name}: give expect or goal (its record rule)")
+        if self.pool_place is not None and not self.judged:
+            raise TypeError(f"fault kind {self.name}: in the pool, so give judged (its class)")
         if bad or self.pid not in PID or self.deadline not in (SHORT, LONG, SINCE_STEP):
             raise TypeError(
                 f"fault kind {self.name}: not_here takes {WHERE}, pid {PID}, "

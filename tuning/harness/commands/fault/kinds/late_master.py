@@ -30,6 +30,8 @@ KIND = "late-master"
 ACCEPTS = "port accepts"  # the probe's last answer: the master's torchrun listens
 PROBE_S = 1.0  # how often the harness asks, from a waiting node, what it sees of the master
 LATE_S = 10  # default: well below the fault's default RDZV_TIMEOUT (TIMEOUT, 20 s)
+# The scored pool's: LATE well past RDZV_TIMEOUT, so the others give up before rank 0 starts
+POOL_LATE_S, POOL_RDZV_TIMEOUT_S = 40, 10
 SINGLE = (
     "late-master needs a node per rank: LAYOUT=single runs every rank in one container "
     "behind one launcher, so there is no master node to start late (and no name to "
@@ -182,10 +184,12 @@ KINDS = (
     Kind(
         KIND,
         90,
-        rank=0,
+        rank=0,  # the master: the node the others connect to
         held_back=True,
         knobs=(Knob("late_s", "LATE", LATE_S),),
         judged="never arrived",
+        pool_place=9,
+        pool_flags=("--late", str(POOL_LATE_S), "--rdzv-timeout", str(POOL_RDZV_TIMEOUT_S)),
         state=lambda target, knobs: {"late": Late(target, knobs["late_s"])},
         due=lambda inj, metrics, nodes, now: inj.state["late"].due(nodes, now),
         tick=tick,

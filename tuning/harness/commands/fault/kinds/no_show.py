@@ -33,5 +33,14 @@ def tick(follow, metrics, nodes, now: float) -> None:
 
 
 KINDS = (
-    Kind("no-show", 80, due=due, tick=tick, held_back=True, expect=FAILS, judged="never arrived"),
+    Kind(
+        "no-show",
+        80,
+        due=due,
+        tick=tick,
+        held_back=True,
+        expect=FAILS,
+        judged="never arrived",
+        pool_place=8,
+    ),
 )

@@ -9,7 +9,7 @@ the pusher, never another rank."""
 
 from __future__ import annotations
 
-from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
+from tuning.harness.commands.fault.kinds.kind import FAILS, Kind, Soak
 from tuning.harness.commands.fault.kinds.tools import sh
 
 # limit = usage + this, then pushed past it: the pusher stays smaller than a rank
@@ -40,4 +40,31 @@ def oom(inj, nodes, ctr, pid) -> str:
     )
 
 
-KINDS = (Kind("oom", 110, inject=oom, pid="always", expect=FAILS, judged="died"),)
+def memory_back(nodes, name: str):
+    """In a soak the group's next attempts run in the same container, its memory limit lowered:
+    this puts the limit back (none: the host's memory)."""
+    ctr = nodes.container(name)
+    host = ctr.attrs["HostConfig"]
+    mem, swap = host.get("Memory") or 0, host.get("MemorySwap") or 0
+
+    def undo() -> None:
+        ctr.update(
+            mem_limit=mem or nodes.client.info()["MemTotal"], memswap_limit=swap if mem else -1
+        )
+
+    return undo
+
+
+KINDS = (
+    Kind(
+        "oom",
+        110,
+        inject=oom,
+        pid="always",
+        expect=FAILS,
+        judged="died",
+        pool_place=3,
+        # in a soak, as a kill: the rank dies at the end of its held step
+        soak=Soak("step", "before", undo=memory_back),
+    ),
+)

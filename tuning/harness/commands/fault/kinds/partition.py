@@ -33,5 +33,6 @@ KINDS = (
         not_here={"single": SINGLE, "shared": SHARED},
         expect=FAILS,
         judged="network",
+        pool_place=7,
     ),
 )

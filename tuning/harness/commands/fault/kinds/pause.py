@@ -16,4 +16,4 @@ def pause(inj, nodes, ctr, pid) -> str:
     return f"kill -STOP rank {inj.rank}'s worker (pid {pid}) in {ctr.name}"
 
 
-KINDS = (Kind("pause", 70, inject=pause, expect=HANGS, judged="stopped or frozen"),)
+KINDS = (Kind("pause", 70, inject=pause, expect=HANGS, judged="stopped or frozen", pool_place=5),)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
+from tuning.harness.commands.fault.kinds.kind import FAILS, Kind, Soak
 from tuning.harness.commands.fault.kinds.tools import signal
 from tuning.rank import torn
 
@@ -96,6 +96,10 @@ KINDS = (
         recovers=True,
         cluster=CLUSTER,
         judged="died",
+        pool_place=4,
+        # in a soak: held inside the save at or after its step, which is torn; the group
+        # resumes from the save before it
+        soak=Soak("save", "torn"),
         # our trainer holds each save open this long (atomic_save.py; the recorder: fms's)
         rank_env=lambda knobs: {"HARNESS_SAVE_SLEEP": str(SAVE_SLEEP_S)},
         facts=lambda follow, seen: {

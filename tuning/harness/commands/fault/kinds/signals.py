@@ -6,9 +6,13 @@ preemption: the ranks agree to stop at the next step and checkpoint (tuning/sft/
 
 from __future__ import annotations
 
-from tuning.harness.commands.fault.kinds.kind import FAILS, LONG, STOPS, Kind
+from tuning.harness.commands.fault.kinds.kind import FAILS, LONG, STOPS, Kind, Soak
 from tuning.harness.commands.fault.kinds.tools import signal
 
+# In a soak: a killed rank is held at the end of its step, so its own save never starts (the
+# group resumes from the save before); a SIGTERM stops the group at the next step, saved
+DIES = Soak("step", "before")
+STOPS_SAVED = Soak("step", "next")
 STOP_CLUSTER = (
     "the ranks agree to stop at the next step and checkpoint; Kubernetes gives a pod 30 s "
     "(terminationGracePeriodSeconds) before SIGKILL, so the step time plus the save must fit in "
@@ -32,7 +36,16 @@ def preempt(inj, nodes, ctr, pid) -> str:
 
 
 KINDS = (
-    Kind("kill", 10, inject=kill, expect=FAILS, recovers=True, judged="died"),
+    Kind(
+        "kill",
+        10,
+        inject=kill,
+        expect=FAILS,
+        recovers=True,
+        judged="died",
+        pool_place=1,
+        soak=DIES,
+    ),
     Kind(
         "term",
         40,
@@ -41,6 +54,15 @@ KINDS = (
         deadline=LONG,
         cluster=STOP_CLUSTER,
         judged="stopped from outside",
+        soak=STOPS_SAVED,
     ),
-    Kind("preempt", 50, inject=preempt, expect=STOPS, deadline=LONG, cluster=STOP_CLUSTER),
+    Kind(
+        "preempt",
+        50,
+        inject=preempt,
+        expect=STOPS,
+        deadline=LONG,
+        cluster=STOP_CLUSTER,
+        soak=STOPS_SAVED,
+    ),
 )

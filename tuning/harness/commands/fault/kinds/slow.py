@@ -68,6 +68,7 @@ KINDS = (
         step_sleep_s=STEP_SLEEP_S,
         expect=GOES_ON,
         judged="slow",
+        pool_place=6,
         # the run goes on, only slower: its deadline runs from its newest step, so a throttled
         # rank's pace (1-4 s a step here, by load) never cuts it short; a throttled launcher
         # is slow to exit, not stuck
