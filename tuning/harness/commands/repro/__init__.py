@@ -24,7 +24,7 @@ from tuning.harness.commands.repro import collect, replay, seen, source
 from tuning.harness.commands.repro import write as repro_write
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run_files import folders
-from tuning.harness.spec import flag_table, flags, options, own_trainer
+from tuning.harness.spec import flag_table, flags, job_files, options, own_trainer
 from tuning.harness.verdict import facts, rules
 
 CANNOT_TELL = 2
@@ -177,7 +177,7 @@ def local_steps(f: flags.RunFlags) -> int | None:
     if words is not None:
         raw = own_trainer.value_in(words, "max_steps")
         return int(raw) if raw and raw.isdigit() else None
-    steps = options.load_job(Path(f.job)).get("max_steps")
+    steps = job_files.load_job(Path(f.job)).get("max_steps")
     return int(steps) if str(steps or "").isdigit() else None
 
 
