@@ -1,6 +1,7 @@
 """`python -m tuning.harness <command>`: what the Makefile's targets call. The parser and the
 dispatch only: each command (commands/) adds its subcommand, every subcommand takes every flag
-of spec/flag_table.py (refusing by name those it does not honour), and spec/flags.py types them.
+of spec/flag_table.py (spec/flag_args.py puts them on the parsers and refuses by name those a
+command does not honour), and spec/flags.py types them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tuning.harness.commands import (
     up,
 )
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_table, options
+from tuning.harness.spec import flag_args, options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
     for s in sub.choices.values():
-        flag_table.add(s)  # every flag everywhere: one a command cannot honour is refused
+        flag_args.add(s)  # every flag everywhere: one a command cannot honour is refused
         s.add_argument("--runs", default=str(options.RUNS), help="where runs are recorded")
     return p
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     options.load_env_file()
     try:
-        flag_table.refuse_unused(a, a.command)
+        flag_args.refuse_unused(a, a.command)
         return a.fn(a)
     except HarnessError as e:
         print(f"harness: error: {e}", file=sys.stderr)

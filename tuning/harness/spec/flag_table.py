@@ -1,16 +1,15 @@
 """The one table of the harness's flags: every Makefile variable, the flag it becomes, what it
-means, and which commands honour it. Every subcommand's parser takes every flag of the table,
-so a flag a command cannot honour reaches it and is refused by name, with the reason
-(`refuse_unused`), never dropped. The Makefile passes exactly the variables typed on its
-command line (`$(origin)`), so an environment variable that shares a name is never a flag.
+means, and which commands honour it; `make help` prints it (run as a script: it needs no
+package). The Makefile passes exactly the variables typed on its command line (`$(origin)`), so
+an environment variable that shares a name is never a flag.
 
-Typing the values (whole numbers, sizes, TRAINER's preset) is flags.py's; what they mean for a
-run is options.py's.
+The table on a command's parser, and the refusal of a flag a command does not honour, are
+flag_args.py's; typing the values (whole numbers, sizes, TRAINER's preset) is flags.py's; what
+they mean for a run is options.py's.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
 RUN = ("up", "bench", "fault", "soak", "repro")  # the commands that run a job here
@@ -346,37 +345,6 @@ BY_VAR = {f.var: f for f in TABLE}
 BY_DEST = {f.dest: f for f in TABLE}
 SWITCHES = tuple(f.var for f in TABLE if f.switch)
 VALUES = tuple(f.var for f in TABLE if not f.switch)
-
-
-def add(p: argparse.ArgumentParser) -> None:
-    """Every flag of the table, unset by default (None, or False for a switch): what a command
-    does with an unset flag is its own default, and a set one it does not honour is refused."""
-    for f in TABLE:
-        if f.switch:
-            p.add_argument(f.option, dest=f.dest, action="store_true", help=f.help)
-        else:
-            p.add_argument(f.option, dest=f.dest, metavar=f.var, help=f.help)
-
-
-def typed(a: argparse.Namespace) -> list[Flag]:
-    """The flags the user set."""
-    return [f for f in TABLE if getattr(a, f.dest, None) not in (None, False)]
-
-
-def refuse_unused(a: argparse.Namespace, command: str) -> None:
-    """A flag set for a command that does not honour it: refused by name, with the reason."""
-    from tuning.harness.errors import HarnessError
-
-    wrong = [f for f in typed(a) if command not in f.commands]
-    if not wrong:
-        return
-    lines = []
-    for f in wrong:
-        where = ", ".join(f"make {c}" for c in f.commands if c != "gpus") or "no make target"
-        why = f.why_not.get(command) or f"it is for {where}"
-        value = "1" if f.switch else getattr(a, f.dest)
-        lines.append(f"{f.var}={value} does not apply to `make {command}`: {why}")
-    raise HarnessError("; ".join(lines) + ". Drop it and run again.")
 
 
 def usage() -> str:
