@@ -1,7 +1,7 @@
-"""The flag table (flag_table.py) on the command line. Every subcommand's parser takes every flag
-of the table, so a flag a command cannot honour reaches it and is refused by name, with the
-reason (`refuse_unused`), never dropped: the Makefile passes every variable typed to every
-target.
+"""The flag table (flag_table.py) on the command line. Each command's --help shows the flags it
+takes, under their groups' headings; every other flag of the table is accepted too, hidden, so
+that one typed reaches the command and is refused by name, with the reason (`refuse_unused`),
+never dropped nor taken for a typo: the Makefile passes every variable typed to every target.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.flag_table import RUN, TABLE, Flag
+from tuning.harness.spec.flag_table import GROUPS, RUN, RUN_GROUP, RUNS_HELP, TABLE, Flag
 
 _KUBE_SHAPE = (
     "a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "
@@ -42,14 +42,21 @@ WHY_NOT: dict[str, dict[str, str]] = {
 }
 
 
-def add(p: argparse.ArgumentParser) -> None:
-    """Every flag of the table, unset by default (None, or False for a switch): what a command
-    does with an unset flag is its own default, and a set one it does not honour is refused."""
-    for f in TABLE:
-        if f.switch:
-            p.add_argument(f.option, dest=f.dest, action="store_true", help=f.help)
-        else:
-            p.add_argument(f.option, dest=f.dest, metavar=f.var, help=f.help)
+def add(p: argparse.ArgumentParser, command: str, runs: str) -> None:
+    """Every flag of the table on `command`'s parser, unset by default (None, or False for a
+    switch: what a command does with an unset flag is its own default). Those it takes show
+    under their group's heading, in the table's order; the others are hidden (a group of none
+    shows no heading). RUNS, every command's, shows with the run's flags."""
+    for title, flags in GROUPS.items():
+        group = p.add_argument_group(title)
+        for f in flags:
+            shown = f.help if command in f.commands else argparse.SUPPRESS
+            if f.switch:
+                group.add_argument(f.option, dest=f.dest, action="store_true", help=shown)
+            else:
+                group.add_argument(f.option, dest=f.dest, metavar=f.var, help=shown)
+        if title == RUN_GROUP:
+            group.add_argument("--runs", default=runs, help=RUNS_HELP)
 
 
 def typed(a: argparse.Namespace) -> list[Flag]:
@@ -58,7 +65,7 @@ def typed(a: argparse.Namespace) -> list[Flag]:
 
 
 def refuse_unused(a: argparse.Namespace, command: str) -> None:
-    """A flag set for a command that does not honour it: refused by name, with the reason."""
+    """A flag set for a command that does not take it: refused by name, with the reason."""
     wrong = [f for f in typed(a) if command not in f.commands]
     if not wrong:
         return

@@ -1,7 +1,8 @@
 """The one table of the harness's flags: every Makefile variable, the flag it becomes, what it
-means, and which commands take it; `make help` prints it (run as a script: it needs no
-package). The Makefile passes exactly the variables typed on its command line (`$(origin)`), so
-an environment variable that shares a name is never a flag.
+means, which commands take it, and its group: the heading it shows under in each command's
+--help and in `make help` (run as a script: it needs no package). The Makefile passes exactly
+the variables typed on its command line (`$(origin)`), so an environment variable that shares a
+name is never a flag.
 
 The table on a command's parser, and the refusal of a flag a command does not take, are
 flag_args.py's; typing the values (whole numbers, sizes, TRAINER's preset) is flags.py's; what
@@ -39,229 +40,257 @@ class Flag:
         return self.var.lower()
 
 
-TABLE = (
-    # The job: what trains, the same in every command that runs or renders it.
-    Flag("JOB=file", JOB, "job file: trainer arguments in YAML (a foreign trainer's: its JSON)"),
-    Flag(
-        "MODEL=dir",
-        JOB,
-        "model directory (default: the job file's model_name_or_path, else the demo's "
-        "tiny model); kube: pvc:<claim>/<path> or a path inside the image",
+# By concern, in --help's order: what trains, where and how, the run, then each command's own.
+GROUPS: dict[str, tuple[Flag, ...]] = {
+    "the job": (
+        Flag(
+            "JOB=file", JOB, "job file: trainer arguments in YAML (a foreign trainer's: its JSON)"
+        ),
+        Flag(
+            "MODEL=dir",
+            JOB,
+            "model directory (default: the job file's model_name_or_path, else the demo's "
+            "tiny model); kube: pvc:<claim>/<path> or a path inside the image",
+        ),
+        Flag(
+            "DATA=path",
+            JOB,
+            "training data: a JSON/JSONL/Parquet/Arrow file or a directory of them "
+            "(default: the job file's training_data_path, else the demo data); kube: as MODEL",
+        ),
+        Flag(
+            "CONFIG=file",
+            JOB,
+            "accelerate config (default configs/accelerate/fsdp.yaml; fsdp-cpu.yaml on CPU ranks)",
+        ),
+        Flag(
+            "SEED=s",
+            (*JOB, "pool"),
+            "seed for init, data order and dropout; pool: a fresh draw of runs from it",
+        ),
+        Flag("STEPS=k", JOB, "training steps (max_steps)"),
+        Flag("TIMEOUT=s", JOB, "collective timeout in seconds (ddp_timeout)"),
+        Flag(
+            "TRAINER=name",
+            (*JOB, "image"),
+            "harness (this repo's trainer, default) | fms (fms-hf-tuning 3.2.2 in its own image)",
+        ),
     ),
-    Flag(
-        "DATA=path",
-        JOB,
-        "training data: a JSON/JSONL/Parquet/Arrow file or a directory of them "
-        "(default: the job file's training_data_path, else the demo data); kube: as MODEL",
+    "your code and image": (
+        Flag(
+            "IMAGE=img",
+            (*JOB, "image", "gpus"),
+            "the image the ranks run (a trainer of your own: with ENTRY)",
+        ),
+        Flag(
+            "ENTRY=x.py|mod",
+            JOB,
+            "your trainer: a script (train.py, in SRC) or a module (docs/your-job.md)",
+        ),
+        Flag(
+            "ARGS='...'",
+            JOB,
+            'ENTRY\'s command line, quoted whole: ARGS="--output_dir /output --learning_rate 1e-5"',
+        ),
+        Flag(
+            "SRC=dir",
+            JOB,
+            "your code's folder, bound read-only at /src (the ranks' working dir): no image "
+            "rebuild; kube: in a ConfigMap mounted there",
+        ),
     ),
-    Flag(
-        "CONFIG=file",
-        JOB,
-        "accelerate config (default configs/accelerate/fsdp.yaml; fsdp-cpu.yaml on CPU ranks)",
+    "GPUs and ranks": (
+        Flag(
+            "GPUS=N",
+            JOB,
+            "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo), or device=i,j "
+            "(indices or UUIDs: those, busy or not); kube: N per pod",
+        ),
+        Flag("NPROC=n", JOB, "CPU ranks when GPUS=0 (default 2); kube: per pod"),
+        Flag(
+            "CUDA=12.8",
+            (*JOB, "image", "gpus"),
+            "the GPU image's CUDA: 13.0 (default, driver R580+) or 12.8 (R525-R570)",
+        ),
+        Flag(
+            "THREADS=n", ("bench",), "OMP_NUM_THREADS of every rank (default: cores // world size)"
+        ),
     ),
-    Flag(
-        "SEED=s",
-        (*JOB, "pool"),
-        "seed for init, data order and dropout; pool: a fresh draw of runs from it",
+    "layout and limits": (
+        Flag("LAYOUT=name", ("up", "fault", "soak"), "single (default) | per-rank | host"),
+        Flag(
+            "NETWORK=mode",
+            ("up", "fault", "soak"),
+            "per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)",
+        ),
+        Flag("MEMORY=size", RUN, "memory limit per container, e.g. 8g (default: none)"),
+        Flag("PIDS=n", RUN, "process limit per container, e.g. 4096 (default: none)"),
     ),
-    Flag("STEPS=k", JOB, "training steps (max_steps)"),
-    Flag("TIMEOUT=s", JOB, "collective timeout in seconds (ddp_timeout)"),
-    Flag(
-        "TRAINER=name",
-        (*JOB, "image"),
-        "harness (this repo's trainer, default) | fms (fms-hf-tuning 3.2.2 in its own image)",
+    "restarts and checkpoints": (
+        Flag(
+            "MAX_RESTARTS=n",
+            ("up", "fault", "kube"),
+            "restart the group up to n times, from its newest checkpoint",
+        ),
+        Flag(
+            "RESUME=1",
+            ("up",),
+            "resume from RUNS/latest's newest checkpoint (checked and named first)",
+        ),
+        Flag("RESUME_FROM=id", ("up",), "resume from that run's newest checkpoint"),
+        Flag("SAVE_EVERY=n", ("soak",), "save every n steps (the job's save_steps)"),
+        Flag(
+            "GPU_HOURS_PER_FAILURE=h",
+            ("kube", "soak"),
+            "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
+            "~50,700 GPU-hours)",
+        ),
+        Flag("SAVE_ADVISED=1", ("kube",), "the rendered job saves at the advised interval"),
     ),
-    Flag(
-        "IMAGE=img",
-        (*JOB, "image", "gpus"),
-        "the image the ranks run (a trainer of your own: with ENTRY)",
+    "the run": (
+        Flag(
+            "RUN_ID=id",
+            (*JOB, "down", "logs", "stacks", "pool"),
+            "the run's id (default: a new one); down, logs, stacks: which run; pool: its runs' "
+            "prefix (default pool)",
+        ),
+        Flag("DRY_RUN=1", ("up", "bench", "image", "pool"), "print what would run, run nothing"),
+        Flag(
+            "GRACE=s",
+            JOB,
+            "seconds to wait for peers after a rank fails, and for a node to exit "
+            "once every trainer returned (default 60)",
+        ),
+        Flag(
+            "STALL=s",
+            ("up",),
+            "dump every rank's stack after s s without progress (default max(60, 10 x step); "
+            "0: off)",
+        ),
+        Flag(
+            "ALL=1",
+            ("down", "ps"),
+            "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
+        ),
     ),
-    Flag(
-        "ENTRY=x.py|mod",
-        JOB,
-        "your trainer: a script (train.py, in SRC) or a module (docs/your-job.md)",
+    "bench": (
+        Flag(
+            "REPEAT=r",
+            ("bench",),
+            "rounds over the layouts (default 5, one look); auto: a look a round up to 30, under "
+            "bounds that keep a goal's false MET or MISSED at 3.7 per cent",
+        ),
+        Flag(
+            "BUDGET=t",
+            ("bench",),
+            "REPEAT=auto's cap on time: 900s, 15m, 1h (default 46m: the design's 30 rounds here)",
+        ),
+        Flag(
+            "LAYOUTS=a,b",
+            ("bench",),
+            "the layouts, comma-separated, in run order (default: all four)",
+        ),
     ),
-    Flag(
-        "ARGS='...'",
-        JOB,
-        'ENTRY\'s command line, quoted whole: ARGS="--output_dir /output --learning_rate 1e-5"',
+    "faults": (
+        Flag("FAULT=kind", ("fault",), "the failure to reproduce (docs/faults.md), or all"),
+        Flag("RANK=i", ("fault",), "the rank to hit (default 1)"),
+        Flag("AT_STEP=k", ("fault", "kube"), "the step to hit it at (default 12)"),
+        Flag(
+            "RDZV_TIMEOUT=s",
+            ("fault", "kube"),
+            "seconds ranks wait for a missing peer at start (default TIMEOUT)",
+        ),
+        Flag(
+            "LATE=s",
+            ("fault",),
+            "late-master: seconds rank 0's node starts after the others (default 10)",
+        ),
+        Flag(
+            "KILL=i",
+            ("kube",),
+            "rehearsal: SIGKILL rank i's pod at AT_STEP; the operator's rules act",
+        ),
     ),
-    Flag(
-        "SRC=dir",
-        JOB,
-        "your code's folder, bound read-only at /src (the ranks' working dir): no image "
-        "rebuild; kube: in a ConfigMap mounted there",
+    "soak": (
+        Flag(
+            "MTBF=t",
+            ("soak",),
+            "mean time between the job's failures: a time (3m, 180s) or steps (400steps)",
+        ),
+        Flag("DURATION=t", ("soak",), "how long the soak trains: 20m, 1200s, 1h"),
+        Flag(
+            "KINDS=a,b",
+            ("soak",),
+            "the failures, comma-separated: kill (default), oom, save-kill, term, preempt",
+        ),
+        Flag(
+            "FAULT_SEED=n",
+            ("soak",),
+            "seed of the failures' steps, ranks and kinds (default 0); SEED stays training's",
+        ),
     ),
-    # Where, and how many ranks.
-    Flag(
-        "GPUS=N",
-        JOB,
-        "GPUs: N free visible ones (default: all; 0: CPU ranks on gloo), or device=i,j "
-        "(indices or UUIDs: those, busy or not); kube: N per pod",
+    "pool": (
+        Flag(
+            "PICK=n,m",
+            ("pool",),
+            "the experiments to run, by number, e.g. 1,9,23 (default: all; DRY_RUN=1 lists them)",
+        ),
     ),
-    Flag("NPROC=n", JOB, "CPU ranks when GPUS=0 (default 2); kube: per pod"),
-    Flag(
-        "CUDA=12.8",
-        (*JOB, "image", "gpus"),
-        "the GPU image's CUDA: 13.0 (default, driver R580+) or 12.8 (R525-R570)",
+    "repro": (
+        Flag(
+            "FROM=dir",
+            ("repro",),
+            "the failed job's folder: one log a pod (kubectl logs), and its objects (kubectl get "
+            "pods -o yaml) if you have them; or a harness run's folder",
+        ),
+        Flag("RUN=1", ("repro",), "also run the replay here and say whether its verdict matches"),
     ),
-    Flag("LAYOUT=name", ("up", "fault", "soak"), "single (default) | per-rank | host"),
-    Flag(
-        "NETWORK=mode",
-        ("up", "fault", "soak"),
-        "per-rank: isolated (default, a pod per rank) | shared (rank 0's namespaces)",
+    "kube": (
+        Flag("NODES=m", ("kube",), "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes"),
+        Flag("NAME=job", ("kube",), "the job's name (default sft; pods <name>-master-0, ...)"),
+        Flag(
+            "KIND=kind",
+            ("kube",),
+            "pytorchjob (default) | trainjob (Trainer v2) | job (one pod, a container per rank: "
+            "option 2)",
+        ),
+        Flag(
+            "RESTART_POLICY=p",
+            ("kube",),
+            "PyTorchJob: Never | OnFailure | ExitCode (MAX_RESTARTS: backoffLimit)",
+        ),
+        Flag(
+            "OUTPUT_CLAIM=pvc",
+            ("kube",),
+            "an existing PersistentVolumeClaim mounted at /output (checkpoints outlive a pod; "
+            "MAX_RESTARTS resumes from them)",
+        ),
+        Flag("REHEARSE=1", ("kube",), "also run the job's pods here, as Compose services"),
     ),
-    Flag("MEMORY=size", RUN, "memory limit per container, e.g. 8g (default: none)"),
-    Flag("PIDS=n", RUN, "process limit per container, e.g. 4096 (default: none)"),
-    # Restarts and resumes.
-    Flag(
-        "MAX_RESTARTS=n",
-        ("up", "fault", "kube"),
-        "restart the group up to n times, from its newest checkpoint",
+    "image": (
+        Flag("DEVICE=d", ("image",), "cpu | gpu: which image (default: gpu when GPUs are visible)"),
+        Flag("REBUILD=1", ("image",), "build the image even if it is up to date"),
     ),
-    Flag(
-        "RESUME=1",
-        ("up",),
-        "resume from RUNS/latest's newest checkpoint (checked and named first)",
-    ),
-    Flag("RESUME_FROM=id", ("up",), "resume from that run's newest checkpoint"),
-    Flag(
-        "GRACE=s",
-        JOB,
-        "seconds to wait for peers after a rank fails, and for a node to exit "
-        "once every trainer returned (default 60)",
-    ),
-    # The run and its record.
-    Flag(
-        "RUN_ID=id",
-        (*JOB, "down", "logs", "stacks", "pool"),
-        "the run's id (default: a new one); down, logs, stacks: which run; pool: its runs' "
-        "prefix (default pool)",
-    ),
-    Flag("DRY_RUN=1", ("up", "bench", "image", "pool"), "print what would run, run nothing"),
-    Flag(
-        "STALL=s",
-        ("up",),
-        "dump every rank's stack after s s without progress (default max(60, 10 x step); 0: off)",
-    ),
-    # bench
-    Flag(
-        "REPEAT=r",
-        ("bench",),
-        "rounds over the layouts (default 5, one look); auto: a look a round up to 30, under "
-        "bounds that keep a goal's false MET or MISSED at 3.7 per cent",
-    ),
-    Flag(
-        "BUDGET=t",
-        ("bench",),
-        "REPEAT=auto's cap on time: 900s, 15m, 1h (default 46m: the design's 30 rounds here)",
-    ),
-    Flag(
-        "LAYOUTS=a,b",
-        ("bench",),
-        "the layouts, comma-separated, in run order (default: all four)",
-    ),
-    Flag("THREADS=n", ("bench",), "OMP_NUM_THREADS of every rank (default: cores // world size)"),
-    # fault
-    Flag("FAULT=kind", ("fault",), "the failure to reproduce (docs/faults.md), or all"),
-    Flag("RANK=i", ("fault",), "the rank to hit (default 1)"),
-    Flag("AT_STEP=k", ("fault", "kube"), "the step to hit it at (default 12)"),
-    Flag(
-        "RDZV_TIMEOUT=s",
-        ("fault", "kube"),
-        "seconds ranks wait for a missing peer at start (default TIMEOUT)",
-    ),
-    Flag(
-        "LATE=s",
-        ("fault",),
-        "late-master: seconds rank 0's node starts after the others (default 10)",
-    ),
-    Flag(
-        "PICK=n,m",
-        ("pool",),
-        "pool: the experiments to run, by number, e.g. 1,9,23 (default: all; DRY_RUN=1 lists them)",
-    ),
-    # soak
-    Flag(
-        "MTBF=t",
-        ("soak",),
-        "mean time between the job's failures: a time (3m, 180s) or steps (400steps)",
-    ),
-    Flag("DURATION=t", ("soak",), "how long the soak trains: 20m, 1200s, 1h"),
-    Flag(
-        "KINDS=a,b",
-        ("soak",),
-        "the failures, comma-separated: kill (default), oom, save-kill, term, preempt",
-    ),
-    Flag(
-        "FAULT_SEED=n",
-        ("soak",),
-        "seed of the failures' steps, ranks and kinds (default 0); SEED stays training's",
-    ),
-    Flag("SAVE_EVERY=n", ("soak",), "save every n steps (the job's save_steps)"),
-    # repro
-    Flag(
-        "FROM=dir",
-        ("repro",),
-        "the failed job's folder: one log a pod (kubectl logs), and its objects (kubectl get "
-        "pods -o yaml) if you have them; or a harness run's folder",
-    ),
-    Flag("RUN=1", ("repro",), "also run the replay here and say whether its verdict matches"),
-    # kube
-    Flag("NODES=m", ("kube",), "pods: a Master and NODES-1 Workers, or NODES TrainJob nodes"),
-    Flag("NAME=job", ("kube",), "the job's name (default sft; pods <name>-master-0, ...)"),
-    Flag(
-        "KIND=kind",
-        ("kube",),
-        "pytorchjob (default) | trainjob (Trainer v2) | job (one pod, a container per rank: "
-        "option 2)",
-    ),
-    Flag(
-        "RESTART_POLICY=p",
-        ("kube",),
-        "PyTorchJob: Never | OnFailure | ExitCode (MAX_RESTARTS: backoffLimit)",
-    ),
-    Flag(
-        "OUTPUT_CLAIM=pvc",
-        ("kube",),
-        "an existing PersistentVolumeClaim mounted at /output (checkpoints outlive a pod; "
-        "MAX_RESTARTS resumes from them)",
-    ),
-    Flag("REHEARSE=1", ("kube",), "also run the job's pods here, as Compose services"),
-    Flag(
-        "GPU_HOURS_PER_FAILURE=h",
-        ("kube", "soak"),
-        "the cluster's failure rate for the save-interval advice (default Llama 3's: one per "
-        "~50,700 GPU-hours)",
-    ),
-    Flag("SAVE_ADVISED=1", ("kube",), "the rendered job saves at the advised interval"),
-    Flag(
-        "KILL=i",
-        ("kube",),
-        "rehearsal: SIGKILL rank i's pod at AT_STEP; the operator's rules act",
-    ),
-    # image
-    Flag("DEVICE=d", ("image",), "cpu | gpu: which image (default: gpu when GPUs are visible)"),
-    Flag("REBUILD=1", ("image",), "build the image even if it is up to date"),
-    # down, ps: this checkout's runs (its RUNS folder), unless ALL=1
-    Flag(
-        "ALL=1",
-        ("down", "ps"),
-        "every harness run on the engine, other checkouts' and users' too (default: RUNS's)",
-    ),
-)
+}
+TABLE = tuple(f for flags in GROUPS.values() for f in flags)
 BY_VAR = {f.var: f for f in TABLE}
 SWITCHES = tuple(f.var for f in TABLE if f.switch)
 VALUES = tuple(f.var for f in TABLE if not f.switch)
+RUN_GROUP = "the run"  # where RUNS (--runs), which every command takes, shows too
+RUNS_HELP = "where runs are recorded"
 
 
 def usage() -> str:
-    """The variables for `make help`: each with what it means and who takes it."""
+    """`make help`'s variables, under their groups: each with what it means and who takes it."""
     out = ["Variables (typed on make's command line; a target refuses one it does not take):"]
-    for f in TABLE:
-        takes = " ".join(c for c in f.commands if c != "gpus")
-        out.append(f"  {f.form:<17}{f.help} [{takes}]")
-    out.append(f"  {'RUNS=dir':<17}where runs are recorded (default runs/) [every target]")
+    width = max(len(f.form) for f in TABLE) + 2
+    for title, flags in GROUPS.items():
+        out.append(f"  {title}:")
+        for f in flags:
+            takes = " ".join(c for c in f.commands if c != "gpus")
+            out.append(f"    {f.form:<{width}}{f.help} [{takes}]")
+        if title == RUN_GROUP:
+            out.append(f"    {'RUNS=dir':<{width}}{RUNS_HELP} (default runs/) [every target]")
     return "\n".join(out)
 
 
