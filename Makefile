@@ -10,15 +10,17 @@ LOCK   := docker/requirements.lock
 RUNS   := runs
 
 # The variables: spec/flag_table.py declares each once (what it means, which commands honour
-# it). A variable reaches the harness only when typed on make's command line ($(origin)), so an
-# environment variable that shares a name (DATA, MODEL, ...) never becomes a flag; every target
-# passes every typed one, and a command refuses by name, with the reason, one it cannot honour.
-VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC GPUS NPROC CUDA \
-  LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM GRACE RUN_ID STALL REPEAT BUDGET \
-  LAYOUTS THREADS FAULT RANK AT_STEP RDZV_TIMEOUT LATE PICK MTBF DURATION KINDS FAULT_SEED \
-  SAVE_EVERY FROM NODES NAME KIND RESTART_POLICY OUTPUT_CLAIM GPU_HOURS_PER_FAILURE KILL DEVICE
+# it, its group in make help and --help), in the order of VALUES and SWITCHES here. A variable
+# reaches the harness only when typed on make's command line ($(origin)), so an environment
+# variable that shares a name (DATA, MODEL, ...) never becomes a flag; every target passes every
+# typed one, and a command refuses by name, with the reason, one it cannot honour.
+VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC GPUS NPROC \
+  CUDA THREADS LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM SAVE_EVERY \
+  GPU_HOURS_PER_FAILURE RUN_ID GRACE STALL REPEAT BUDGET LAYOUTS FAULT RANK AT_STEP \
+  RDZV_TIMEOUT LATE KILL MTBF DURATION KINDS FAULT_SEED PICK FROM NODES NAME KIND \
+  RESTART_POLICY OUTPUT_CLAIM DEVICE
 # A switch (RESUME, DRY_RUN, REHEARSE, ...) is on unless empty, 0, false, no or off.
-SWITCHES := RESUME DRY_RUN RUN REHEARSE SAVE_ADVISED REBUILD ALL
+SWITCHES := RESUME SAVE_ADVISED DRY_RUN ALL RUN REHEARSE REBUILD
 OFF := 0 false False FALSE no No NO off Off OFF
 typed = $(filter command line,$(origin $(1)))
 lower = $(subst Z,z,$(subst Y,y,$(subst X,x,$(subst W,w,$(subst V,v,$(subst U,u,$(subst T,t,$(subst S,s,$(subst R,r,$(subst Q,q,$(subst P,p,$(subst O,o,$(subst N,n,$(subst M,m,$(subst L,l,$(subst K,k,$(subst J,j,$(subst I,i,$(subst H,h,$(subst G,g,$(subst F,f,$(subst E,e,$(subst D,d,$(subst C,c,$(subst B,b,$(subst A,a,$(1)))))))))))))))))))))))))))

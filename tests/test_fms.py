@@ -18,13 +18,13 @@ from conftest import ROOT, leftovers
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign
-from tuning.harness.run.lifecycle import node_commands
+from tuning.harness.run.render import node_commands
 from tuning.harness.run_files import metric_lines
 from tuning.harness.spec import trainers
 from tuning.harness.spec.container import LAUNCH_DIR, LAUNCHER, RANK_RECORD
 from tuning.harness.spec.flags import RunFlags
+from tuning.harness.spec.job_files import job_of_file, load_job
 from tuning.harness.spec.layout import Layout, LayoutError
-from tuning.harness.spec.options import job_of_file, load_job
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 STEPS = 12

@@ -16,7 +16,7 @@ from conftest import ROOT, harness
 
 from tuning.harness import cli
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_table
+from tuning.harness.spec import flag_args, flag_table
 
 COMMANDS = ("up", "bench", "fault", "soak", "kube", "down", "ps", "logs", "stacks", "image")
 
@@ -64,14 +64,14 @@ def test_every_flag_a_command_cannot_honour_is_refused_by_name(command, tmp_path
         args = [command, "--runs", str(tmp_path), flag.option, *([] if flag.switch else ["v"])]
         a = cli.parser().parse_args(args)
         if command in flag.commands:
-            flag_table.refuse_unused(a, command)  # honoured: no complaint
+            flag_args.refuse_unused(a, command)  # honoured: no complaint
             continue
         with pytest.raises(
             HarnessError,
             match=rf"^{flag.var}=\S+ does not apply to `make "
             rf"{command}`: .+Drop it",
         ):
-            flag_table.refuse_unused(a, command)
+            flag_args.refuse_unused(a, command)
 
 
 def test_a_refused_flag_stops_the_command_before_anything_is_written(tmp_path):

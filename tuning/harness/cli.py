@@ -1,6 +1,8 @@
 """`python -m tuning.harness <command>`: what the Makefile's targets call. The parser and the
-dispatch only: each command (commands/) adds its subcommand, every subcommand takes every flag
-of spec/flag_table.py (refusing by name those it does not honour), and spec/flags.py types them.
+dispatch only: each command (commands/) adds its subcommand and the flags that are its own alone;
+spec/flag_args.py puts every flag of spec/flag_table.py on every subcommand (its --help shows
+those it takes, by group) and refuses by name one a command does not take; spec/flags.py types
+them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tuning.harness.commands import (
     up,
 )
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_table, options
+from tuning.harness.spec import flag_args, options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,9 +47,9 @@ def parser() -> argparse.ArgumentParser:
     )
     for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
-    for s in sub.choices.values():
-        flag_table.add(s)  # every flag everywhere: one a command cannot honour is refused
-        s.add_argument("--runs", default=str(options.RUNS), help="where runs are recorded")
+    for name, s in sub.choices.items():
+        # every flag everywhere, its help only where taken: one a command cannot take is refused
+        flag_args.add(s, name, runs=str(options.RUNS))
     return p
 
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     options.load_env_file()
     try:
-        flag_table.refuse_unused(a, a.command)
+        flag_args.refuse_unused(a, a.command)
         return a.fn(a)
     except HarnessError as e:
         print(f"harness: error: {e}", file=sys.stderr)

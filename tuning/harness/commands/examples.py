@@ -17,8 +17,8 @@ from tuning.harness.backends import compose
 from tuning.harness.errors import ROOT
 from tuning.harness.machine import devices
 from tuning.harness.spec import trainers
+from tuning.harness.spec.job_files import job_of_file
 from tuning.harness.spec.layout import CONTAINER_KINDS, Layout
-from tuning.harness.spec.options import job_of_file
 
 DIR = ROOT / "compose/examples"
 GPU_COUNTS = (2, 4, 8)

@@ -1,7 +1,8 @@
-"""Where flag strings become typed values: GPUS, NPROC, paths, the layout, the accelerate
-config, the job and the `Spec` every command starts a run from (up, bench, fault, kube).
+"""Where typed flags become a run: GPUS as the host's GPUs, the layout, RESUME's checkpoint and
+the `Spec` every command starts a run from (up, bench, fault, kube).
 
-The flags themselves are declared in flag_table.py, once for every command.
+The flags themselves are declared in flag_table.py, once for every command; the files the ranks
+read in /job (the trainer's job, the accelerate config) are job_files.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run_files import folders
 from tuning.harness.spec import job_paths, own_trainer, preflight, ranks_user, trainers
-from tuning.harness.spec.container import MODEL_DIR, PORT, SRC_DIR, data_target, output_dir_of
+from tuning.harness.spec.container import PORT, output_dir_of
 from tuning.harness.spec.flags import RunFlags
+from tuning.harness.spec.job_files import accelerate_config, args_job, job_for, load_job
 from tuning.harness.spec.job_paths import Source
 from tuning.harness.spec.layout import Layout, LayoutError
 from tuning.rank import torn
@@ -127,69 +129,6 @@ def _host(src: Source) -> str | None:
     return src.bind if src.where == "host" else None
 
 
-def accelerate_config(f: RunFlags, layout: Layout) -> Path:
-    if not f.config:
-        return devices.accelerate_default(layout.device)
-    path = Path(f.config)
-    if not path.is_file():
-        fixtures = sorted(trainers.CONFIGS.glob("accelerate/*"))
-        known = ", ".join(str(p.relative_to(ROOT)) for p in fixtures)
-        raise HarnessError(f"CONFIG={f.config}: no such file; known fixtures: {known}")
-    return path
-
-
-def load_job(path: Path) -> dict:
-    """The job file as a dict: YAML for this repo's trainer, a foreign trainer's own format
-    (fms: JSON)."""
-    if not path.is_file():
-        known = ", ".join(str(p.relative_to(ROOT)) for p in sorted(trainers.CONFIGS.glob("jobs/*")))
-        raise HarnessError(f"JOB={path}: no such file; known fixtures: {known}")
-    return trainers.load_job(path)
-
-
-def job_for(
-    layout: Layout,
-    base: dict,
-    model: Source,
-    data: Source,
-    steps: int | None,
-    seed: int | None,
-    timeout: int | None,
-    resume: bool,
-) -> dict:
-    """The trainer's job: the job file's, with the paths where the ranks find the model, the
-    data and the output, and the run's flags. A foreign trainer resumes by itself (fms)."""
-    job = dict(base)
-    job.setdefault("torch_dtype", devices.DTYPE[layout.device])
-    job.update(
-        model_name_or_path=job_paths.rank_path(model, layout),
-        training_data_path=job_paths.rank_path(data, layout),
-        output_dir=layout.output_dir,
-    )
-    for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
-        if value is not None:
-            job[key] = value
-    if resume and not layout.entry:
-        job["resume_from_checkpoint"] = True
-    return job
-
-
-def job_of_file(
-    layout: Layout,
-    path: Path,
-    steps: int | None = None,
-    seed: int | None = None,
-    timeout: int | None = None,
-    resume: bool = False,
-) -> dict:
-    """job_for of a job file run here with no MODEL or DATA: its own paths, else the demo's."""
-    base = load_job(path)
-    model, data = (
-        job_paths.for_run(v, None, base, path, bool(layout.entry)) for v in ("MODEL", "DATA")
-    )
-    return job_for(layout, base, model, data, steps, seed, timeout, resume)
-
-
 @dataclass
 class Spec:
     """Everything a run needs, checked: what lifecycle.start runs for up, bench, fault, kube."""
@@ -263,18 +202,6 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
         sources=sources,
         summary_extra=extra,
     )
-
-
-def args_job(layout: Layout) -> dict:
-    """A run whose ENTRY takes ARGS writes this in place of a job (job/job.json): what each rank
-    runs, and where MODEL, DATA and SRC are bound; no rank reads it."""
-    out = {"entry": layout.entry, "args": list(layout.args or ()), "output_dir": layout.output_dir}
-    for var, host, there in (("model", layout.model, MODEL_DIR), ("src", layout.src, SRC_DIR)):
-        if host:
-            out[var] = {"host": host, "ranks": there}
-    if layout.data:
-        out["data"] = {"host": layout.data, "ranks": data_target(layout.data)}
-    return out
 
 
 def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:

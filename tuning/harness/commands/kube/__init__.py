@@ -6,7 +6,7 @@ it (kube/rehearse.py). KIND chooses the object:
 each with the ConfigMap of the job's files, and for ENTRY the launcher's (kube_pod.py).
 
 1. `JobLayout` (job_layout.py): the layout model with a job's shape and the claims it mounts.
-2. The job as `up` runs it (options.job_for), key by key: only the paths change, to where the
+2. The job as `up` runs it (job_files.job_for), key by key: only the paths change, to where the
    pods find them: MODEL and DATA a claim (`pvc:<claim>/<path>`, mounted read-only where the job
    says) or a path inside the image (job_paths.for_cluster). /output is an emptyDir, gone with
    its pod, or OUTPUT_CLAIM. resume_from_checkpoint is rendered only over a claim; MAX_RESTARTS
@@ -38,6 +38,7 @@ from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES
 from tuning.harness.spec import (
     flags,
+    job_files,
     job_paths,
     options,
     own_trainer,
@@ -213,7 +214,7 @@ def main(a: argparse.Namespace) -> int:
         )
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
-    base = {} if with_args else options.load_job(Path(f.job))
+    base = {} if with_args else job_files.load_job(Path(f.job))
     model, data = (
         job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job))
         for v in ("MODEL", "DATA")
@@ -239,10 +240,10 @@ def main(a: argparse.Namespace) -> int:
     )
     # Every (re)start resumes from the newest checkpoint in /output: only when it outlives a pod.
     resume = f.max_restarts > 0 and layout.output_claim is not None
-    job = options.job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
+    job = job_files.job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
     if with_args:  # what the pods run, recorded in the job's ConfigMap; no rank reads it
-        job = options.args_job(layout)
-    accelerate_config = options.accelerate_config(f, layout)
+        job = job_files.args_job(layout)
+    accelerate_config = job_files.accelerate_config(f, layout)
     if f.config:
         preflight.check_world_size(accelerate_config, layout.world_size)
     measured_in = (

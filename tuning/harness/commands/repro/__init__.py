@@ -24,7 +24,7 @@ from tuning.harness.commands.repro import collect, replay, seen, source
 from tuning.harness.commands.repro import write as repro_write
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run_files import folders
-from tuning.harness.spec import flag_table, flags, options, own_trainer
+from tuning.harness.spec import flag_args, flags, job_files, options, own_trainer
 from tuning.harness.verdict import facts, rules
 
 CANNOT_TELL = 2
@@ -177,13 +177,13 @@ def local_steps(f: flags.RunFlags) -> int | None:
     if words is not None:
         raw = own_trainer.value_in(words, "max_steps")
         return int(raw) if raw and raw.isdigit() else None
-    steps = options.load_job(Path(f.job)).get("max_steps")
+    steps = job_files.load_job(Path(f.job)).get("max_steps")
     return int(steps) if str(steps or "").isdigit() else None
 
 
 def _job_flags(a: argparse.Namespace):
     """The flags the user typed for the replay's job (not those repro chooses)."""
-    return [fl for fl in flag_table.typed(a) if fl.dest not in CHOSEN + OWN]
+    return [fl for fl in flag_args.typed(a) if fl.dest not in CHOSEN + OWN]
 
 
 def typed_job(a: argparse.Namespace) -> str:
