@@ -209,3 +209,35 @@ def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
     v = rules.judge({"world": 4, "progressing": True, "ranks": ranks})
     assert (v["class"], v["culprits"]) == ("slow", [0]), v
     assert v["waited_s"]["0"] > 0.05 and max(v["waited_s"][r] for r in "123") < 0.002, v
+
+
+def _paused_rank_6(tmp_path, teardown_at):
+    """The pool's seed-1 run 6 (pause rank 6 of 7, single, fms): the hang's stacks showed rank 6
+    stopped and the rest waiting; then the harness's teardown SIGTERMed every rank (the rank
+    recorder wrote each one's "signal" line) and the verdict read a stop from outside."""
+    from test_stacks import WAITING
+
+    from tuning.harness.run import stack_text
+    from tuning.harness.verdict import live
+
+    dumped = {r: {**stack_text.parse(WAITING), "state": "dumped"} for r in range(6)}
+    dumped[6] = {"state": "stopped (SIGSTOP: it cannot dump)"}
+    signal = {"event": "signal", "name": "SIGTERM", "source": "harness_rank"}
+    metrics = {
+        r: [
+            {"event": "phase", "name": "rendezvous"},
+            {**signal, "time": 1000.3 + r / 100, "pid": 9 + r},
+        ]
+        for r in range(7)
+    }
+    (tmp_path / "trainer.log").write_text("harness-launch: accelerate launch ...\n")
+    kept = live.from_outside(metrics, tmp_path, teardown_at)
+    return rules.judge(facts.gather(7, kept, {"ranks": dumped}))
+
+
+def test_the_harnesss_own_teardown_is_no_stop_from_outside(tmp_path):
+    v = _paused_rank_6(tmp_path, teardown_at=1000.0)
+    assert (v["class"], v["culprits"]) == ("stopped or frozen", [6]), v
+    # a SIGTERM before the harness began stopping the run is a stop from outside, as it was
+    v = _paused_rank_6(tmp_path, teardown_at=1001.0)
+    assert v["class"] == "stopped from outside", v

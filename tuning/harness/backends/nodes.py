@@ -32,6 +32,9 @@ class Nodes(Protocol):
     issued_at: float | None  # when the start was issued (bench: container start)
     restarts_left: int  # group restarts the harness may still make
     restarts: list[dict]  # the ones it made
+    # when the harness began stopping what still ran (its teardown): a rank's SIGTERM from
+    # then on is the harness's own, never a stop from outside (lifecycle.execute sets it)
+    stopping_at: float | None
 
     @staticmethod
     def render(layout: Layout) -> dict[str, str]:
@@ -66,6 +69,7 @@ class ComposeNodes:
         # per-rank MAX_RESTARTS: the harness restarts the whole group (torchrun does in single)
         self.restarts_left = layout.max_restarts if layout.kind == "per-rank" else 0
         self.restarts: list[dict] = []
+        self.stopping_at: float | None = None
 
     @staticmethod
     def render(layout: Layout) -> dict[str, str]:
@@ -236,6 +240,7 @@ class HostNodes:
         self.proc: subprocess.Popen | None = None
         self.issued_at: float | None = None
         self.restarts: list[dict] = []
+        self.stopping_at: float | None = None
 
     @staticmethod
     def render(layout: Layout) -> dict[str, str]:

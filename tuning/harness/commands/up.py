@@ -71,7 +71,8 @@ def verdict_from_logs(run_dir, summary: dict) -> dict:
 
     view = collect.kubectl_view(run_dir, run_dir / "kubectl")
     output = run_dir / "output"
-    ranks = live.from_outside(metric_lines.read_metrics(output), run_dir / "logs")
+    logs, teardown_at = run_dir / "logs", summary.get("teardown_at")
+    ranks = live.from_outside(metric_lines.read_metrics(output), logs, teardown_at)
     rec, _, _ = repro.judge(view, dumps.failed(output), ranks)
     v = rec["verdict"]
     if not v:

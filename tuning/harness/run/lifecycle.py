@@ -111,6 +111,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     extra = {
         **({"reason": reason} if reason else {}),
         "image": engine.image_record(client, layout.image),
+        "teardown_at": nodes.stopping_at,
         **spec.summary_extra,
     }
     summary = run_summary.write(layout, run_dir, status, details, t0, restarts, extra)
@@ -212,6 +213,7 @@ def execute(
         except Exception:
             details = {}
         try:
+            nodes.stopping_at = time.time()
             nodes.stop()
         except Exception as e:  # a Docker API error in teardown: recorded, never a traceback
             status, reason = Status.FAILED, f"{reason + '; ' if reason else ''}teardown failed: {e}"

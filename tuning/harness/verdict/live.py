@@ -58,20 +58,26 @@ _CLOSING = re.compile(r"Sending process (\d+) closing signal SIGTERM")
 _TOLD = re.compile(r"Received (?:Signals\.)?(?:SIGTERM|15) death signal")
 
 
-def from_outside(metrics: dict, logs: Path) -> dict:
-    """The metrics without the SIGTERMs a rank's own launcher sent it after another worker
-    failed (its node's log says which pids it stopped): a failure's consequence, not a stop from
-    outside. A launcher that was itself told to stop (torchrun's "Received 15 death signal")
-    passes the stop on: those stay."""
+def from_outside(metrics: dict, logs: Path, teardown_at: float | None = None) -> dict:
+    """The metrics without the SIGTERMs that were no stop from outside: those a rank's own
+    launcher sent it after another worker failed (its node's log says which pids it stopped: a
+    failure's consequence), and those that came once the harness itself began stopping the run
+    (`teardown_at`: a hang's or a deadline's stop, its teardown). A launcher that was itself
+    told to stop (torchrun's "Received 15 death signal") before then passes the stop on: those
+    stay."""
     sent = set()
     for f in logs.glob("*.log"):
         text = f.read_text(errors="replace")
         if not _TOLD.search(text):
             sent |= {int(p) for p in _CLOSING.findall(text)}
-    return {
-        r: [y for y in lines if not (y.get("event") == "signal" and y.get("pid") in sent)]
-        for r, lines in metrics.items()
-    }
+
+    def kept(y: dict) -> bool:
+        if y.get("event") != "signal":
+            return True
+        came = y.get("at") or y.get("time") or 0.0
+        return y.get("pid") not in sent and not (teardown_at and came >= teardown_at)
+
+    return {r: [y for y in lines if kept(y)] for r, lines in metrics.items()}
 
 
 def judge(

@@ -79,7 +79,8 @@ def final(record: dict, follow, run_dir: Path, taken: dict | None) -> dict:
     for x in record["ranks"]:  # a node the follow never saw running never started
         nodes.setdefault(x["rank"], {})["started"] = x["node"] in follow.running
     output = run_dir / "output"
-    metrics = live.from_outside(metric_lines.read_metrics(output), run_dir / "logs")
+    teardown_at = folders.read_json(run_dir / "summary.json").get("teardown_at")
+    metrics = live.from_outside(metric_lines.read_metrics(output), run_dir / "logs", teardown_at)
     v = live.judge(
         record["world_size"], output, metrics, taken, keep.fr, exits(record, follow.t0), nodes
     )
