@@ -10,9 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, harness, leftovers
 from packaging.version import Version
-from test_lock import GPU_LOCK, pins
+
+from support.engine import leftovers
+from support.harness import harness
+from support.locks import GPU_LOCK, pins
+from support.paths import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.gpu_image]
 TAG = "tuning-harness:gpu"

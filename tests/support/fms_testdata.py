@@ -3,15 +3,16 @@ excepted) through our trainer, with the job fms's tests give it, and say which t
 are refused and why; with --fms-python, fms-hf-tuning 3.2.2 itself on the same jobs beside it.
 
     git clone https://github.com/foundation-model-stack/fms-hf-tuning   # (any copy of it)
-    .venv/bin/python tests/fms_testdata.py --artifacts fms-hf-tuning/tests/artifacts \\
+    PYTHONPATH=tests .venv/bin/python -m support.fms_testdata \\
+        --artifacts fms-hf-tuning/tests/artifacts \\
         [--fms-python /path/to/venv-with-fms-hf-tuning-3.2.2/bin/python] [--out DIR]
 
 Models, built offline: the tiny model (tuning.tiny_model) for text records; for the records
-pre-tokenized with Maykeye/TinyLLama-v0 and for chat, a tiny random Llama with that model's
-32,000 embedding rows beside fms's own tinyllama_tokenizer_special_tokens (32,004 tokens: its
-chat tokens and <pad> past the rows, resized as fms resizes them). Each run: 2 steps, one
-process, CPU. Prints a Markdown table (and writes it to OUT/report.md). Not a test: CI has no
-copy of fms's repository (tests/test_fms_parity_tokens.py generates files of the same shapes).
+pre-tokenized with Maykeye/TinyLLama-v0 and for chat, a tiny random Llama with that model's 32,000
+embedding rows beside fms's own tinyllama_tokenizer_special_tokens (32,004 tokens: its chat tokens
+and <pad> past the rows, resized as fms resizes them). Each run: 2 steps, one process, CPU. Prints a
+Markdown table (and writes it to OUT/report.md). Not a test: CI has no copy of fms's repository
+(tests/engine/trainers/test_fms_parity_tokens.py generates files of the same shapes).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tokenizer_models import CHAT_TEMPLATE, portable  # tests/ is this script's sys.path[0]
+from support.paths import ROOT
+from support.tokenizer_models import CHAT_TEMPLATE, portable
 
-ROOT = Path(__file__).resolve().parents[1]
 TWEET = {
     "data_formatter_template": "### Text: {{element['Tweet text']}} \\n\\n### Label:"
     " {{text_label}}",
@@ -120,7 +121,7 @@ def build_models(artifacts: Path, root: Path) -> dict[str, Path]:
     )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(maykeye)
-    for f in maykeye.iterdir():  # a container's user reads it (tests/test_fms_parity_tokens.py)
+    for f in maykeye.iterdir():  # a container's user reads it (test_fms_parity_tokens.py)
         f.chmod(0o644)
     return {"tiny": tiny, "maykeye": maykeye}
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
+from support.paths import ROOT
 from tuning.harness.machine import devices
 
-ROOT = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
 
 NVIDIA_SMI = textwrap.dedent(f"""\
@@ -96,7 +96,7 @@ def uuid(i: int) -> str:
 def install(tmp_path: Path, monkeypatch) -> None:
     """The stand-in nvidia-smi first on PATH (for this process and its children), no
     *_VISIBLE_DEVICES, and GPU locks in a directory of the test's own (a module's `smi`
-    fixture calls this)."""
+    fixture, unit/gpu/conftest.py, calls this)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)

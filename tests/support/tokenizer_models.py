@@ -1,5 +1,5 @@
 """Tiny models whose tokenizers are shaped like the ones fms-hf-tuning users bring, built
-offline (tests and the hand-run tests/fms_testdata.py):
+offline (tests and the hand-run tests/support/fms_testdata.py):
 
 - ``no_pad``: a Llama 3 / Mistral-shaped tokenizer: no pad token (and no unk), its own bos/eos;
 - ``added_tokens``: the tiny tokenizer with special tokens added past the model's embedding rows

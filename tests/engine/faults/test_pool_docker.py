@@ -8,8 +8,8 @@ import json
 import subprocess
 
 import pytest
-from conftest import ROOT
 
+from support.paths import ROOT
 from tuning.harness.commands.fault import pool_list
 
 pytestmark = [pytest.mark.docker, pytest.mark.fault]

@@ -1,4 +1,4 @@
-"""Stacks on the engine (a paused rank's fault run and its stacks: tests/test_fault.py): a foreign
+"""Stacks on the engine (a paused rank's fault run and its stacks: test_fault.py): a foreign
 ENTRY whose ranks wait on each other stalls `up`, which prints the stacks by itself and keeps
 them; `stacks` dumps a running run on demand; a normal run carries none of it."""
 
@@ -10,9 +10,13 @@ import subprocess
 import time
 
 import pytest
-from conftest import PYTHON, ROOT, harness, leftovers
 
-HANG_IMAGE = "tuning-harness-hang:test"  # the harness image + tests/hang_entry.py, a user's image
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import ENTRIES, PYTHON, ROOT
+
+# the harness image + support/entries/hang_entry.py: a user's image
+HANG_IMAGE = "tuning-harness-hang:test"
 
 
 @pytest.mark.docker
@@ -33,7 +37,7 @@ def test_a_normal_run_carries_no_stacks(harness_image, tmp_path):
 def hang_image(harness_image, tmp_path_factory) -> str:
     ctx = tmp_path_factory.mktemp("hang-image")
     for name in ("hang_entry.py", "exit_hang_entry.py"):
-        (ctx / name).write_text((ROOT / "tests" / name).read_text())
+        (ctx / name).write_text((ENTRIES / name).read_text())
     (ctx / "Dockerfile").write_text(
         f"FROM {harness_image}\nCOPY hang_entry.py exit_hang_entry.py "
         "/opt/venv/lib/python3.11/site-packages/\n"

@@ -10,8 +10,10 @@ import json
 
 import pytest
 import yaml
-from conftest import ROOT, harness, leftovers
 
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import ROOT
 from tuning.harness.run_files import folders, metric_lines
 
 SCRIPTS = ROOT / "tests/user_scripts"

@@ -12,8 +12,9 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT, leftovers
 
+from support.engine import leftovers
+from support.paths import ROOT
 from tuning.harness.commands.repro import collect
 
 kv = pytest.importorskip("kubernetes_validate")

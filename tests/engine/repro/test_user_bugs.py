@@ -13,7 +13,9 @@ import json
 import subprocess
 
 import pytest
-from conftest import ROOT, leftovers
+
+from support.engine import leftovers
+from support.paths import ROOT
 
 ARGS = "--steps 30 --timeout 20"
 # bug -> (live verdict, from its logs alone): the outcomes that are right, each (class, culprits)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, harness, leftovers
 
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import ROOT
 from tuning.rank import torn
 
 LAYOUTS = ("single", "per-rank")

@@ -9,7 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers, wait_training
+
+from support.engine import leftovers
+from support.harness import wait_training
+from support.paths import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SECRET = "hf_not-a-real-token-4242"

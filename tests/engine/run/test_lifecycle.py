@@ -13,7 +13,10 @@ from pathlib import Path
 
 import docker
 import pytest
-from conftest import PYTHON, ROOT, harness, leftovers, wait_training
+
+from support.engine import leftovers
+from support.harness import harness, wait_training
+from support.paths import PYTHON, ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

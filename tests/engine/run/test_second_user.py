@@ -22,16 +22,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, harness
-from test_gpu_lock_users import _tool  # useradd/userdel, retried while another holds the lock
+
+from support.harness import harness
+from support.paths import ROOT
+from support.users import user_tool  # useradd/userdel, retried while another holds the lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NAME, UID = "harness-second", 1500
 TIMES: dict[str, float] = {}  # seconds per step, printed at the end (CI's budget)
 # The container test run as them: it inspects the running ranks' uid, in each container.
-CONTAINER_TEST = (
-    "tests/test_leaks.py::test_running_containers_are_locked_down_and_ctrl_c_cleans_up[single-1]"  # noqa: E501
-)
+CONTAINER_TEST = "tests/engine/run/test_leaks.py::test_running_containers_are_locked_down_and_ctrl_c_cleans_up[single-1]"  # noqa: E501
 
 
 def as_user(cmd: str, step: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -67,7 +67,7 @@ def _remove_user() -> None:
     t0, left = time.monotonic(), _their_processes()
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    _tool("userdel", "-r", NAME)
+    user_tool("userdel", "-r", NAME)
     TIMES["userdel -r"] = round(time.monotonic() - t0, 1)
     for p in Path("/tmp").iterdir():  # what they left outside their home
         if p.lstat().st_uid != UID:
@@ -131,7 +131,7 @@ def second_user(harness_image, tiny_model, demo_data):
         _remove_user()
     elif taken:
         pytest.fail(f"uid {UID} is taken by {taken}: this test makes its own user with it")
-    made = _tool("useradd", "-m", "-u", str(UID), "-G", "docker", "-s", "/bin/bash", NAME)
+    made = user_tool("useradd", "-m", "-u", str(UID), "-G", "docker", "-s", "/bin/bash", NAME)
     assert made.returncode == 0, f"useradd {NAME}: {made.stderr}"
     try:
         home = Path(pwd.getpwnam(NAME).pw_dir)

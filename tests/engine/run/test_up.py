@@ -7,7 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers
+
+from support.engine import leftovers
+from support.paths import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 STEPS = 12

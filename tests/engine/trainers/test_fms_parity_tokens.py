@@ -1,4 +1,4 @@
-"""Parity with fms-hf-tuning 3.2.2's own run (as tests/test_fms_batches.py: the same job through
+"""Parity with fms-hf-tuning 3.2.2's own run (as test_fms_batches.py: the same job through
 the harness with TRAINER=fms and with ours, 2 CPU ranks, every batch dumped and compared token
 for token, and step 1's loss) where the tokenizer or the records are what users bring:
 
@@ -13,7 +13,7 @@ for token, and step 1's loss) where the tokenizer or the records are what users 
 The chat files are generated here in the shape of fms's tests/artifacts/testdata/jsonl
 single_turn_chat.jsonl and multi_turn_chat_conversations.jsonl (a system turn, user and
 assistant turns, and the fields group, dataset, metadata beside them; one record with tools),
-which CI cannot fetch; tests/fms_testdata.py runs fms's own files by hand."""
+which CI cannot fetch; tests/support/fms_testdata.py runs fms's own files by hand."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 
 import pytest
-from test_fms_batches import batches, compare, demo_rows, train
-from tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
 
+from support.fms_parity import batches, compare, demo_rows, train
+from support.tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
 from tuning.sft.chat import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
@@ -41,7 +41,7 @@ SYSTEM = "You are a cautious assistant. You carefully follow instructions."
 def models(tmp_path_factory) -> dict:
     made = build_models(tmp_path_factory)
     if ARTIFACTS:
-        from fms_testdata import build_models as fms_models
+        from support.fms_testdata import build_models as fms_models
 
         root = tmp_path_factory.mktemp("fms-models")
         made["maykeye"] = fms_models(Path(ARTIFACTS), root)["maykeye"]

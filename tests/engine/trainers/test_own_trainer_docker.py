@@ -18,9 +18,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers
-from test_own_trainer import YAML_12_WORDS
 
+from support.engine import leftovers
+from support.harness import YAML_12_WORDS
+from support.paths import ROOT
 from tuning.harness.backends import compose, engine
 from tuning.harness.run_files import metric_lines
 from tuning.harness.spec.layout import Layout

@@ -1,7 +1,7 @@
-"""Run inside fms-hf-tuning 3.2.2's image (tests/test_fms_tokens.py): fms's own tokenizer set-up
-(tuning.data.tokenizer_utils.setup_tokenizer, with the model and tokenizer loaded as its
-sft_trainer.train loads them) on each case, and what it left: the special tokens and their ids,
-the tokenizer's length, fms's returned dict, whether the tokenizer can pad, and the embedding
+"""Run inside fms-hf-tuning 3.2.2's image (tests/engine/trainers/test_fms_tokens.py): fms's own
+tokenizer set-up (tuning.data.tokenizer_utils.setup_tokenizer, with the model and tokenizer loaded
+as its sft_trainer.train loads them) on each case, and what it left: the special tokens and their
+ids, the tokenizer's length, fms's returned dict, whether the tokenizer can pad, and the embedding
 weights (OUT/<case>.pt), and the token ids of the case's texts.
 
 Usage: python fms_setup_probe.py CASES.json OUT   (CASES: [{"name", "model", ...job keys}])

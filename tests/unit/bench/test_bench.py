@@ -14,11 +14,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import PYTHON, ROOT, harness, leftovers
-from test_report import parse_table
 
-from tuning.harness.commands.bench import report
-from tuning.harness.commands.bench import samples as bench
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import PYTHON, ROOT
+from support.report_table import parse_table
+from tuning.harness.commands.bench import report, samples
 
 LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 STEPS = 10
@@ -262,10 +263,10 @@ def test_sigint_during_bench_stops_the_run_leaves_nothing_and_writes_the_report(
 
 
 def test_parse_docker_time():
-    assert bench.parse_docker_time("1970-01-01T00:00:10.250000000Z") == pytest.approx(10.25)
-    assert bench.parse_docker_time("1970-01-01T01:00:10+01:00") == pytest.approx(10.0)
-    assert bench.parse_docker_time("0001-01-01T00:00:00Z") is None  # never started
-    assert bench.parse_docker_time(None) is None
+    assert samples.parse_docker_time("1970-01-01T00:00:10.250000000Z") == pytest.approx(10.25)
+    assert samples.parse_docker_time("1970-01-01T01:00:10+01:00") == pytest.approx(10.0)
+    assert samples.parse_docker_time("0001-01-01T00:00:00Z") is None  # never started
+    assert samples.parse_docker_time(None) is None
 
 
 def _line(event, time_, t, **kw):
@@ -289,7 +290,7 @@ def test_phases_take_the_slowest_rank():
     nodes = [
         {"issued_at": 100.0, "container": f"c{i}", "started_at": s} for i, s in enumerate(started)
     ]
-    ph = bench.phases(metrics, nodes, fix=0.0)
+    ph = samples.phases(metrics, nodes, fix=0.0)
     assert tuple(ph) == report.PHASES
     assert ph == {
         "container_start_s": 1.0,  # the later container
@@ -299,7 +300,7 @@ def test_phases_take_the_slowest_rank():
         "model_load_s": 0.9,
         "first_step_s": 1.2,
     }
-    host = bench.phases(metrics, [{"issued_at": 100.0, "container": None}], fix=0.25)
+    host = samples.phases(metrics, [{"issued_at": 100.0, "container": None}], fix=0.25)
     assert host["container_start_s"] is None and host["launcher_s"] == 2.75
 
 

@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from tuning.harness.commands.bench import report as rp
+from support.clock import Clock
+from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import MAX_ROUNDS, Rounds, budget_s
 from tuning.harness.errors import HarnessError
 
 FOUR = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 CLEAR = {"step": 0.95, "busbw": 1.0, "launch": 0.5}  # every goal met, every round
 EDGE = {"step": (1.0, 1.06), "busbw": (0.92, 0.98), "launch": (1.5, 2.5)}  # either side
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _value(v, rnd: int) -> float:
@@ -74,7 +67,7 @@ def test_a_fixed_repeat_runs_that_many_rounds_and_looks_once():
         raw, _ = bench(r, CLEAR, clock, 60)
         assert r.done == repeat and r.stopped == f"{repeat} round(s), as REPEAT asked."
     # 8 rounds, one look: 8 of 8 meet -> MET; the error the fixed look keeps, P(Bin(8) <= 1)
-    assert [g["verdict"] for g in rp.derive(raw)["goals"]] == ["MET"] * 3
+    assert [g["verdict"] for g in report.derive(raw)["goals"]] == ["MET"] * 3
     assert r.describe().startswith("8 round(s), one look after 8 rounds: each goal's 90 % ")
     assert "false MET and false MISSED are 3.5 % each" in r.describe()  # 9 / 256
     with pytest.raises(HarnessError, match="BUDGET applies to REPEAT=auto only"):
@@ -91,7 +84,7 @@ def test_auto_decides_no_goal_before_its_bounds_allow_it():
     raw, seen = bench(r, CLEAR, clock, 60)
     assert r.done == 7 and r.stopped == "REPEAT=auto: every goal resolved after 7 rounds."
     assert seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2
-    goals = rp.derive(raw)["goals"]
+    goals = report.derive(raw)["goals"]
     assert [(g["verdict"], g["pairs"], g["bound"]) for g in goals] == [("MET", 7, 0)] * 3
     assert "group-sequential sign test" in r.describe() and "3.7 % each" in r.describe()
     assert raw["meta"]["design"]["error_at_edge"] == 0.0371
@@ -117,7 +110,7 @@ def test_auto_stops_at_the_design_s_last_look_and_says_what_it_would_take():
     raw, _ = bench(r, EDGE, clock, 1)
     assert r.done == MAX_ROUNDS == 30
     assert r.stopped.startswith("REPEAT=auto: stopped at the most rounds (30); still unresolved")
-    md = rp.markdown(raw, rp.derive(raw))
+    md = report.markdown(raw, report.derive(raw))
     step = next(ln for ln in md.splitlines() if ln.startswith("- UNRESOLVED: single/host"))
     assert step.endswith(
         "at round 30 (target <= 1.03, median of 30 paired ratios; 15 past the target, at most 8 "
@@ -138,7 +131,7 @@ def test_after_the_fifth_round_auto_runs_only_the_layouts_an_open_goal_reads():
     assert (
         seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2 + [["host", "single"]] * 23
     )
-    step, busbw, launch = rp.derive(raw)["goals"]
+    step, busbw, launch = report.derive(raw)["goals"]
     assert (step["pairs"], busbw["pairs"], launch["pairs"]) == (30, 7, 7)
     assert [g["verdict"] for g in (step, busbw, launch)] == ["UNRESOLVED", "MET", "MET"]
     assert launch["sentence"].endswith(
@@ -153,6 +146,6 @@ def test_a_decided_goal_keeps_its_verdict_whatever_later_pairs_say():
     r = Rounds("auto", "100h", clock)
     late = {**CLEAR, "step": EDGE["step"], "launch": 3.0}
     raw, _ = bench(r, lambda rnd: {**CLEAR, "step": EDGE["step"]} if rnd < 7 else late, clock, 1)
-    launch = rp.derive(raw)["goals"][2]
+    launch = report.derive(raw)["goals"][2]
     assert (launch["verdict"], launch["pairs"], launch["value"]) == ("MET", 7, 0.5)
     assert sum(v > 2.0 for v in launch["per_round"]) == 23  # a fixed look at 30 would miss it

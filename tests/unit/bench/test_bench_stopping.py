@@ -16,7 +16,8 @@ about 10 s), z standard normal: the truth is the median either way.
    and agree with the rule's exact rate. The first-clear rule the bench had (its 90 % interval
    looked at after every round from 5) fails the same check.
 
-`PYTHONPATH=. python tests/test_bench_stopping.py` prints the table of rates and mean rounds."""
+`PYTHONPATH=. python tests/unit/bench/test_bench_stopping.py` prints the table of rates and mean
+rounds."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ import json
 import sys
 
 import pytest
-from conftest import ROOT
+
+from support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import mfu  # noqa: E402
@@ -298,7 +299,7 @@ def test_gpu_peaks_cli():
 
 
 def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_path, llama_1b):
-    from tuning.harness.commands.bench import report as rp
+    from tuning.harness.commands.bench import report
 
     def rep(name, transport, busbw):
         probe = {
@@ -326,7 +327,7 @@ def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_pat
             rep("per-rank-shared", ["nccl/SHM/direct"], 9.0),
         ]
     }
-    bench["derived"] = rp.derive(bench)
+    bench["derived"] = report.derive(bench)
     (tmp_path / "report.json").write_text(json.dumps(bench))
     run = _write_run(tmp_path / "run", ranks=1, batch=8, seq=2048)
     base = [

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import random
 import struct
-from pathlib import Path
 
 import pytest
 
-from tuning.harness.commands.bench import report as rp
+from support.report_table import parse_table
+from tuning.harness.commands.bench import report
 
-REPO = Path(__file__).resolve().parents[1]
 ORDER = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 SIZES = [1024 * 2**k for k in range(15)]  # 1 KiB .. 16 MiB
 NRANKS, STEPS = 2, 24
@@ -96,21 +95,10 @@ def make_report(seed: int = 7, repeats: int = 2) -> dict:
     return {"schema_version": 1, "meta": {"bench": "test"}, "layouts": list(layouts.values())}
 
 
-def parse_table(md: str) -> dict[str, list[str]]:
-    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header == list(rp.TABLE_HEADER)
-    assert set(lines[1].replace("|", "").split()) == {"---"}
-    return {
-        cells[0]: cells
-        for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:])
-    }
-
-
 @pytest.fixture
 def written(tmp_path):
     rep = make_report(repeats=5)  # 5 rounds: the fewest a 90 % interval of a median takes
-    paths = rp.write(rep, tmp_path / "bench")
+    paths = report.write(rep, tmp_path / "bench")
     return rep, paths
 
 
@@ -154,7 +142,7 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     left, right = slice(0, w // 2), slice(w // 2, w)
     assert bar[:, left].sum() > 1000 > 100 > bar[:, right].sum()  # a blue curve's antialiasing
     assert orange[:, right].sum() > 50 and orange[:, left].sum() == 0
-    fig = rp.figure(rep)
+    fig = report.figure(rep)
     assert len(fig.axes) == 2
     speed, bw = fig.axes
     assert len(speed.patches) == len(ORDER)  # one bar per layout
@@ -165,7 +153,7 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     assert sorted(line.get_label() for line in bw.lines) == sorted(ORDER)
     assert all(len(line.get_xdata()) == len(SIZES) for line in bw.lines)
     # steps per second plotted = 1 / median step time
-    d = rp.derive(rep)
+    d = report.derive(rep)
     heights = [p.get_height() for p in speed.patches]
     assert heights == pytest.approx([1 / d["layouts"][n]["step_s"]["median"] for n in ORDER])
 
@@ -204,14 +192,14 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
         spec = plan.spec(a, f, tmp_path / "j", f"j-r1-{name}", name, probe=False, threads=1)
         assert (spec.job["save_strategy"], spec.job["save_steps"]) == ("steps", 7), name
         assert (spec.job["max_steps"], spec.job["max_seq_length"]) == (24, 96)
-    meta = rp.job_meta(spec.job, f.job, own=f.job == str(plan.BENCH_JOB))
+    meta = report.job_meta(spec.job, f.job, own=f.job == str(plan.BENCH_JOB))
     assert meta["job"]["save_steps"] == 7 and meta["own_workload"] is False
-    assert rp.workload(meta) == (
+    assert report.workload(meta) == (
         f"Workload: your job (JOB={job}): 24 steps, 8 x 96 tokens a rank, a checkpoint every 7 "
         "steps, as the job sets them (a save's own time is left out of step s; the steps after "
         "it are in)."
     )
-    own = rp.job_meta(
+    own = report.job_meta(
         {
             "max_steps": 30,
             "per_device_train_batch_size": 32,
@@ -221,7 +209,7 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
         str(plan.BENCH_JOB),
         own=True,
     )
-    assert rp.workload(own).startswith(
+    assert report.workload(own).startswith(
         "Workload: the bench's own (configs/jobs/bench.yaml): 30 steps, 32 x 128 tokens a rank, "
         "no checkpoints, as the job sets them"
     )
@@ -256,17 +244,17 @@ def test_an_unresolved_goal_says_its_spread_and_the_rounds_it_would_take():
     """Five rounds of a user's job whose step ratio wanders 0.90-1.14 about 1.00: the report
     says how far the rounds spread and how many a fixed bench needs to decide."""
     rep = make_report(repeats=5)
-    host = rp.derive(rep)["layouts"]["host"]["step_s"]["per_repeat"]
+    host = report.derive(rep)["layouts"]["host"]["step_s"]["per_repeat"]
     ratios = (0.90, 1.14, 1.00, 0.95, 1.08)
     for r, h, ratio in zip(rep["layouts"][1]["repeats"], host, ratios, strict=True):
         r["step_s"] = [[h * ratio] * 20, [h * ratio] * 20]
-    step = rp.derive(rep)["goals"][0]
+    step = report.derive(rep)["goals"][0]
     assert step["verdict"] == "UNRESOLVED" and step["value"] == pytest.approx(1.00)
     # |ratio - 1.00|: 0.10, 0.14, 0, 0.05, 0.08 -> MAD 0.08, x 1.4826 = 0.119; the median 0.03
     # under 1.03: a round lands past it with chance Phi(-0.03 / 0.119) = 40 %
     assert step["need"]["spread"] == pytest.approx(0.1186, abs=1e-4)
     assert step["need"]["past_chance"] == pytest.approx(0.40, abs=0.005)
-    md = rp.markdown(rep, rp.derive(rep))
+    md = report.markdown(rep, report.derive(rep))
     assert (
         "  - why: its paired rounds spread ±0.119 (1.4826 x their median absolute deviation) "
         "about a median 0.030 from the target, so about 40 % of rounds land past it; a fixed "

@@ -14,9 +14,10 @@ import sys
 from copy import deepcopy
 
 import pytest
-from test_report import REPO, parse_table
 
-from tuning.harness.commands.bench import report as rp
+from support.paths import ROOT
+from support.report_table import parse_table
+from tuning.harness.commands.bench import report
 
 MIB = 1024 * 1024
 # Per round; every steady step of both ranks the same. Rounds 4 and 5 keep the first three's
@@ -71,7 +72,7 @@ def profile(rounds: int = 3) -> dict:
 
 def test_every_cell_of_the_table():
     rep = profile()
-    table = parse_table(rp.markdown(rep, rp.derive(rep)))
+    table = parse_table(report.markdown(rep, report.derive(rep)))
     # host: launch 2 + 3 + 0.5 + 1 + 0.5 = 7.0 every round. Steps pooled: 0.4 x3, 0.5 x3,
     # 0.6 x3: median 0.5, p10 and p90 (inclusive, positions 0.8 and 7.2) 0.4 and 0.6.
     # tokens: 600 per round over 3 steps of 0.5/0.4/0.6 s: 400, 500, 333.3 -> 400; per rank
@@ -120,7 +121,7 @@ def test_every_cell_of_the_table():
 
 
 def test_three_way_verdicts_with_their_intervals():
-    goals = rp.derive(profile(5))["goals"]
+    goals = report.derive(profile(5))["goals"]
     assert [g["verdict"] for g in goals] == ["UNRESOLVED", "MISSED", "MET"]
     step, busbw, launch = goals
     assert step["value"] == pytest.approx(1.02)
@@ -129,7 +130,7 @@ def test_three_way_verdicts_with_their_intervals():
     assert step["more_rounds"] == 27
     assert busbw["value"] == pytest.approx(0.85) and busbw["interval"] == pytest.approx((0.8, 0.9))
     assert launch["value"] == pytest.approx(1.0) and launch["interval"] == pytest.approx((0.5, 1.5))
-    md = rp.markdown(profile(5), rp.derive(profile(5)))
+    md = report.markdown(profile(5), report.derive(profile(5)))
     lines = [ln for ln in md.splitlines() if ln.startswith("- ")]
     assert lines == [
         "- UNRESOLVED: single/host steady step time ratio 1.020, 94 % interval [1.000, 1.050] "
@@ -147,7 +148,7 @@ def test_three_way_verdicts_with_their_intervals():
 def test_three_rounds_decide_nothing():
     """The same figures over the first three rounds: a 75 % interval, too unsure for a verdict
     however clear the figure (busbw 0.80-0.90 is wholly below its 0.95 target)."""
-    goals = rp.derive(profile(3))["goals"]
+    goals = report.derive(profile(3))["goals"]
     # step: 3 x (0.025 / 0.01)^2 = 18.75 -> 16 more; busbw and launch: at least 5 - 3 = 2
     assert [(g["verdict"], g["more_rounds"]) for g in goals] == [
         ("UNRESOLVED", 16),
@@ -167,7 +168,7 @@ def test_a_missed_goal_names_only_a_part_measured_beyond_its_uncertainty():
     for r, extra in zip(single, (4.0, 3.0, 3.5, 3.7, 3.3), strict=True):
         r["phases"]["container_start_s"] += extra  # 4.5, 4.0, 5.0, 4.5, 4.5: median 4.5
     single[1]["phases"]["imports_s"] = 3.4  # later in one round only: interval [0, 0.4]
-    launch = rp.derive(rep)["goals"][2]
+    launch = report.derive(rep)["goals"][2]
     # launch differences 4.5, 4.4 (container 4.0 + imports 0.4), 5.0, 4.5, 4.5
     assert launch["verdict"] == "MISSED" and launch["interval"] == pytest.approx((4.4, 5.0))
     # container start: 4.0 to 5.0 later -> named; imports 0, +0.4, 0, 0, 0: not beyond zero
@@ -179,7 +180,7 @@ def test_a_missed_goal_names_only_a_part_measured_beyond_its_uncertainty():
         r["phases"]["container_start_s"] = 3.0
     single[0]["phases"]["container_start_s"] = 5.0  # differences +5, +3, +3, +3, +3: MISSED
     single[1]["phases"]["imports_s"] = 3.0
-    assert rp.derive(rep)["goals"][2]["sentence"].endswith(
+    assert report.derive(rep)["goals"][2]["sentence"].endswith(
         "container_start_s is later by +3.000 s [+3.000, +5.000] (median of paired differences)."
     )
 
@@ -188,7 +189,7 @@ def test_the_transport_is_blamed_only_when_the_paths_differ():
     rep = profile(5)
     for r in rep["layouts"][2]["repeats"]:  # per-rank-shared over a bridge: its own namespace
         r["probe"] = _probe(r["probe"]["samples"][1]["busbw_GBps"], "eth0", loopback=False)
-    busbw = rp.derive(rep)["goals"][1]
+    busbw = report.derive(rep)["goals"][1]
     assert busbw["verdict"] == "MISSED"
     assert busbw["sentence"].endswith(
         "missed; the transport differs: per-rank-shared's collective takes gloo/eth0 where "
@@ -201,7 +202,7 @@ def test_a_slower_step_blames_the_collective_only_when_it_is_measurably_slower()
     single = rep["layouts"][1]["repeats"]
     for r, s in zip(single, (0.56, 0.44, 0.66, 0.55, 0.56), strict=True):  # 1.10-1.12: MISSED
         r["step_s"] = [[s] * 3, [s] * 3]
-    step = rp.derive(rep)["goals"][0]
+    step = report.derive(rep)["goals"][0]
     assert step["verdict"] == "MISSED"
     assert step["sentence"].endswith(
         "missed; no measured part explains it: the collective is not slower beyond its "
@@ -210,14 +211,14 @@ def test_a_slower_step_blames_the_collective_only_when_it_is_measurably_slower()
     )
     for r, bw in zip(single, (0.7, 0.8, 0.6, 0.75, 0.65), strict=True):  # 0.7 [0.6, 0.8]: < 1
         r["probe"]["samples"][1]["busbw_GBps"] = bw
-    assert rp.derive(rep)["goals"][0]["sentence"].endswith(
+    assert report.derive(rep)["goals"][0]["sentence"].endswith(
         "missed; the collective is slower (busbw ratio single/host 0.700 [0.600, 0.800]); not "
         "the transport: both layouts' collectives take the same path (loopback)."
     )
 
 
 def test_one_round_is_unresolved_and_asks_for_four_more():
-    goals = rp.derive(profile(rounds=1))["goals"]
+    goals = report.derive(profile(rounds=1))["goals"]
     assert [(g["verdict"], g["interval"], g["more_rounds"]) for g in goals] == [
         ("UNRESOLVED", None, 4),
         ("UNRESOLVED", None, 4),
@@ -235,7 +236,7 @@ def test_pairwise_median_ratio_differs_from_ratio_of_medians():
     for lay, steps in zip(rep["layouts"][:2], ((1.0, 2.0, 3.0), (1.1, 1.8, 3.6)), strict=True):
         for r, s in zip(lay["repeats"], steps, strict=True):
             r["step_s"] = [[s] * 5, [s] * 5]
-    d = rp.derive(rep)
+    d = report.derive(rep)
     pairwise = d["layouts"]["single"]["ratios"]["step_s"]["host"]
     assert pairwise["median"] == pytest.approx(1.1)  # median(1.1, 0.9, 1.2)
     assert pairwise["interval"] == pytest.approx([0.9, 1.2]) and pairwise["pairs"] == 3
@@ -249,8 +250,8 @@ def test_missing_layouts_and_nulls_do_not_crash(tmp_path):
     rep = deepcopy(profile())
     rep["layouts"] = [rep["layouts"][0]]
     rep["layouts"][0]["repeats"][0]["probe"] = None
-    j, m, p = rp.write(rep, tmp_path)
-    goals = rp.derive(rep)["goals"]
+    j, m, p = report.write(rep, tmp_path)
+    goals = report.derive(rep)["goals"]
     assert [g["verdict"] for g in goals] == ["NOT MEASURED"] * 3
     assert (
         "- NOT MEASURED: single/host steady step time: not measured (no single)." in m.read_text()
@@ -264,7 +265,7 @@ def test_report_module_never_imports_torch():
         " print('torch' in sys.modules)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
 
@@ -276,17 +277,20 @@ def test_a_gap_no_single_phase_explains_names_none():
     for i, r in enumerate(rep["layouts"][1]["repeats"]):
         r["phases"]["container_start_s"] = None  # as host: no container part
         r["phases"]["imports_s" if i < 2 else "model_load_s"] += 3.0
-    launch = rp.derive(rep)["goals"][2]
+    launch = report.derive(rep)["goals"][2]
     assert launch["verdict"] == "MISSED" and launch["interval"] == pytest.approx((3.0, 3.0))
     assert launch["sentence"].endswith("missed; no phase is later beyond its uncertainty.")
 
 
 def test_the_median_interval_takes_order_statistics_and_says_its_coverage():
-    from tuning.harness.commands.bench import report_stats as st
+    from tuning.harness.commands.bench import report_stats
 
     # coverage 1 - 2 P(Binomial(n, 1/2) < k): n=3 k=1: 1 - 2/8; n=5: 1 - 2/32; n=8 k=2: 1 - 18/256
-    assert [st.coverage_of(n) for n in (2, 3, 5, 8)] == [0.5, 0.75, 0.9375, 0.9296875]
-    assert st.MIN_PAIRS == 5
-    assert st.interval([1.0]) is None
-    assert st.interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
-    assert st.interval([8, 1, 7, 2, 6, 3, 5, 4]) == (2, 7)  # k=2 from 8 rounds: x_2 and x_7
+    assert [report_stats.coverage_of(n) for n in (2, 3, 5, 8)] == [0.5, 0.75, 0.9375, 0.9296875]
+    assert report_stats.MIN_PAIRS == 5
+    assert report_stats.interval([1.0]) is None
+    assert report_stats.interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert report_stats.interval([8, 1, 7, 2, 6, 3, 5, 4]) == (
+        2,
+        7,
+    )  # k=2 from 8 rounds: x_2 and x_7

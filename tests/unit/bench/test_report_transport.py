@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tuning.harness.commands.bench import report as rp
+from tuning.harness.commands.bench import report
 from tuning.shared import transport
 
 
@@ -31,7 +31,7 @@ def test_parse_nccl_transport():
 
 
 def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
-    from tuning.harness.commands.bench import samples as bench_samples
+    from tuning.harness.commands.bench import samples
 
     run = tmp_path / "run"
     (run / "output").mkdir(parents=True)
@@ -49,12 +49,12 @@ def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
     (run / "logs/rank1.log").write_text(
         "rank0:11:21 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n"
     )
-    sample = bench_samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
+    sample = samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
     assert sample["transport"] == ["nccl/SHM/direct", "nccl/NET/Socket"]
     # no channel lines (NCCL_DEBUG was not INFO): unknown, never the bootstrap socket's eth0
     for log in (run / "logs").iterdir():
         log.write_text("rank0:10:20 [0] NCCL INFO Bootstrap : Using eth0:172.18.0.2<0>\n")
-    sample = bench_samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
+    sample = samples.probe_sample(run, {"run_id": "b-r1-per-rank-probe", "status": "ok"})
     assert sample["transport"] == ["nccl/unknown"]
     rep = {"layouts": [{"name": "per-rank-shared", "repeats": [{**sample, "step_s": [[1.0]]}]}]}
-    assert rp.derive(rep)["layouts"]["per-rank-shared"]["transport"] == ["nccl/unknown"]
+    assert report.derive(rep)["layouts"]["per-rank-shared"]["transport"] == ["nccl/unknown"]

@@ -1,16 +1,17 @@
 """Chat records trained as fms-hf-tuning 3.2.2 trains them with instruction_template and
 response_template (tuning/sft/chat.py): the conversation found as fms finds it, rendered by the chat
 template, only the assistant turns in the loss (trl's rule), refusals that name the fix.
-Token-for-token parity with fms's own run: tests/test_fms_batches.py (chat cases)."""
+Token-for-token parity with fms's own run: tests/engine/trainers/test_fms_batches.py (chat
+cases)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import run_launch
-from tokenizer_models import CHAT_TEMPLATE, added_tokens
 
+from support.launch import run_launch
+from support.tokenizer_models import CHAT_TEMPLATE, added_tokens
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.preflight import check_data
 from tuning.sft.chat import IGNORE_INDEX, conversation_of, mask_turns

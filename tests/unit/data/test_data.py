@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from support.data_files import write_jsonl
+from support.paths import ROOT
 from tuning.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
 from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.collator import Collator
@@ -21,14 +22,7 @@ from tuning.sft.data import (
 )
 from tuning.sft.files import DataError
 
-ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"input": "a", "output": "b"}
-
-
-def _write(tmp_path: Path, rows: list, name: str = "d.jsonl") -> Path:
-    path = tmp_path / name
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
 
 
 def _decode_labels(tokenizer, row) -> str:
@@ -36,7 +30,9 @@ def _decode_labels(tokenizer, row) -> str:
 
 
 def test_input_output_masks_the_input(tmp_path, tokenizer):
-    path = _write(tmp_path, [{"input": "### Input: cat dog\n\n## Label:", "output": " red blue"}])
+    path = write_jsonl(
+        tmp_path, [{"input": "### Input: cat dog\n\n## Label:", "output": " red blue"}]
+    )
     (example,) = load_examples(path)
     row = tokenize_example(example, tokenizer, 64)
     prompt_len = len(tokenizer(example.prompt)["input_ids"])
@@ -49,7 +45,7 @@ def test_input_output_masks_the_input(tmp_path, tokenizer):
 
 def test_text_field_with_response_template(tmp_path, tokenizer):
     text = "### Input: owl hen\n\n## Label: gold jade"
-    path = _write(tmp_path, [{"text": "### Input: fox\n\n## Label: green"}, {"text": text}])
+    path = write_jsonl(tmp_path, [{"text": "### Input: fox\n\n## Label: green"}, {"text": text}])
     examples = load_examples(path, dataset_text_field="text", response_template=RESPONSE_TEMPLATE)
     row = tokenize_example(examples[1], tokenizer, 64, RESPONSE_TEMPLATE)
     assert row["index"] == 1
@@ -61,14 +57,14 @@ def test_text_field_with_response_template(tmp_path, tokenizer):
 
 
 def test_text_field_without_template_trains_on_everything(tmp_path, tokenizer):
-    path = _write(tmp_path, [{"text": "cat dog fox"}])
+    path = write_jsonl(tmp_path, [{"text": "cat dog fox"}])
     (example,) = load_examples(path, dataset_text_field="text")
     row = tokenize_example(example, tokenizer, 64)
     assert IGNORE_INDEX not in row["labels"] and row["labels"] == row["input_ids"]
 
 
 def test_data_formatter_template(tmp_path, tokenizer):
-    path = _write(tmp_path, [{"input": "cat eel", "output": "red rust", "other": 1}])
+    path = write_jsonl(tmp_path, [{"input": "cat eel", "output": "red rust", "other": 1}])
     (example,) = load_examples(
         path, data_formatter_template=FORMATTER_TEMPLATE, response_template=RESPONSE_TEMPLATE
     )
@@ -78,14 +74,14 @@ def test_data_formatter_template(tmp_path, tokenizer):
 
 
 def test_truncation(tmp_path, tokenizer):
-    path = _write(tmp_path, records(1))
+    path = write_jsonl(tmp_path, records(1))
     (example,) = load_examples(path)
     row = tokenize_example(example, tokenizer, 5)
     assert len(row["input_ids"]) == len(row["labels"]) == 5
 
 
 def test_collator_pads_with_minus_100_and_keeps_indices(tmp_path, tokenizer):
-    path = _write(
+    path = write_jsonl(
         tmp_path, [{"input": "### Input: cat\n\n## Label:", "output": " red"}, *records(3)]
     )
     ds = tokenize_examples(load_examples(path), tokenizer, 64)
@@ -109,7 +105,7 @@ def test_padding_and_prompt_do_not_change_the_loss(tiny_model, tokenizer, tmp_pa
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
-    path = _write(tmp_path, records(2, seed=3))
+    path = write_jsonl(tmp_path, records(2, seed=3))
     ds = tokenize_examples(load_examples(path), tokenizer, 64)
     batch = Collator(tokenizer.pad_token_id)([ds[0], ds[1]])
     batch.pop("sample_index")
@@ -139,7 +135,7 @@ def test_padding_and_prompt_do_not_change_the_loss(tiny_model, tokenizer, tmp_pa
     ],
 )
 def test_bad_files_name_file_line_and_reason(tmp_path, lines, line_no, reason):
-    path = _write(tmp_path, lines)
+    path = write_jsonl(tmp_path, lines)
     with pytest.raises(DataError) as err:
         load_examples(path)
     message = str(err.value)
@@ -155,12 +151,12 @@ def test_empty_file_refused(tmp_path):
 
 
 def test_missing_template_field_and_template_not_found(tmp_path):
-    path = _write(tmp_path, [{"input": "a", "output": "b"}, {"input": "a", "answer": "b"}])
+    path = write_jsonl(tmp_path, [{"input": "a", "output": "b"}, {"input": "a", "answer": "b"}])
     with pytest.raises(DataError, match=r":2: missing field 'output'"):
         load_examples(
             path, data_formatter_template=FORMATTER_TEMPLATE, response_template="## Label:"
         )
-    path = _write(tmp_path, [{"text": "## Label: x"}, {"text": "no template here"}], "t.jsonl")
+    path = write_jsonl(tmp_path, [{"text": "## Label: x"}, {"text": "no template here"}], "t.jsonl")
     with pytest.raises(DataError, match=r"t.jsonl:2: response_template"):
         load_examples(path, dataset_text_field="text", response_template="## Label:")
     with pytest.raises(DataError, match=r"t.jsonl:1: missing field 'body'"):
@@ -173,7 +169,7 @@ def test_missing_file_refused(tmp_path):
 
 
 def test_cli_refuses_bad_data_before_training(tmp_path, tiny_model):
-    path = _write(tmp_path, [{"input": "a", "output": "b"}] * 3 + ["{oops"])
+    path = write_jsonl(tmp_path, [{"input": "a", "output": "b"}] * 3 + ["{oops"])
     out = tmp_path / "out"
     proc = subprocess.run(
         [
@@ -202,10 +198,10 @@ def test_cli_refuses_bad_data_before_training(tmp_path, tiny_model):
 
 
 def test_demo_data_is_deterministic_and_in_vocab(tmp_path, tokenizer):
-    a = _write(tmp_path, records(50, seed=1), "a.jsonl").read_text()
-    b = _write(tmp_path, records(50, seed=1), "b.jsonl").read_text()
+    a = write_jsonl(tmp_path, records(50, seed=1), "a.jsonl").read_text()
+    b = write_jsonl(tmp_path, records(50, seed=1), "b.jsonl").read_text()
     assert a == b
-    assert a != _write(tmp_path, records(50, seed=2), "c.jsonl").read_text()
+    assert a != write_jsonl(tmp_path, records(50, seed=2), "c.jsonl").read_text()
     ids = tokenizer(a)["input_ids"]
     assert tokenizer.unk_token_id not in ids
 

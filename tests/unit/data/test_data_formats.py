@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import write_table
-from test_data import _write
 
+from support.data_files import write_jsonl, write_table
 from tuning.sft.data import (
     load_examples,
     tokenize_example,
@@ -51,8 +50,8 @@ def test_arrow_ipc_file_format_too(tmp_path):
 def test_directory_of_files_in_name_order(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
-    _write(folder, IO_ROWS[1:], "b.jsonl")
-    _write(folder, IO_ROWS[:1], "a.jsonl")
+    write_jsonl(folder, IO_ROWS[1:], "b.jsonl")
+    write_jsonl(folder, IO_ROWS[:1], "a.jsonl")
     assert _pieces(load_examples(folder)) == EXPECTED
     tables = tmp_path / "tables"
     tables.mkdir()
@@ -62,8 +61,8 @@ def test_directory_of_files_in_name_order(tmp_path):
 
 
 def test_directory_with_train_and_test_files_refused(tmp_path):
-    _write(tmp_path, IO_ROWS, "train.jsonl")
-    _write(tmp_path, IO_ROWS, "test.jsonl")
+    write_jsonl(tmp_path, IO_ROWS, "train.jsonl")
+    write_jsonl(tmp_path, IO_ROWS, "test.jsonl")
     with pytest.raises(DataError, match=r"into \['test', 'train'\].*validation_data_path"):
         load_examples(tmp_path)
 
@@ -90,7 +89,7 @@ def test_text_file_is_one_record_a_line(tmp_path):
 
 def test_pretokenized_records_pass_through_truncated(tmp_path, tokenizer):
     rows = [{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8], "other": "x"}]
-    for path in (_write(tmp_path, rows), write_table(tmp_path / "p.parquet", rows)):
+    for path in (write_jsonl(tmp_path, rows), write_table(tmp_path / "p.parquet", rows)):
         (example,) = load_examples(path)
         row = tokenize_example(example, tokenizer, 64)
         assert row == {"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8], "index": 0}
@@ -117,14 +116,14 @@ def test_pretokenized_records_pass_through_truncated(tmp_path, tokenizer):
 )
 def test_pretokenized_refusals(tmp_path, rows, kwargs, message):
     with pytest.raises(DataError, match=message):
-        load_examples(_write(tmp_path, rows), **kwargs)
+        load_examples(write_jsonl(tmp_path, rows), **kwargs)
 
 
 def test_chat_records_refused_with_what_they_need(tmp_path):
     rows = [
         {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
     ]
-    for path in (_write(tmp_path, rows), write_table(tmp_path / "c.parquet", rows)):
+    for path in (write_jsonl(tmp_path, rows), write_table(tmp_path / "c.parquet", rows)):
         with pytest.raises(DataError) as err:
             load_examples(path)
         message = str(err.value)

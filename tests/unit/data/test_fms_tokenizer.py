@@ -1,7 +1,7 @@
 """A tokenizer as fms-hf-tuning 3.2.2's transformers (4.55) loads it (tuning/sft/fms_tokenizer.py):
 the class read from the files, the special tokens it starts from, tokenizer.json as it is for
 the Llama and GPT-NeoX classes (transformers 5 rebuilds them), the padding side.
-(tests/test_fms_tokens.py compares the ids with fms's own, in its image.)"""
+(tests/engine/trainers/test_fms_tokens.py compares the ids with fms's own, in its image.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tokenizer_models import (
+
+from support.tokenizer_models import (
     CHAT_TOKENS,
     build_models,
     job_config,
@@ -17,7 +18,6 @@ from tokenizer_models import (
     sentencepiece_llama,
     variant,
 )
-
 from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.collator import Collator
 from tuning.sft.fms_tokenizer import as_fms_loads, fms_class, load
@@ -103,9 +103,9 @@ def test_neox_and_llama_classes_load_as_fms_loads_them(models, tmp_path):
 
 
 def test_a_sentencepiece_llama_tokenizer_is_not_rebuilt(tmp_path):
-    """transformers 5 rebuilds a Llama-class tokenizer and tokenizes a tab differently from
-    fms's 4.55, which uses tokenizer.json as it is (tests/test_fms_tokens.py: load() gives fms's
-    ids on this tokenizer)."""
+    """transformers 5 rebuilds a Llama-class tokenizer and tokenizes a tab differently from fms's
+    4.55, which uses tokenizer.json as it is (tests/engine/trainers/test_fms_tokens.py: load() gives
+    fms's ids on this tokenizer)."""
     from transformers import AutoTokenizer
 
     path = sentencepiece_llama(tmp_path / "sp")

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, write_table
 
+from support.data_files import write_table
+from support.paths import ROOT
 from tuning.sft import json_records, records
 from tuning.sft.data import load_examples
 from tuning.sft.files import DataError

@@ -1,8 +1,8 @@
 """The tokenizer and embeddings set up as fms-hf-tuning 3.2.2 sets them up
 (tuning/sft/special_tokens.py): its special-token cases, the resize to a multiple, new rows at the
-mean; the EOS of a tokenizer without a pad token stays in the labels; added special tokens past
-the model's rows train. (tests/test_fms_tokens.py compares the set-up with fms's own, in its
-image.)"""
+mean; the EOS of a tokenizer without a pad token stays in the labels; added special tokens past the
+model's rows train. (tests/engine/trainers/test_fms_tokens.py compares the set-up with fms's own, in
+its image.)"""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, launch_env, run_launch, step_losses
-from tokenizer_models import CHAT_TOKENS, build_models, job_config, variant
 
+from support.launch import launch_env, run_launch
+from support.metrics import step_losses
+from support.paths import ROOT
+from support.tokenizer_models import CHAT_TOKENS, build_models, job_config, variant
 from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.config import ConfigError
 from tuning.sft.data import load_examples, tokenize_example
@@ -278,12 +280,12 @@ def test_pretokenized_ids_past_the_rows_are_refused(tiny_model, tmp_path):
 def test_fsdp_trains_the_resized_model_as_ddp_does(models, demo_data, tmp_path):
     """FSDP's ranks load the model with cpu_ram_efficient_loading (all but rank 0 on the meta
     device) and resize it each: the same losses as DDP's, step for step."""
-    from test_fsdp import CONFIGS, TOLERANCE, launch
+    from support.launch import CONFIGS, FSDP_TOLERANCE, launcher
 
     losses = {}
     for name, config in (("fsdp", CONFIGS / "fsdp-cpu.yaml"), ("ddp", CONFIGS / "cpu.yaml")):
         out = tmp_path / name
-        proc = launch(
+        proc = launcher(
             models["no_pad"],
             demo_data,
             out,
@@ -300,4 +302,4 @@ def test_fsdp_trains_the_resized_model_as_ddp_does(models, demo_data, tmp_path):
         losses[name] = step_losses(out, 0)
     assert len(losses["fsdp"]) == 4
     for step, loss in losses["ddp"].items():
-        assert losses["fsdp"][step] == pytest.approx(loss, abs=TOLERANCE), f"step {step}"
+        assert losses["fsdp"][step] == pytest.approx(loss, abs=FSDP_TOLERANCE), f"step {step}"

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from tokens_entry import Ex, N, tokenize_as
 
+from support.entries.tokens_entry import Ex, N, tokenize_as
+from support.paths import ENTRIES, ROOT
 from tuning.demo_data import records
 from tuning.sft.data import load_examples, tokenize_example, tokenize_examples
 from tuning.sft.files import DataError
@@ -70,7 +70,7 @@ def _two_ranks(tmp_path: Path, mode: str) -> tuple[dict, dict]:
         "torch.distributed.run",
         "--standalone",
         "--nproc-per-node=2",
-        str(ROOT / "tests/tokens_entry.py"),
+        str(ENTRIES / "tokens_entry.py"),
         str(tmp_path),
         mode,
     ]

@@ -1,8 +1,8 @@
 """The desync faults (tuning/rank/desync.py) in real gloo ranks under torchrun and the rank
-recorder, as a foreign ENTRY runs (tests/desync_entry.py: a training loop's collectives), and
-the verdict the host reads from what the ranks show: their stacks, their flight recorders (with
-torch's own analysis, tuning/rank/fr_check.py, run with this project's Python as for
-LAYOUT=host), their ends."""
+recorder, as a foreign ENTRY runs (support/entries/desync_entry.py: a training loop's
+collectives), and the verdict the host reads from what the ranks show: their stacks, their
+flight recorders (with torch's own analysis, tuning/rank/fr_check.py, run with this project's
+Python as for LAYOUT=host), their ends."""
 
 from __future__ import annotations
 
@@ -10,91 +10,20 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port, recorder
 
-from tuning.harness.run import dumps
-from tuning.harness.run_files import metric_lines
-from tuning.harness.verdict import facts, rules, torch_check
+from support.desync_ranks import ENTRY, Ranks
+from support.launch import recorder
+from support.paths import ROOT
+from tuning.harness.verdict import facts, rules
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
-ENTRY = TESTS / "desync_entry.py"
 AT = 9  # the collective struck: the 5th step's all_reduce (two collectives a step)
 
 
 def _line(marker: str) -> int:
     return next(i for i, x in enumerate(ENTRY.read_text().splitlines(), 1) if marker in x)
-
-
-class Ranks:
-    """torchrun with `n` ranks of desync_entry under the rank recorder, the fault in `env`."""
-
-    def __init__(self, tmp_path: Path, n: int, env: dict):
-        self.out, self.n = tmp_path / "out", n
-        env = {
-            **os.environ,
-            "HARNESS_WRAPPED_ENTRY": "desync_entry",
-            "PYTHONPATH": str(TESTS),
-            "HARNESS_OUTPUT_DIR": str(self.out),
-            "OMP_NUM_THREADS": "1",
-            "DESYNC_ENTRY_TIMEOUT": "120",
-            **env,
-        }
-        argv = [
-            str(Path(sys.executable).with_name("torchrun")),
-            "--nproc-per-node",
-            str(n),
-            "--master-port",
-            str(free_port()),
-            str(ROOT / "tuning/rank/rank_record.py"),
-        ]
-        self.log = tmp_path / "torchrun.log"
-        self.agent = subprocess.Popen(
-            argv, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT
-        )
-
-    def metrics(self) -> dict:
-        return metric_lines.read_metrics(self.out) if (self.out / "metrics").exists() else {}
-
-    def wait_for(self, done, what: str, limit_s: float = 120):
-        deadline = time.monotonic() + limit_s
-        while not (found := done()):
-            assert self.agent.poll() is None, self.log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"no {what}: {self.log.read_text()[-3000:]}"
-            time.sleep(0.3)
-        return found
-
-    def judged(self, stuck) -> tuple[dict, dict]:
-        """Dump every rank until `stuck(taken)` holds (each dump shows that moment), then the
-        verdict over the dump, the metrics and torch's analysis of the flight recorders."""
-        since, places = time.time(), [dumps.Node("host", list(range(self.n)))]
-        taken = self.wait_for(
-            lambda: (t := dumps.dump(self.out, places, "test")) and stuck(t) and t, "ranks stuck"
-        )
-        fr = torch_check.run_fr_check(places, self.out, since)
-        found = facts.gather(self.n, self.metrics(), taken, fr_check=fr)
-        return rules.judge(found), taken
-
-    def stop(self) -> None:
-        self.agent.terminate()  # torchrun stops its workers, then exits
-        self.agent.wait(timeout=120)
-
-
-@pytest.fixture
-def ranks(tmp_path):
-    made = []
-
-    def start(n: int, **env) -> Ranks:
-        made.append(Ranks(tmp_path, n, env))
-        return made[-1]
-
-    yield start
-    for r in made:
-        r.stop()
 
 
 def _struck(r: Ranks, rank: int):

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, harness, leftovers
 
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import PYTHON, ROOT
 from tuning import launch
-from tuning.harness.commands.fault import KINDS, LAYOUTS
-from tuning.harness.commands.fault import record as fault_record
+from tuning.harness.commands.fault import KINDS, LAYOUTS, record
 from tuning.harness.commands.fault.kinds import disk_full, late_master, save_kill
 
 TIMEOUT = 15  # ddp_timeout and RDZV_TIMEOUT of every fault run here (s)
@@ -30,7 +31,7 @@ DOCKER = [pytest.mark.docker, pytest.mark.fault, pytest.mark.slow]
 
 # --- no engine needed ---------------------------------------------------------------------
 def test_signatures():
-    sig = fault_record.signature
+    sig = record.signature
     assert sig("RuntimeError: injected crash at step 12") == "injected crash"
     assert (
         sig("Read error [10.0.0.3]:55973: Connection reset by peer") == "Connection reset by peer"
@@ -44,7 +45,7 @@ def test_signatures():
         "process-group timeout"
     )
     assert sig("all fine") is None
-    assert fault_record.is_timeout("Timed out waiting") and not fault_record.is_timeout("reset")
+    assert record.is_timeout("Timed out waiting") and not record.is_timeout("reset")
 
 
 def test_torchrun_failure_table_is_read():
@@ -52,7 +53,7 @@ def test_torchrun_failure_table_is_read():
         "Root Cause (first observed failure):\n[0]:\n  host      : trainer\n"
         "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 11)\n"
     )
-    assert fault_record._FAILURE.findall(log) == [("1", "-9")]
+    assert record._FAILURE.findall(log) == [("1", "-9")]
 
 
 def test_rdzv_timeout_reaches_torchrun():
@@ -167,8 +168,8 @@ def resume_continues(rec: dict, layout: str, runs: Path) -> None:
     assert summary["losses"][0][1] < 0.8 * fault_losses[1]  # continues, not from scratch
 
 
-# save-kill: with a restart, below; disk-full and late-master: tests/test_fault_kinds.py, _late.py
-# the desyncs: each in one layout (the rank side is the same in both; tests/test_desync.py runs
+# save-kill: with a restart, below; disk-full and late-master: test_fault_kinds.py, _late.py
+# the desyncs: each in one layout (the rank side is the same in both; test_desync.py runs
 # them under torchrun, the pool's test one more with 4 ranks)
 DESYNC = {
     "slow-main": "per-rank",
@@ -268,8 +269,9 @@ def test_fault(kind, layout, harness_image, tmp_path):
     elif kind == "pause":
         assert rec["outcome"] == "hung (detected)", rec["_out"]
         assert rec["hang_detected_s"] is not None and peer["signature"] == "collective timeout"
-        # every live rank's stack, and what the paused one is (was tests/test_stacks_docker.py's
-        # own pause run, the same command: one run now proves both)
+        # every live rank's stack, and what the paused one is (was
+        # tests/engine/faults/test_stacks_docker.py's own pause run, the same command: one run now
+        # proves both)
         s0, s1 = rec["stacks"]["summaries"]
         assert s0.startswith("rank 0: waiting in "), rec["stacks"]["summaries"]
         assert s1 == (

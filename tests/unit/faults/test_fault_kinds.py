@@ -1,9 +1,9 @@
 """The disk-full fault and what a rank's file-system failure says (tuning/rank/fs_errors.py).
 
-Quick tests need no engine: the sentences for ENOSPC and EROFS, and the Compose file with
-/output on a volume. The engine matrix runs disk-full for our trainer and fms in both layouts;
-a foreign ENTRY that writes to its working directory (tests/entry_writes_cwd.py) meets the
-read-only root and is told where it can write.
+Quick tests need no engine: the sentences for ENOSPC and EROFS, and the Compose file with /output on
+a volume. The engine matrix runs disk-full for our trainer and fms in both layouts; a foreign ENTRY
+that writes to its working directory (tests/support/entries/entry_writes_cwd.py) meets the read-only
+root and is told where it can write.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, harness, leftovers
 from safetensors import safe_open
 
+from support.engine import leftovers
+from support.harness import harness
+from support.paths import ENTRIES
 from tuning.harness.backends import compose
 from tuning.harness.commands.fault.kinds import disk_full
 from tuning.harness.run_files import metric_lines
@@ -150,7 +152,7 @@ def test_a_trainer_writing_its_working_directory_is_told_where_it_can_write(
 ):
     ctx = tmp_path / "image"
     ctx.mkdir()
-    shutil.copy(ROOT / "tests" / "entry_writes_cwd.py", ctx)
+    shutil.copy(ENTRIES / "entry_writes_cwd.py", ctx)
     (ctx / "Dockerfile").write_text(
         f"FROM {harness_image}\nCOPY entry_writes_cwd.py /opt/harness/entry_writes_cwd.py\n"
     )

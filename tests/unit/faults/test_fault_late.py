@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import harness, leftovers
 
-from tuning.harness.commands.fault import record as fault_record
+from support.engine import leftovers
+from support.harness import harness
+from tuning.harness.commands.fault import record
 from tuning.harness.commands.fault.kinds import late_master
 from tuning.harness.commands.fault.kinds.late_master import Late
 
@@ -38,8 +39,8 @@ RETRIED = (
 
 def test_the_rendezvous_timeout_is_named():
     last = WAITED.splitlines()[-1]
-    assert fault_record.signature(last) == "rendezvous timeout"
-    assert fault_record.signature(WAITED) == "rendezvous timeout"
+    assert record.signature(last) == "rendezvous timeout"
+    assert record.signature(WAITED) == "rendezvous timeout"
 
 
 def test_what_the_waiting_nodes_saw_is_counted():

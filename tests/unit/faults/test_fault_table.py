@@ -9,8 +9,8 @@ import re
 import subprocess
 
 import pytest
-from conftest import ROOT
 
+from support.paths import ROOT
 from tuning.harness.commands.fault.kinds import NAMES, TABLE
 from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
 

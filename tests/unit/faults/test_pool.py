@@ -1,5 +1,5 @@
 """The scored pool's list and its scoring (commands/pool.py, fault/pool_list.py); the pool's
-runs are fault runs (tests/test_pool_docker.py runs three of them on the engine)."""
+runs are fault runs (tests/engine/faults/test_pool_docker.py runs three of them on the engine)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
-
+from support.paths import ROOT
 from tuning.harness.commands import pool
-from tuning.harness.commands.fault import pool_list
-from tuning.harness.commands.fault import verdicts as fault_verdict
+from tuning.harness.commands.fault import pool_list, verdicts
 from tuning.harness.commands.fault.kinds import TABLE
 
 
@@ -173,7 +171,7 @@ def test_steps_slowed_after_the_fault_are_told_apart_from_steps_as_before():
         return {0: [{"event": "step", "step": i + 1, "time": t} for i, t in enumerate(times)]}
 
     before = [0.3 * i for i in range(10)]  # 0.3 s a step until the fault at 3.0 s
-    assert fault_verdict.slowed(steps(before + [3.3, 3.6, 3.9, 4.2]), 3.0) is None
+    assert verdicts.slowed(steps(before + [3.3, 3.6, 3.9, 4.2]), 3.0) is None
     slow = steps(before + [4.0, 5.0, 6.0, 7.0])  # 1 s a step: 3.3 x
-    assert round(fault_verdict.slowed(slow, 3.0), 1) == 3.3
-    assert fault_verdict.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet
+    assert round(verdicts.slowed(slow, 3.0), 1) == 3.3
+    assert verdicts.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet

@@ -1,5 +1,5 @@
 """`make soak` on the engine: one short seeded soak of 2 CPU ranks (issue 32). Its failures
-strike at the steps its plan says (the pure plan of tests/test_soak_plan.py: the same
+strike at the steps its plan says (the pure plan of tests/unit/faults/test_soak_plan.py: the same
 FAULT_SEED fails at the same steps), the group resumes where the plan says, and the record
 holds ETT with its interval, every failure's parts, the saves and the model. Times are
 recorded, never asserted. The bad-input tests at the top need no engine."""
@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import harness, leftovers
 
-from tuning.harness.commands.soak import plan as soak_plan
+from support.engine import leftovers
+from support.harness import harness
+from tuning.harness.commands.soak import plan
 
 PARTS = (
     "detect_s",
@@ -70,8 +71,8 @@ def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_pa
     assert rec["plan"] == {"fault_seed": 3, "mtbf_steps": 30, "world_size": 2, "kinds": list(kinds)}
     failures = rec["failures"]
     assert failures, rec
-    plan = soak_plan.schedule(soak_plan.Plan(3, 30, 2, kinds), 5, len(failures))
-    for f, want in zip(failures, plan, strict=True):
+    schedule = plan.schedule(plan.Plan(3, 30, 2, kinds), 5, len(failures))
+    for f, want in zip(failures, schedule, strict=True):
         # held at its step: it lands exactly there, and the group resumes where the plan says
         assert (f["kind"], f["rank"], f["planned"], f["landed"]) == (
             want["kind"],
@@ -82,7 +83,7 @@ def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_pa
         assert "resumed_unplanned" not in f
     back = [f for f in failures if f["resumed_from"] is not None]
     assert len(back) >= len(failures) - 1  # the last may strike as DURATION ends
-    for f, want in zip(back, plan, strict=False):
+    for f, want in zip(back, schedule, strict=False):
         assert f["resumed_from"] == want["resumes"]
         assert f["steps_lost"] == f["last_step"] - want["resumes"] >= 0
         assert all(f[k] is not None for k in PARTS), f
@@ -96,7 +97,7 @@ def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_pa
     assert m["ett"] == pytest.approx(first, abs=5e-3), m
     assert m["first_order_holds"] == (m["ett"] > 0)  # under load R can reach M: then <= 0
     assert 0 < m["ett_renewal"] < 1 and m["best_save_steps"] >= 1, m
-    assert rec["final_step"] > soak_plan.STARTS_AT
+    assert rec["final_step"] > plan.STARTS_AT
     assert rec["stop_reason"] == "soak stopped: DURATION reached"
     md = (runs / "soak1" / "soak.md").read_text()
     assert ("read the renewal figure" in md) == (not m["first_order_holds"])

@@ -14,7 +14,7 @@ import pytest
 from tuning.harness.commands.bench.report_stats import poisson_interval
 from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.commands.fault.kinds.kind import Soak
-from tuning.harness.commands.soak import plan as soak_plan
+from tuning.harness.commands.soak import plan
 from tuning.harness.commands.soak.plan import Failure, Plan, schedule, strike
 from tuning.harness.commands.soak.record import renewal
 from tuning.harness.errors import HarnessError
@@ -45,8 +45,8 @@ def test_gaps_keep_to_the_seed_whatever_the_kinds_ranks_and_save_interval():
 
 
 def test_gaps_are_geometric_with_the_mean_mtbf_asks_for_and_hit_every_rank_and_kind():
-    plan = Plan(11, 40, 4, ("kill", "oom", "save-kill"))
-    drawn = [plan.failure(n) for n in range(1, 20001)]
+    seeded = Plan(11, 40, 4, ("kill", "oom", "save-kill"))
+    drawn = [seeded.failure(n) for n in range(1, 20001)]
     gaps = [f.gap for f in drawn]
     assert min(gaps) >= 1 and statistics.mean(gaps) == pytest.approx(40, rel=0.03)
     assert statistics.pstdev(gaps) == pytest.approx((40 * 39) ** 0.5, rel=0.05)  # geometric
@@ -72,17 +72,17 @@ def test_where_a_failure_strikes_and_the_group_resumes(kind, resumed, gap, expec
 
 
 def test_a_soak_draws_the_kinds_whose_table_entry_says_how_they_fail_the_group():
-    assert set(soak_plan.KINDS) == {"kill", "oom", "save-kill", "term", "preempt"}
-    assert all(TABLE[name].soak is soak for name, soak in soak_plan.KINDS.items())
+    assert set(plan.KINDS) == {"kill", "oom", "save-kill", "term", "preempt"}
+    assert all(TABLE[name].soak is soak for name, soak in plan.KINDS.items())
     assert TABLE["oom"].soak.undo  # its lowered memory limit outlives the group's restart
     with pytest.raises(TypeError, match="a soak's hold takes"):
         Soak("end", "before")
 
 
 def test_the_schedule_counts_each_gap_from_where_the_group_resumed():
-    plan = Plan(2, 30, 2, ("kill",))
-    out = schedule(plan, 10, 5)
-    assert out[0]["from"] == soak_plan.STARTS_AT
+    seeded = Plan(2, 30, 2, ("kill",))
+    out = schedule(seeded, 10, 5)
+    assert out[0]["from"] == plan.STARTS_AT
     for prev, nxt in zip(out, out[1:], strict=False):
         assert nxt["from"] == prev["resumes"] and nxt["step"] == nxt["from"] + nxt["gap"]
 
@@ -93,13 +93,13 @@ def test_the_hold_file_names_the_rank_and_step_and_the_trainer_holds_there(tmp_p
     path = tmp_path / "hold.json"
     monkeypatch.setenv("HARNESS_HOLD_FILE", str(path))
     assert not fault_hooks.hold("step", 1, 35)  # nothing written yet
-    path.write_text(json.dumps(soak_plan.hold(Failure(4, 25, 1, "kill"), 35)))
+    path.write_text(json.dumps(plan.hold(Failure(4, 25, 1, "kill"), 35)))
     released = SimpleNamespace(requested=True)  # SIGTERM came: the hold ends at once
     assert fault_hooks.hold("step", 1, 35, released)
     assert not fault_hooks.hold("step", 0, 35, released)  # another rank
     assert not fault_hooks.hold("step", 1, 34, released)  # another step
     assert not fault_hooks.hold("save", 1, 40, released)  # a kill is held at the step's end
-    path.write_text(json.dumps(soak_plan.hold(Failure(5, 25, 1, "save-kill"), 40)))
+    path.write_text(json.dumps(plan.hold(Failure(5, 25, 1, "save-kill"), 40)))
     assert fault_hooks.hold("save", 1, 40, released)  # in the save at or after the step
     assert not fault_hooks.hold("save", 1, 30, released)
 
@@ -107,24 +107,24 @@ def test_the_hold_file_names_the_rank_and_step_and_the_trainer_holds_there(tmp_p
 @pytest.mark.parametrize(
     ("raw", "expect"),
     [
-        ("3m", soak_plan.Mtbf(seconds=180.0)),
-        ("400steps", soak_plan.Mtbf(steps=400)),
-        ("90", soak_plan.Mtbf(seconds=90.0)),
-        ("12 step", soak_plan.Mtbf(steps=12)),
+        ("3m", plan.Mtbf(seconds=180.0)),
+        ("400steps", plan.Mtbf(steps=400)),
+        ("90", plan.Mtbf(seconds=90.0)),
+        ("12 step", plan.Mtbf(steps=12)),
     ],
 )
 def test_mtbf_is_a_time_or_steps(raw, expect):
-    assert soak_plan.mtbf_arg(raw) == expect
-    assert soak_plan.Mtbf(seconds=60.0).in_steps(0.25) == 240
+    assert plan.mtbf_arg(raw) == expect
+    assert plan.Mtbf(seconds=60.0).in_steps(0.25) == 240
 
 
 @pytest.mark.parametrize(
     ("fn", "raw", "said"),
     [
-        (soak_plan.mtbf_arg, None, "MTBF is not set"),
-        (soak_plan.mtbf_arg, "3x", "MTBF='3x': use a time such as MTBF=3m"),
-        (soak_plan.mtbf_arg, "1steps", "at least 2 steps"),
-        (soak_plan.kinds_arg, "kill,pause", "pause not a soak's kind; use some of kill"),
+        (plan.mtbf_arg, None, "MTBF is not set"),
+        (plan.mtbf_arg, "3x", "MTBF='3x': use a time such as MTBF=3m"),
+        (plan.mtbf_arg, "1steps", "at least 2 steps"),
+        (plan.kinds_arg, "kill,pause", "pause not a soak's kind; use some of kill"),
         (save_interval.rate_arg, "lots", "GPU_HOURS_PER_FAILURE='lots': a positive number"),
         (save_interval.rate_arg, "-5", "a positive number"),
     ],

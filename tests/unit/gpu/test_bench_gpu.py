@@ -6,10 +6,9 @@ transports apart."""
 
 from __future__ import annotations
 
-import gpu_standin
 import pytest
-from gpu_standin import device_ids
 
+from support.gpu_standin import device_ids
 from tuning import launch
 from tuning.harness.backends import compose
 from tuning.harness.cli import parser
@@ -21,8 +20,7 @@ from tuning.shared import affinity
 
 
 @pytest.fixture
-def probe_spec(tmp_path, monkeypatch):
-    gpu_standin.install(tmp_path, monkeypatch)
+def probe_spec(smi, tmp_path, monkeypatch):
     monkeypatch.setattr(plan.os, "sched_getaffinity", lambda _pid: set(range(16)))  # 16 cores
     a = parser().parse_args(["bench", "--gpus", "2", "--run-id", "g", "--runs", str(tmp_path)])
 

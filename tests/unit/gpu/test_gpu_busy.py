@@ -7,19 +7,14 @@ from __future__ import annotations
 import sys
 import time
 
-import gpu_standin
 import pytest
 import yaml
-from gpu_standin import H100, device_ids, dry_up, harness, uuid
 
+from support import gpu_standin
+from support.gpu_standin import H100, device_ids, dry_up, harness, uuid
 from tuning.harness.machine.devices import BUSY_MIB
 
 APP = "2:4242:python3:1024"  # GPU 2 runs pid 4242, someone's python3, 1024 MiB
-
-
-@pytest.fixture
-def smi(tmp_path, monkeypatch):
-    gpu_standin.install(tmp_path, monkeypatch)
 
 
 def refused(tmp_path, *args, **env) -> str:

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+from support.paths import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 NO_GPU = shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists()

@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, free_port, launch_env, read_metrics, recorder
-
+from support.launch import free_port, launch_env, recorder
+from support.metrics import read_metrics
+from support.paths import ROOT
 from tuning import launch
 from tuning.harness.run_files.status import status_of
 from tuning.rank import gpu_guard

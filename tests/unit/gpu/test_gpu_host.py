@@ -4,15 +4,10 @@ dry runs start nothing, so no Docker."""
 
 from __future__ import annotations
 
-import gpu_standin
 import pytest
-from gpu_standin import H100, device_ids, dry_up, harness, uuid
 
-
-@pytest.fixture
-def smi(tmp_path, monkeypatch):
-    gpu_standin.install(tmp_path, monkeypatch)
-
+from support import gpu_standin
+from support.gpu_standin import H100, device_ids, dry_up, harness, uuid
 
 # --- Which GPUs ---------------------------------------------------------------------------
 

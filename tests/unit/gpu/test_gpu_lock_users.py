@@ -14,11 +14,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+from support.paths import ROOT
+from support.users import user_tool
 
 USER, UID = "harness-gpu2", 1600  # not the uid 1500 that the second-user tests make
 USER_PYTHON = Path("/usr/bin/python3")  # the venv's lives under /root (mode 0700)
@@ -41,15 +42,6 @@ if sys.argv[4] == "hold":
     sys.stdin.read()
 held.release()
 """
-
-
-def _tool(*cmd: str) -> subprocess.CompletedProcess:
-    for _ in range(30):  # another session's useradd may hold /etc/passwd's lock a moment
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode == 0 or "lock" not in out.stderr.lower():
-            return out
-        time.sleep(1)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +77,7 @@ def second_user(readable_tuning):
         pytest.fail(f"user {USER} exists with uid {existing.pw_uid}, not {UID}")
     made = existing is None  # another session's test may have made it: theirs to remove
     if made:
-        out = _tool(
+        out = user_tool(
             "useradd",
             "--no-create-home",
             "--no-user-group",
@@ -98,7 +90,7 @@ def second_user(readable_tuning):
         assert out.returncode == 0, f"useradd {USER}: {out.stderr}"
     yield USER
     if made:
-        _tool("userdel", USER)
+        user_tool("userdel", USER)
 
 
 def run(who: str, *args: str, tmpdir: str | None = None) -> subprocess.Popen:

@@ -4,21 +4,15 @@ CPU layouts unchanged. The host's GPUs come from a stand-in nvidia-smi (gpu_stan
 
 from __future__ import annotations
 
-import gpu_standin
 import pytest
 import yaml
-from gpu_standin import device_ids, dry_up
 
+from support.gpu_standin import device_ids, dry_up
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples, kube
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import image_recipes
 from tuning.harness.spec.layout import Layout
-
-
-@pytest.fixture
-def smi(tmp_path, monkeypatch):
-    gpu_standin.install(tmp_path, monkeypatch)
 
 
 def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:

@@ -3,37 +3,19 @@ recorded as succeeded."""
 
 from __future__ import annotations
 
-import json
-import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from support.harness import no_run_recorded, up
+from support.paths import ROOT
 from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
 from tuning.harness.spec.layout import Layout
-
-
-def up(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tuning.harness", "up", "--runs", str(tmp_path / "runs"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def no_run_recorded(runs: Path) -> bool:
-    return not runs.exists() or not any(
-        json.loads(p.read_text()).get("status") == "succeeded" for p in runs.glob("*/summary.json")
-    )
 
 
 @pytest.fixture()

@@ -59,8 +59,7 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
     pass the flags on untouched. (Compose's network, `<project>_train`, is COMPOSE_NETWORK.)"""
     import ast
 
-    from conftest import ROOT
-
+    from support.paths import ROOT
     from tuning.harness.spec.flags import RunFlags
 
     harness = ROOT / "tuning/harness"

@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-TUNING = Path(__file__).resolve().parents[1] / "tuning"
+from support.paths import ROOT
+
+TUNING = ROOT / "tuning"
 LAYERS = [
     "errors",
     "run_files",

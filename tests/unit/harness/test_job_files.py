@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
-from tokenizer_models import CHAT_TEMPLATE
+
+from support.paths import ROOT
+from support.tokenizer_models import CHAT_TEMPLATE
 
 
 def make(*args: str, runs: Path, timeout: float = 300) -> subprocess.CompletedProcess:

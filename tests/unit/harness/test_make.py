@@ -7,7 +7,8 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT
+
+from support.paths import ROOT
 
 SWITCHES = [
     ("up", "RESUME", "--resume"),

@@ -1,6 +1,6 @@
 """Who the ranks run as, and MODEL/DATA they cannot read refused before anything starts
-(tuning/harness/spec/ranks_user.py). Real files, real modes, real credentials: root for the
-refusals of uid 1000, and uid 65534 (seteuid) for a user's own run. tests/test_second_user.py
+(tuning/harness/spec/ranks_user.py). Real files, real modes, real credentials: root for the refusals
+of uid 1000, and uid 65534 (seteuid) for a user's own run. tests/engine/run/test_second_user.py
 runs all of it as a real second user, on the engine."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_bad_input import no_run_recorded, up
 
+from support.harness import no_run_recorded, up
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import ranks_user
 

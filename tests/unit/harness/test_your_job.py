@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, harness
 
+from support.harness import harness
+from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec import flag_args, flag_table

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from support.paths import ROOT
 from tuning.harness.backends import engine, images
 from tuning.harness.machine import image_recipes
 from tuning.harness.spec.layout import IMAGE

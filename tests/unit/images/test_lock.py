@@ -4,7 +4,6 @@ docker/requirements.txt's names, the host venv and the Dockerfile must all agree
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 import tomllib
 from pathlib import Path
 
@@ -13,19 +12,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCK = ROOT / "docker/requirements.lock"
-GPU_LOCK = ROOT / "docker/requirements-gpu.lock"
-CU128_LOCK = ROOT / "docker/requirements-gpu-cu128.lock"
-PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(===?)(\S+)")
-
-
-def pins(path: Path) -> dict[str, str]:
-    found = {}
-    for line in path.read_text().splitlines():
-        if m := PIN.match(line):
-            found[canonicalize_name(m[1])] = m[3]
-    return found
+from support.locks import CU128_LOCK, GPU_LOCK, LOCK, PIN, pins
+from support.paths import ROOT
 
 
 def project() -> dict:

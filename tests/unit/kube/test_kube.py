@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, harness, leftovers
 
+from support.engine import leftovers
+from support.harness import harness
+from support.kube_objects import check_restricted
+from support.paths import ROOT
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError
 from tuning.harness.run_files import folders
@@ -61,42 +64,6 @@ def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
     assert mounts["/output"].name in volumes
     assert ctr.security_context.run_as_user == 1000 and ctr.security_context.run_as_non_root
     assert replica.restart_policy == "Never"
-
-
-# The Pod Security Standard "restricted" (kubernetes.io/docs/concepts/security/pod-security-
-# standards), rule by rule, on the YAML kubectl would send.
-RESTRICTED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-
-
-def check_restricted(pod: dict) -> None:
-    """The rules of "restricted" on a pod spec as kubectl sends it; TrainJob's runtime too."""
-    psc = pod.get("securityContext", {})
-    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
-    assert {next(iter(set(v) - {"name"})) for v in pod["volumes"]} <= RESTRICTED_VOLUMES
-    assert pod["automountServiceAccountToken"] is False
-    for ctr in pod["containers"]:
-        sc = ctr["securityContext"]
-        seccomp = sc.get("seccompProfile") or psc.get("seccompProfile")
-        assert seccomp["type"] in ("RuntimeDefault", "Localhost")
-        assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True
-        assert sc.get("runAsUser", psc.get("runAsUser")) not in (None, 0)
-        assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
-        assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
-        assert not any(p.get("hostPort") for p in ctr.get("ports", []))
-        # beyond "restricted": a read-only root with each path the trainer writes mounted
-        assert sc["readOnlyRootFilesystem"] is True
-        mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-        assert {"/output", "/dev/shm", "/tmp"} <= set(mounts) and mounts["/job"]["readOnly"]
-        assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
 
 
 @pytest.mark.parametrize(("gpus", "nodes"), [(4, 2), (0, 1)])

@@ -14,9 +14,9 @@ import re
 
 import pytest
 import yaml
-from conftest import ROOT
-from test_kube_schema import EXTRAS, FULL
 
+from support.kube_objects import EXTRAS, FULL
+from support.paths import ROOT
 from tuning.harness.backends import kube_pod, kube_trainjob
 from tuning.harness.commands import kube
 

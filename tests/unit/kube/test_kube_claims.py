@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT, harness
 
+from support.harness import harness
+from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.backends import kube_manifest
 from tuning.harness.spec.container import launch_files

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
-from test_timeouts import a_run
 
+from support.paths import ROOT
+from support.run_records import a_run
 from tuning.harness import cli
 from tuning.harness.spec import flag_table
 

@@ -10,11 +10,11 @@ from functools import cache
 
 import pytest
 import yaml
-from conftest import ROOT
 
+from support.kube_objects import EXTRAS
+from support.paths import ROOT
 from tuning.harness.backends import kube_pod, kube_trainjob
 from tuning.harness.commands import kube
-from tuning.harness.spec.job_paths import Source
 
 jsonschema = pytest.importorskip("jsonschema")
 celpy = pytest.importorskip("celpy")
@@ -115,25 +115,6 @@ def cel_failures(doc: dict) -> list[str]:
 
 
 # --- The rendered objects -------------------------------------------------------------------
-
-
-# MODEL and DATA on claims, OUTPUT_CLAIM, and a foreign trainer (its launcher's ConfigMap)
-CLAIMS = kube.claim_mounts(
-    Source("MODEL", "claim", "granite", "MODEL", claim="models"),
-    Source("DATA", "claim", "sets/train.jsonl", "DATA", claim="data"),
-    "out",
-)
-FULL = {"claims": CLAIMS, "entry": "tuning.sft_trainer", "image": "registry.example/fms:1"}
-# a script of the user's with its command line, its folder in a ConfigMap (SRC), and the
-# rendezvous timeout and grace period rendered
-SRC_ARGS = {
-    "entry": "/src/train_sft.py",
-    "src": str(ROOT / "tests/user_scripts"),
-    "args": ("--output_dir", "/output", "--learning_rate", "1e-4"),
-    "rdzv_timeout": 77,
-    "grace_s": 45,
-}
-EXTRAS = {"plain": None, "claims+entry": FULL, "src+args": SRC_ARGS}
 
 
 def rendered(

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, harness, leftovers
-from test_kube import check_restricted
 
+from support.engine import leftovers
+from support.harness import harness
+from support.kube_objects import check_restricted
+from support.paths import ROOT
 from tuning.harness.backends import kube_pod, kube_restarts, kube_trainjob
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError

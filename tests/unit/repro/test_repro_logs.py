@@ -1,4 +1,4 @@
-"""`make repro` on log sets in the formats of producers we did not write (tests/repro_logs.py
+"""`make repro` on log sets in the formats of producers we did not write (tests/support/repro_logs.py
 builds them from torch's, torchrun's and gloo's format strings, version by version): the class
 and the culprit named as the logs show them, through the verdict code live runs use; and every
 case the logs cannot tell says so, names nobody, and exits 2."""
@@ -10,9 +10,9 @@ import random
 import subprocess
 
 import pytest
-import repro_logs as R
-from conftest import ROOT
 
+from support import repro_logs as R
+from support.paths import ROOT
 from tuning.harness.commands import repro
 
 VERSIONS = ["2.1", "2.3", "2.4", "2.6", "2.12", "2.13"]

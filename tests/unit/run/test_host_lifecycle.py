@@ -11,7 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PYTHON, ROOT, harness, wait_training
+from support.harness import harness, wait_training
+from support.paths import PYTHON, ROOT
 
 # Slow steps, so the run is mid-training when the signal lands (HostNodes passes the
 # harness's environment to the ranks).

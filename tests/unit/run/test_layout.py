@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
+from support.paths import ROOT
 from tuning import launch
 from tuning.harness.backends import compose, engine
 from tuning.harness.commands import examples
 from tuning.harness.spec.layout import Layout, LayoutError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def services(kind: str, gpus: int, **kw) -> dict:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from conftest import ROOT, harness
-from test_torn import tree
 
+from support.checkpoints import tree
+from support.harness import harness
+from support.paths import ROOT
 from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import gpu_locks

@@ -12,7 +12,10 @@ import signal
 import subprocess
 
 import pytest
-from conftest import PYTHON, ROOT, harness, leftovers, wait_training
+
+from support.engine import leftovers
+from support.harness import harness, wait_training
+from support.paths import PYTHON, ROOT, TESTS
 
 RUN_ID = f"scope-theirs-{secrets.token_hex(2)}"  # another session may run this test
 
@@ -163,8 +166,7 @@ def test_a_session_removes_what_its_own_runs_leaked_and_nothing_else(tmp_path, h
 
     session = tmp_path / "session"
     session.mkdir()
-    for name in ("conftest.py", "own_runs.py"):
-        shutil.copy(ROOT / "tests" / name, session / name)
+    shutil.copy(TESTS / "conftest.py", session / "conftest.py")  # support/ from PYTHONPATH
     leak_id = f"leak-{secrets.token_hex(2)}"
     (session / "test_leak.py").write_text(LEAK.replace("LEAK_ID", leak_id))
     other = subprocess.run(
@@ -203,7 +205,7 @@ def test_a_session_removes_what_its_own_runs_leaked_and_nothing_else(tmp_path, h
             capture_output=True,
             text=True,
             timeout=300,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])},
         )
         assert out.returncode == 1, out.stdout + out.stderr
         assert "1 thing(s) of this session's runs left on the engine (removed now):" in out.stdout

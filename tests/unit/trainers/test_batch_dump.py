@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import harness, read_metrics, run_launch
 
+from support.harness import harness
+from support.launch import run_launch
+from support.metrics import read_metrics
 from tuning.rank import batch_dump
 from tuning.sft.collator import Collator
 from tuning.sft.data import load_examples, tokenize_examples

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.paths import ROOT
 from tuning.sft.config import ConfigError, SFTConfig
 from tuning.sft.config_args import CONFIG_ENV, parse_args
 
-ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ["--model_name_or_path", "m", "--training_data_path", "d.jsonl", "--output_dir", "out"]
 
 

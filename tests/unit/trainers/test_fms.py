@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers
 
+from support.engine import leftovers
+from support.paths import ROOT
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign

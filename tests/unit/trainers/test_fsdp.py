@@ -14,52 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port, read_metrics, step_losses
+
+from support.launch import CONFIGS, FSDP_STEPS, FSDP_TOLERANCE, free_port, launcher
+from support.metrics import read_metrics, step_losses
+from support.paths import ROOT
 
 pytestmark = pytest.mark.slow
-CONFIGS = ROOT / "configs/accelerate"
-STEPS = 12
-TOLERANCE = 1e-5
-
-
-def launch(tiny_model, demo_data, out: Path, config: Path, *extra_args, **env):
-    args = [
-        "--config",
-        str(ROOT / "configs/jobs/demo.yaml"),
-        "--model_name_or_path",
-        str(tiny_model),
-        "--training_data_path",
-        str(demo_data),
-        "--output_dir",
-        str(out),
-        "--max_steps",
-        str(STEPS),
-        "--save_strategy",
-        "no",
-        *extra_args,
-    ]
-    venv_bin = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        "PATH": venv_bin + os.pathsep + os.environ["PATH"],
-        "PYTHONPATH": str(ROOT),
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-        "HARNESS_DEVICE": "cpu",
-        "PET_NPROC_PER_NODE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "ACCELERATE_CONFIG": str(config),
-        **env,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "tuning.launch", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def sharding(out: Path, rank: int) -> dict:
@@ -71,7 +31,7 @@ def fsdp_and_ddp(tiny_model, demo_data, tmp_path_factory):
     runs = {}
     for name, config in (("fsdp", CONFIGS / "fsdp-cpu.yaml"), ("ddp", CONFIGS / "cpu.yaml")):
         out = tmp_path_factory.mktemp(name)
-        proc = launch(tiny_model, demo_data, out, config)
+        proc = launcher(tiny_model, demo_data, out, config)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         runs[name] = out
     return runs
@@ -92,10 +52,10 @@ def test_fsdp_shards_the_parameters_across_ranks(fsdp_and_ddp):
 def test_fsdp_loss_curve_equals_ddp(fsdp_and_ddp):
     for rank in (0, 1):
         fsdp, ddp = step_losses(fsdp_and_ddp["fsdp"], rank), step_losses(fsdp_and_ddp["ddp"], rank)
-        assert sorted(fsdp) == sorted(ddp) == list(range(1, STEPS + 1))
+        assert sorted(fsdp) == sorted(ddp) == list(range(1, FSDP_STEPS + 1))
         worst = max(abs(fsdp[s] - ddp[s]) / abs(ddp[s]) for s in ddp)
-        assert worst < TOLERANCE, f"rank {rank}: FSDP and DDP losses differ by {worst:.2e}"
-        assert ddp[STEPS] < ddp[1] - 1.0  # and both really trained
+        assert worst < FSDP_TOLERANCE, f"rank {rank}: FSDP and DDP losses differ by {worst:.2e}"
+        assert ddp[FSDP_STEPS] < ddp[1] - 1.0  # and both really trained
 
 
 def test_fsdp_config_forced_onto_ddp_fails_clearly(tiny_model, demo_data, tmp_path):

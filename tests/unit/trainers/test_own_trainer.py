@@ -5,7 +5,7 @@ and checkpoints from its HF Trainer, and refuses one that saves outside the run'
 No engine here: ENTRY, SRC and ARGS checked and rendered; tests/user_scripts/train_sft.py (a
 user's HfArgumentParser script that knows nothing of the harness) under the rank recorder and
 torchrun on this machine, as a foreign ENTRY runs in a container. The containers:
-tests/test_own_trainer_docker.py.
+tests/engine/trainers/test_own_trainer_docker.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, free_port, harness, recorder
 
+from support.harness import YAML_12_WORDS, harness
+from support.launch import free_port, recorder
+from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
@@ -177,25 +179,6 @@ def test_src_is_bound_read_only_and_is_the_working_dir():
     assert binds["/opt/harness-launch/trainer_steps.py"]["read_only"]
     fms = Layout(kind="single", entry="tuning.sft_trainer", recorder_steps=False)
     assert compose.render(fms)["services"]["trainer"]["environment"]["HARNESS_STEP_LINES"] == "0"
-
-
-# Words of a command line that YAML 1.2 (Compose) reads as numbers, booleans or null unless
-# quoted; PyYAML (YAML 1.1) writes 3e-3, 1e5 and 0o17 bare (tests/test_own_trainer_docker.py
-# has Compose read them back).
-YAML_12_WORDS = (
-    "--learning_rate",
-    "3e-3",
-    "--weight_decay",
-    "1e5",
-    "--mode",
-    "0o17",
-    "--x",
-    ".5e3",
-    "--max_steps",
-    "20",
-    "--flag",
-    "true",
-)
 
 
 def test_args_that_yaml_1_2_reads_as_numbers_are_written_quoted():

@@ -13,16 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from support.launch import free_port
+from support.paths import ROOT
 from tuning import probe
 from tuning.shared import transport
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_sizes_double_from_min_to_max():
@@ -106,7 +100,7 @@ def test_wrong_sum_is_recorded_and_exits_nonzero(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     monkeypatch.setenv("HARNESS_DEVICE", "cpu")
     real = probe.dist.all_reduce
 
@@ -131,13 +125,13 @@ def test_two_rank_gloo_probe_under_accelerate(tmp_path):
     out = tmp_path / "probe"
     accelerate = Path(sys.executable).with_name("accelerate")
     if not accelerate.exists():
-        accelerate = REPO / ".venv" / "bin" / "accelerate"
-    port = _free_port()
+        accelerate = ROOT / ".venv" / "bin" / "accelerate"
+    port = free_port()
     env = {
         **os.environ,
         "ACCELERATE_USE_CPU": "1",
         "HARNESS_DEVICE": "cpu",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     # fmt: off
     cmd = [
@@ -148,7 +142,7 @@ def test_two_rank_gloo_probe_under_accelerate(tmp_path):
         "-m", "tuning.probe", "--out", str(out), "--max-bytes", "1048576",
     ]
     # fmt: on
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     doc = json.loads((out / "probe.json").read_text())
 

@@ -9,8 +9,8 @@ import ast
 import sys
 
 import pytest
-from conftest import ROOT
 
+from support.paths import ROOT
 from tuning.harness.spec.container import BESIDE_RECORDER, launch_files
 
 RANK = ROOT / "tuning/rank"

@@ -12,7 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import free_port, read_metrics, recorder
+
+from support.launch import free_port, recorder
+from support.metrics import read_metrics
 
 TRAINER = """import atexit, os, sys
 import torch, torch.distributed as dist

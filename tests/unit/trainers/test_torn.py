@@ -12,56 +12,20 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, launch_env, step_losses
-from test_trainer import check, trainer_args
 
+from support.checkpoints import cut, tree
+from support.launch import check, launch_env, trainer_args
+from support.metrics import step_losses
+from support.paths import ROOT
 from tuning.rank import torn
 
 COMPLETE = ["trainer_state.json", "model.safetensors", "optimizer.pt", "rng_state.pth"]
 TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
-
-
-def safetensors(path: Path, tensors: int = 2) -> None:
-    """A whole safetensors file, written by its spec (8-byte header length, JSON, data)."""
-    header = {
-        f"w{i}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
-        for i in range(tensors)
-    }
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8 * tensors))
-
-
-def torch_zip(path: Path) -> None:
-    """A zip as torch.save writes one (archive/data.pkl, archive/data/0)."""
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
-        z.writestr("archive/data/0", bytes(4096))
-
-
-def tree(root: Path, ckpts: dict[str, list[str]]) -> Path:
-    """Checkpoint folders with the named files, each whole in its format (text otherwise)."""
-    for name, files in ckpts.items():
-        (root / name).mkdir(parents=True)
-        for f in files:
-            path = root / name / f
-            if f.endswith(".safetensors"):
-                safetensors(path)
-            elif f.endswith((".pt", ".pth", ".bin")):
-                torch_zip(path)
-            else:
-                path.write_text(f)
-    return root
-
-
-def cut(path: Path, keep: float = 0.5) -> None:
-    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
 
 
 def test_incomplete_checkpoints_by_the_one_rule(tmp_path):
@@ -118,7 +82,8 @@ def test_a_safetensors_file_whose_data_ends_early_is_cut_short(tmp_path):
 
 def test_dcp_shards_need_their_metadata_written_last(tmp_path):
     """FSDP's SHARDED_STATE_DICT (torch.distributed.checkpoint): shards, then .metadata, which
-    is read (tests/test_torn_bytes.py: a real one, and each file cut at several offsets)."""
+    is read (tests/unit/trainers/test_torn_bytes.py: a real one, and each file cut at several
+    offsets)."""
     out = tree(tmp_path, {"checkpoint-1": ["trainer_state.json"]})
     dcp = out / "checkpoint-1/pytorch_model_fsdp_0"
     dcp.mkdir()

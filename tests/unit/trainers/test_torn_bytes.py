@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from support.paths import ROOT
 from tuning.rank import torn
 
 DCP = "pytorch_model_fsdp_0"  # where FSDP's SHARDED_STATE_DICT saves (accelerate)

@@ -12,44 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, launch_cmd, launch_env, read_metrics, run_launch, step_losses
 
-STEPS = 30
-SAVE = 10
-
-
-def trainer_args(model: Path, data: Path, out: Path, *extra: str, steps: int = STEPS) -> list[str]:
-    return [
-        "--model_name_or_path",
-        str(model),
-        "--training_data_path",
-        str(data),
-        "--output_dir",
-        str(out),
-        "--max_steps",
-        str(steps),
-        "--learning_rate",
-        "3e-3",
-        "--max_seq_length",
-        "64",
-        "--per_device_train_batch_size",
-        "4",
-        "--seed",
-        "7",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        str(SAVE),
-        "--logging_steps",
-        "10",
-        "--ddp_timeout",
-        "60",
-        *extra,
-    ]
-
-
-def check(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+from support.launch import SAVE, STEPS, check, launch_cmd, launch_env, run_launch, trainer_args
+from support.metrics import read_metrics, step_losses
+from support.paths import ROOT
 
 
 def steps_of(out: Path, rank: int) -> list[dict]:

@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, launch_env, read_metrics
+
+from support.launch import launch_env
+from support.metrics import read_metrics
+from support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, leftovers
 
+from support.engine import leftovers
+from support.paths import ROOT
 from tuning.harness.run import foreign
 
 STEPS, SAVE = 12, 4

@@ -1,7 +1,7 @@
 """Stack dumps without Docker: real processes dump through tuning/rank/stack_dump.py (faulthandler),
 the host's run/dumps.py signals and reads them (LAYOUT=host's way: a shell on this machine),
 and run/stack_text.py parses real faulthandler text. The container path differs only in
-where that shell runs (docker exec); tests/test_stacks_docker.py covers it."""
+where that shell runs (docker exec); tests/engine/faults/test_stacks_docker.py covers it."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 
+from support.launch import free_port
+from support.paths import ENTRIES, ROOT
+from support.stack_texts import BUSY, WAITING
 from tuning.harness.commands import stall
 from tuning.harness.commands.fault import hung
 from tuning.harness.run import dumps, stack_text
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 CHILD = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
@@ -86,15 +86,15 @@ def test_a_stopped_rank_is_not_signalled_and_an_exited_one_is_said(child):
 
 
 def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
-    """tests/hang_entry.py under the rank recorder and torchrun, as a foreign ENTRY runs: the
-    summaries name the collective, the flight recorder's seq on gloo, and the user's line;
+    """tests/support/entries/hang_entry.py under the rank recorder and torchrun, as a foreign ENTRY
+    runs: the summaries name the collective, the flight recorder's seq on gloo, and the user's line;
     torchrun's agent is never signalled and lives on."""
     out = tmp_path / "out"
     env = {
         **os.environ,
         "HARNESS_WRAPPED_ENTRY": "hang_entry",
         "HARNESS_OUTPUT_DIR": str(out),
-        "PYTHONPATH": str(TESTS),
+        "PYTHONPATH": str(ENTRIES),
         "OMP_NUM_THREADS": "1",
     }
     torchrun = Path(sys.executable).with_name("torchrun")
@@ -121,7 +121,7 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
             if "waiting in" in s0 and "waiting in" in s1:
                 break
             assert agent.poll() is None and time.monotonic() < deadline, taken["summaries"]
-        entry = TESTS / "hang_entry.py"
+        entry = ENTRIES / "hang_entry.py"
         assert s0.startswith(
             f"rank 0: waiting in all_reduce (gloo, seq 2, pending) at {entry}:"
             f"{_line(entry, '# HANG_RANK0')} (torch/distributed/distributed_c10d.py:"
@@ -242,27 +242,6 @@ def test_a_fault_record_keeps_stacks_only_for_a_hang_a_timeout_or_the_deadline()
     for why in ("hang detected", "deadline"):
         follow.stopped_by = why
         assert hung.record(follow, timed_out=False) == {"stacks": follow.hang_stacks.taken}
-
-
-# The main threads of two ranks of the scored pool's run 20 (slow-main on rank 3, single, fms:
-# FSDP2 on gloo), as faulthandler wrote them: rank 0 inside the collective, rank 3 in slow-main's
-# work, called from FSDP's post-backward hook (torch/distributed/fsdp/), which is no collective.
-_FSDP = "/opt/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard"
-_HOOK = f"""  File "/opt/harness-launch/desync.py", line 175 in wrapper
-  File "{_FSDP}/_fsdp_collectives.py", line 461 in foreach_reduce
-  File "{_FSDP}/_fsdp_param_group.py", line 457 in post_backward
-  File "/opt/venv/lib/python3.11/site-packages/tuning/sft_trainer.py", line 620 in train
-"""
-WAITING = f"""Current thread 0x00007f04395eb040 (most recent call first):
-  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4457 in reduce_scatter_tensor
-  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
-  File "/opt/harness-launch/desync.py", line 100 in call
-{_HOOK}"""  # noqa: E501
-BUSY = f"""Current thread 0x00007f04a4d5d040 (most recent call first):
-  File "/opt/harness-launch/desync.py", line 152 in main_process_work
-  File "/opt/harness-launch/desync.py", line 122 in slow_main
-  File "/opt/harness-launch/desync.py", line 106 in call
-{_HOOK}"""
 
 
 def test_code_called_from_an_fsdp_hook_is_busy_not_waiting_in_a_collective():

@@ -1,26 +1,17 @@
-"""`make up`'s stall watch, fixed case by case (issue 30, item 5). The watch decides from the
-ranks' metrics lines and the nodes' states on a clock (StallWatch.due); the dump itself is
-real (tests/test_stacks.py, test_stacks_docker.py). Each case below fired wrongly, or never,
+"""`make up`'s stall watch, fixed case by case (issue 30, item 5). The watch decides from the ranks'
+metrics lines and the nodes' states on a clock (StallWatch.due); the dump itself is real
+(tests/unit/verdict/test_stacks.py, test_stacks_docker.py). Each case below fired wrongly, or never,
 before the fix."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
+from support.clock import Clock
+from support.paths import ROOT
 from tuning.harness.commands import stall
 from tuning.harness.run import dumps, stack_text
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: float = 1.0):

@@ -47,8 +47,7 @@ def test_a_rank_that_exits_on_its_own_error_is_still_named():
 def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
     """The pool's run 20 (slow-main on rank 3, fms's FSDP2): rank 3's work runs under FSDP's
     post-backward hook in torch/distributed/fsdp; it was read as waiting like the others."""
-    from test_stacks import BUSY, WAITING
-
+    from support.stack_texts import BUSY, WAITING
     from tuning.harness.run import stack_text
 
     dumped = {
@@ -215,8 +214,7 @@ def _paused_rank_6(tmp_path, teardown_at):
     """The pool's seed-1 run 6 (pause rank 6 of 7, single, fms): the hang's stacks showed rank 6
     stopped and the rest waiting; then the harness's teardown SIGTERMed every rank (the rank
     recorder wrote each one's "signal" line) and the verdict read a stop from outside."""
-    from test_stacks import WAITING
-
+    from support.stack_texts import WAITING
     from tuning.harness.run import stack_text
     from tuning.harness.verdict import live
 

@@ -1,6 +1,7 @@
-"""The verdict over real gloo ranks (tests/desync_entry.py under torchrun and the rank recorder)
-that something outside stops or slows: a rank stopped for good (SIGSTOP, as a frozen node) and
-a rank stopped and continued (a throttle, as `make fault FAULT=slow` does in one container)."""
+"""The verdict over real gloo ranks (tests/support/entries/desync_entry.py under torchrun and the
+rank recorder) that something outside stops or slows: a rank stopped for good (SIGSTOP, as a frozen
+node) and a rank stopped and continued (a throttle, as `make fault FAULT=slow` does in one
+container)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import signal
 import threading
 import time
 
-from test_desync import Ranks, ranks  # noqa: F401  (the fixture)
-
+from support.desync_ranks import Ranks
 from tuning.harness.run import dumps
 from tuning.harness.verdict import facts, rules
 

@@ -3,13 +3,14 @@ collective (HARNESS_DESYNC=slow-main, as a tokenization on the main process does
 1-3 wait in it; the stall watch (STALL=15) dumps the ranks and names rank 0, then the run goes
 on and finishes. LAYOUT=host: the ranks are this machine's processes (they inherit the
 harness's environment, which is how the fault reaches them here); the container path differs
-only in where the dump's shell runs (tests/test_stacks_docker.py)."""
+only in where the dump's shell runs (tests/engine/faults/test_stacks_docker.py)."""
 
 from __future__ import annotations
 
 import json
 
-from conftest import ROOT, harness
+from support.harness import harness
+from support.paths import ROOT
 
 
 def test_a_stalled_up_names_the_rank_the_others_wait_for(tmp_path):
