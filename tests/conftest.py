@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from support.paths import PYTHON, ROOT
+from support.paths import ROOT
 from support.session_end import no_leftover_runs, no_strays
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -78,29 +77,6 @@ def mounted(tmp_path) -> tuple[Path, dict]:
         "WORLD_SIZE": "1",
     }
     return marker, env
-
-
-@pytest.fixture(scope="session")
-def harness_image() -> str:
-    """The harness image, built through the same path `make up` takes if it is missing."""
-    out = subprocess.run(
-        [PYTHON, "-m", "tuning.harness", "image"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert out.returncode == 0, f"the harness image is not available:\n{out.stdout}{out.stderr}"
-    return "tuning-harness:latest"
-
-
-@pytest.fixture(scope="session")
-def fms_image() -> str:
-    """fms's image, built through the same path `make up TRAINER=fms` takes if missing."""
-    out = subprocess.run(
-        [PYTHON, "-m", "tuning.harness", "image", "--trainer", "fms"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, f"the fms image is not available:\n{out.stdout}{out.stderr}"
-    return "tuning-harness-fms:latest"
 
 
 # --- The session's end ----------------------------------------------------------------------

@@ -4,9 +4,13 @@ tuning/rank/torn.py is), and files cut short as a kill inside a save leaves them
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zipfile
 from pathlib import Path
+
+# the name a torn checkpoint is moved aside to (tuning/rank/torn.py): never deleted
+TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
 
 
 def safetensors(path: Path, tensors: int = 2) -> None:

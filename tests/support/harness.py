@@ -42,6 +42,20 @@ def harness(*args: str, runs: Path, timeout: float = 600, env: dict | None = Non
     )
 
 
+def make(
+    *words: str, runs: Path | None = None, timeout: float = 300, silent: bool = False
+) -> subprocess.CompletedProcess:
+    """`make WORDS [RUNS=runs]` in the checkout, as a user types it (`silent`: make -s)."""
+    return subprocess.run(
+        ["make", *(["-s"] if silent else []), "--no-print-directory", *words]
+        + ([f"RUNS={runs}"] if runs is not None else []),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def up(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`up ARGS` with RUNS under tmp_path."""
     return harness("up", *args, runs=tmp_path / "runs", timeout=300, env=env)

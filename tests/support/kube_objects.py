@@ -4,7 +4,7 @@ ARGS)."""
 
 from __future__ import annotations
 
-from support.paths import ROOT
+from support.paths import USER_SCRIPTS
 from tuning.harness.commands import kube
 from tuning.harness.spec.job_paths import Source
 
@@ -55,7 +55,7 @@ FULL = {"claims": CLAIMS, "entry": "tuning.sft_trainer", "image": "registry.exam
 # rendezvous timeout and grace period rendered
 SRC_ARGS = {
     "entry": "/src/train_sft.py",
-    "src": str(ROOT / "tests/user_scripts"),
+    "src": str(USER_SCRIPTS),
     "args": ("--output_dir", "/output", "--learning_rate", "1e-4"),
     "rdzv_timeout": 77,
     "grace_s": 45,

@@ -210,3 +210,50 @@ def write(folder: Path, logs: dict[str, list[str]], pods: list[dict] | None = No
             yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": pods})
         )
     return folder
+
+
+# --- Log sets of whole jobs, and what `make repro` reads from them ---------------------------
+
+
+def watchdog_job(
+    version: str, silent: int, world: int = 4, nproc: int = 2, seq: int = 1580
+) -> dict:
+    """Every rank but `silent` times out in one all_reduce (NCCL); torchrun's summaries name
+    a rank that timed out as the root cause, and SIGTERM the silent one (its pod's agent)."""
+    logs = {}
+    for node in range(world // nproc):
+        name = "sft-master-0" if node == 0 else f"sft-worker-{node - 1}"
+        lines, fails = [tqdm(151, 1000)] if node == 0 else [], []
+        for local in range(nproc):
+            rank = node * nproc + local
+            if rank == silent:
+                lines.append(
+                    f"[rank{rank}]:[W1205 02:00:00.1 ProcessGroupNCCL.cpp:4115] a warning of its own"
+                )
+                fails.append((rank, local, -15, "2024-12-05_02:07:09"))
+            else:
+                lines += watchdog(version, rank, seq)
+                fails.append((rank, local, -6, "2024-12-05_02:07:08"))
+        root = next((f[0] for f in fails if f[2] == -6), fails[0][0])
+        lines += (
+            [agent(version, f"Sending process {100 + silent} closing signal SIGTERM")]
+            if any(f[0] == silent for f in fails)
+            else []
+        )
+        lines += child_failed(version, fails, root)
+        logs[name] = lines
+    return logs
+
+
+def judged(folder) -> dict:
+    """The record `make repro` makes of the log set in `folder` (no replay)."""
+    from tuning.harness.commands import repro
+
+    rec, _, _ = repro.judge(folder)
+    return rec
+
+
+def verdict_of(folder) -> tuple[str, list[int]]:
+    """(class, culprits) of the verdict on `folder`; (None, []) where there is none."""
+    v = judged(folder)["verdict"] or {"class": None, "culprits": []}
+    return v["class"], v["culprits"]

@@ -41,3 +41,34 @@ def a_run(
     summary = {"job_file": str(job_file), "steps": 10, "status": "succeeded"}
     (runs / run_id / "summary.json").write_text(json.dumps(summary))
     return runs / run_id
+
+
+def trainer_output(run, ranks=2, steps=10, batch=4, seq=512, pad=0):
+    """Our trainer's output folder after `steps` steps on `ranks` ranks (metrics lines and
+    train_summary.json), as benchmarks/mfu.py reads it: two slow steps, then 0.25 s each."""
+    (run / "metrics").mkdir(parents=True)
+    for rank in range(ranks):
+        rows = [{"event": "phase", "name": "imports"}] + [
+            {
+                "event": "step",
+                "step": i + 1,
+                "tokens": batch * seq - pad,
+                "step_s": 3.0 if i < 2 else 0.25,
+                "samples": list(range(batch)),
+                "max_memory_allocated_bytes": 2**30 * (i + 1),
+            }
+            for i in range(steps)
+        ]
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        (run / "metrics" / f"rank{rank}.jsonl").write_text(text)
+    summary = {
+        "status": "completed",
+        "world_size": ranks,
+        "steps": steps,
+        "tokens_per_s": 12345.0,
+        "tokens_per_s_steps": steps - 2,
+        "first_loss": 10.4,
+        "final_loss": 9.1,
+    }
+    (run / "train_summary.json").write_text(json.dumps(summary))
+    return run

@@ -1,4 +1,4 @@
-"""Stacks on the engine (a paused rank's fault run and its stacks: test_fault.py): a foreign
+"""Stacks on the engine (a paused rank's fault run and its stacks: test_fault_docker.py): a foreign
 ENTRY whose ranks wait on each other stalls `up`, which prints the stacks by itself and keeps
 them; `stacks` dumps a running run on demand; a normal run carries none of it."""
 

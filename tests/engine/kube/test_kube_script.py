@@ -13,10 +13,9 @@ import yaml
 
 from support.engine import leftovers
 from support.harness import harness
-from support.paths import ROOT
+from support.paths import USER_SCRIPTS
 from tuning.harness.run_files import folders, metric_lines
 
-SCRIPTS = ROOT / "tests/user_scripts"
 ARGS = (
     "--model_name_or_path /opt/harness/assets/tiny-model --train_file "
     "/opt/harness/assets/demo.jsonl --output_dir /output --max_steps 4 --save_steps 2 "
@@ -36,7 +35,7 @@ def test_a_script_with_args_trains_in_the_kube_rehearsal(
 ):
     run_id = f"ks-{kind[:5]}-" + folders.new_run_id()[-8:]
     shape = ("--kind", kind, "--gpus", "0", "--nodes", str(nodes), "--nproc", str(nproc))
-    script = ("--src", str(SCRIPTS), "--entry", "train_sft.py", f"--args={ARGS}")
+    script = ("--src", str(USER_SCRIPTS), "--entry", "train_sft.py", f"--args={ARGS}")
     knobs = ("--rdzv-timeout", "77", "--grace", "45", "--run-id", run_id)
     out = harness("kube", "--rehearse", *shape, *script, *knobs, runs=tmp_path, timeout=600)
     run_dir = tmp_path / run_id
@@ -51,12 +50,12 @@ def test_a_script_with_args_trains_in_the_kube_rehearsal(
         )
         assert sorted(src_map["data"].values()) == sorted(
             p.read_text()
-            for p in SCRIPTS.rglob("*")
+            for p in USER_SCRIPTS.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts
         )
         # /src in the rehearsal is the ConfigMap laid out as the kubelet lays it out
         assert (run_dir / "src/train_sft.py").read_bytes() == (
-            SCRIPTS / "train_sft.py"
+            USER_SCRIPTS / "train_sft.py"
         ).read_bytes()
         services = yaml.safe_load((run_dir / "compose.yaml").read_text())["services"]
         for svc in services.values():

@@ -8,29 +8,18 @@ same verdict. World sizes 2, 4, 8."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import yaml
 
 from support.engine import leftovers
-from support.paths import ROOT
+from support.harness import make
 from tuning.harness.commands.repro import collect
 
 kv = pytest.importorskip("kubernetes_validate")
 
 # (kind, pods, ranks a pod, the rank whose pod is killed)
 CASES = [("pytorchjob", 2, 1, 1), ("trainjob", 2, 2, 2), ("pytorchjob", 4, 2, 0)]
-
-
-def make(*words: str, runs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["make", "--no-print-directory", *words, f"RUNS={runs}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 @pytest.mark.docker
@@ -56,6 +45,7 @@ def test_a_killed_pod_is_read_back_from_its_logs_and_replayed(
         "RDZV_TIMEOUT=20",
         f"RUN_ID={run_id}",
         runs=runs,
+        timeout=900,
     )
     assert (runs / run_id / "restarts.json").is_file(), out.stdout[-3000:] + out.stderr[-3000:]
     cluster = collect.kubectl_view(runs / run_id, tmp_path / "kubectl")
@@ -63,7 +53,7 @@ def test_a_killed_pod_is_read_back_from_its_logs_and_replayed(
     assert len(listed["items"]) == pods and len(list(cluster.glob("*.log"))) == pods
     for pod in listed["items"]:  # what `kubectl get pods -o yaml` would hold
         kv.validate(pod, "1.29.0", strict=True)
-    got = make("repro", f"FROM={cluster}", "RUN=1", "NPROC=2", runs=runs)
+    got = make("repro", f"FROM={cluster}", "RUN=1", "NPROC=2", runs=runs, timeout=900)
     said = got.stdout[-4000:] + got.stderr[-4000:]
     assert got.returncode == 0 and "Traceback" not in said, said
     rec = json.loads(next(p for p in runs.glob("*/repro.json")).read_text())

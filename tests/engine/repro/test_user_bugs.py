@@ -10,12 +10,11 @@ And the same failure injected (`make fault`) beside the one a script causes: the
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from support.engine import leftovers
-from support.paths import ROOT
+from support.harness import make
 
 ARGS = "--steps 30 --timeout 20"
 # bug -> (live verdict, from its logs alone): the outcomes that are right, each (class, culprits)
@@ -37,16 +36,6 @@ def outcome(v: dict | None):
     return (v["class"], tuple(v["culprits"])) if v and v["culprits"] else None
 
 
-def make(*words: str, runs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["make", "--no-print-directory", *words, f"RUNS={runs}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.fixture(scope="module")
 def bug_runs(tmp_path_factory, harness_image) -> dict:
     """Every bug's run, once (the parity test below reads them too)."""
@@ -65,13 +54,14 @@ def bug_runs(tmp_path_factory, harness_image) -> dict:
             "NPROC=4",
             f"RUN_ID={run_id}",
             runs=runs,
+            timeout=600,
         )
         out[bug] = (runs / run_id, said)
     return out
 
 
 def repro(run_dir, runs) -> tuple[int, dict]:
-    got = make("repro", f"FROM={run_dir}", runs=runs)
+    got = make("repro", f"FROM={run_dir}", runs=runs, timeout=600)
     rec = json.loads(next(runs.glob("*/repro.json")).read_text())
     return got.returncode, rec
 
@@ -119,6 +109,7 @@ def test_an_injected_fault_is_judged_as_the_same_bug_a_script_has(bug, bug_runs,
         "TIMEOUT=10",
         "RUN_ID=injected",
         runs=tmp_path,
+        timeout=600,
     )
     fault = json.loads((tmp_path / "injected/fault.json").read_text())
     script = json.loads((bug_runs[bug][0] / "summary.json").read_text())["verdict"]

@@ -21,7 +21,7 @@ import pytest
 
 from support.engine import leftovers
 from support.harness import YAML_12_WORDS
-from support.paths import ROOT
+from support.paths import ROOT, USER_SCRIPTS
 from tuning.harness.backends import compose, engine
 from tuning.harness.run_files import metric_lines
 from tuning.harness.spec.layout import Layout
@@ -67,7 +67,7 @@ def own_fault(kind: str, layout: str, runs: Path, *extra: str) -> tuple[dict, di
     assert record["trainer"] == {
         "image": "tuning-harness:latest",
         "entry": "/src/train_sft.py",
-        "src": str(ROOT / "tests/user_scripts"),
+        "src": str(USER_SCRIPTS),
         "args": ARGS.split(),
     }, said
     assert "harness: ENTRY /src/train_sft.py from " in out.stdout, said
@@ -89,7 +89,7 @@ def test_compose_reads_every_word_of_args_as_the_string_typed(tmp_path):
         kind="per-rank",
         entry="/src/train_sft.py",
         args=YAML_12_WORDS,
-        src=str(ROOT / "tests/user_scripts"),
+        src=str(USER_SCRIPTS),
         run_dir=str(tmp_path),
     )
     path = tmp_path / "compose.yaml"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
+from support.bench_report import LAYOUTS
 from support.clock import Clock
 from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import MAX_ROUNDS, Rounds, budget_s
 from tuning.harness.errors import HarnessError
 
-FOUR = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 CLEAR = {"step": 0.95, "busbw": 1.0, "launch": 0.5}  # every goal met, every round
 EDGE = {"step": (1.0, 1.06), "busbw": (0.92, 0.98), "launch": (1.5, 2.5)}  # either side
 
@@ -36,7 +36,7 @@ def _repeat(name: str, rnd: int, vals: dict) -> dict:
     }
 
 
-def bench(r: Rounds, vals, clock: Clock, round_s: float, layouts=FOUR) -> tuple[dict, list]:
+def bench(r: Rounds, vals, clock: Clock, round_s: float, layouts=LAYOUTS) -> tuple[dict, list]:
     """Drive r as bench.main does: each round runs the layouts r names and takes round_s;
     `vals` may be a function of the round. Returns the raw report and each round's layouts."""
     raw = {
@@ -83,7 +83,7 @@ def test_auto_decides_no_goal_before_its_bounds_allow_it():
     r = Rounds("auto", "10h", clock)
     raw, seen = bench(r, CLEAR, clock, 60)
     assert r.done == 7 and r.stopped == "REPEAT=auto: every goal resolved after 7 rounds."
-    assert seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2
+    assert seen == [LAYOUTS] * 5 + [["host", "single", "per-rank-shared"]] * 2
     goals = report.derive(raw)["goals"]
     assert [(g["verdict"], g["pairs"], g["bound"]) for g in goals] == [("MET", 7, 0)] * 3
     assert "group-sequential sign test" in r.describe() and "3.7 % each" in r.describe()
@@ -129,7 +129,8 @@ def test_after_the_fifth_round_auto_runs_only_the_layouts_an_open_goal_reads():
     r = Rounds("auto", "100h", clock)
     raw, seen = bench(r, {**CLEAR, "step": EDGE["step"]}, clock, 1)
     assert (
-        seen == [FOUR] * 5 + [["host", "single", "per-rank-shared"]] * 2 + [["host", "single"]] * 23
+        seen
+        == [LAYOUTS] * 5 + [["host", "single", "per-rank-shared"]] * 2 + [["host", "single"]] * 23
     )
     step, busbw, launch = report.derive(raw)["goals"]
     assert (step["pairs"], busbw["pairs"], launch["pairs"]) == (30, 7, 7)

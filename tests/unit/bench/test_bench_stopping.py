@@ -16,8 +16,8 @@ about 10 s), z standard normal: the truth is the median either way.
    and agree with the rule's exact rate. The first-clear rule the bench had (its 90 % interval
    looked at after every round from 5) fails the same check.
 
-`PYTHONPATH=. python tests/unit/bench/test_bench_stopping.py` prints the table of rates and mean
-rounds."""
+`PYTHONPATH=.:tests python tests/unit/bench/test_bench_stopping.py` prints the table of rates and
+mean rounds."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import itertools
 import math
 import random
 
+from support.bench_report import LAYOUTS
 from tuning.harness.commands.bench import stopping
 from tuning.harness.commands.bench.report_derive import derive
 from tuning.harness.commands.bench.rounds import MAX_ROUNDS, MIN_ROUNDS, Rounds
@@ -39,7 +40,6 @@ GOALS = (
 )
 SPREADS = (0.02, 0.06, 0.10)
 EDGE_BENCHES, SIDE_BENCHES = 2500, 600
-FOUR = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 
 
 def draw(rng: random.Random, shift: int, spread: float, varying: bool) -> dict[str, list]:
@@ -77,11 +77,11 @@ def drive(vals: dict) -> tuple[Rounds, dict]:
     r = Rounds("auto", None, lambda: now[0])
     raw = {
         "meta": {"design": r.design_meta()},
-        "layouts": [{"name": n, "repeats": []} for n in FOUR],
+        "layouts": [{"name": n, "repeats": []} for n in LAYOUTS],
     }
     by = {lay["name"]: lay["repeats"] for lay in raw["layouts"]}
     while r.next_round(raw):
-        for name in r.layouts(FOUR):
+        for name in r.layouts(LAYOUTS):
             by[name].append(_repeat(name, r.done - 1, vals))
         now[0] += 80.0
     return r, raw

@@ -10,10 +10,9 @@ import struct
 
 import pytest
 
-from support.report_table import parse_table
+from support.bench_report import LAYOUTS, parse_table
 from tuning.harness.commands.bench import report
 
-ORDER = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 SIZES = [1024 * 2**k for k in range(15)]  # 1 KiB .. 16 MiB
 NRANKS, STEPS = 2, 24
 
@@ -65,9 +64,9 @@ def _probe(rng: random.Random, peak: float, iface: str) -> dict:
 
 def make_report(seed: int = 7, repeats: int = 2) -> dict:
     rng = random.Random(seed)
-    layouts = {name: {"name": name, "repeats": []} for name in ORDER}
+    layouts = {name: {"name": name, "repeats": []} for name in LAYOUTS}
     for _round in range(repeats):  # A B C D A B C D ...
-        for name in ORDER:
+        for name in LAYOUTS:
             cstart, rdzv, step, peak, iface = PROFILE[name]
             jit = lambda x, f=0.05: None if x is None else x * rng.uniform(1 - f, 1 + f)  # noqa: E731
             rep = {
@@ -113,7 +112,7 @@ def test_report_json_keeps_the_raw_samples_and_the_table_has_a_row_per_layout(wr
     doc = json.loads(j.read_text())
     assert doc["layouts"] == json.loads(json.dumps(rep["layouts"]))  # raw samples kept verbatim
     table = parse_table(m.read_text())
-    assert list(table) == ORDER  # rows in run order
+    assert list(table) == LAYOUTS  # rows in run order
     assert table["host"][7] == "1.000 [1.000, 1.000]"  # host against itself, every round
     assert table["single"][8] == "1.000 [1.000, 1.000]"
     # the probe's interface, and an explicit transport kept as given
@@ -145,17 +144,17 @@ def test_png_is_valid_and_figure_has_both_panels(written):
     fig = report.figure(rep)
     assert len(fig.axes) == 2
     speed, bw = fig.axes
-    assert len(speed.patches) == len(ORDER)  # one bar per layout
+    assert len(speed.patches) == len(LAYOUTS)  # one bar per layout
     assert speed.containers and any(
         type(c).__name__ == "ErrorbarContainer" for c in speed.containers
     )
     assert bw.get_xscale() == "log"
-    assert sorted(line.get_label() for line in bw.lines) == sorted(ORDER)
+    assert sorted(line.get_label() for line in bw.lines) == sorted(LAYOUTS)
     assert all(len(line.get_xdata()) == len(SIZES) for line in bw.lines)
     # steps per second plotted = 1 / median step time
     d = report.derive(rep)
     heights = [p.get_height() for p in speed.patches]
-    assert heights == pytest.approx([1 / d["layouts"][n]["step_s"]["median"] for n in ORDER])
+    assert heights == pytest.approx([1 / d["layouts"][n]["step_s"]["median"] for n in LAYOUTS])
 
 
 JOB = """max_steps: 24
@@ -188,7 +187,7 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
     job.write_text(JOB)
     a = _bench_args(tmp_path, "--job", str(job))
     f = plan.workload(a, RunFlags.of(a))
-    for name in ORDER:
+    for name in LAYOUTS:
         spec = plan.spec(a, f, tmp_path / "j", f"j-r1-{name}", name, probe=False, threads=1)
         assert (spec.job["save_strategy"], spec.job["save_steps"]) == ("steps", 7), name
         assert (spec.job["max_steps"], spec.job["max_seq_length"]) == (24, 96)

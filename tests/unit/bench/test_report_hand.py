@@ -15,8 +15,8 @@ from copy import deepcopy
 
 import pytest
 
+from support.bench_report import parse_table
 from support.paths import ROOT
-from support.report_table import parse_table
 from tuning.harness.commands.bench import report
 
 MIB = 1024 * 1024

@@ -12,7 +12,6 @@ import pytest
 
 from support.tokenizer_models import (
     CHAT_TOKENS,
-    build_models,
     job_config,
     portable,
     sentencepiece_llama,
@@ -22,11 +21,6 @@ from tuning.sft.chat import IGNORE_INDEX
 from tuning.sft.collator import Collator
 from tuning.sft.fms_tokenizer import as_fms_loads, fms_class, load
 from tuning.sft.special_tokens import set_up
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict:
-    return build_models(tmp_path_factory)
 
 
 def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Path:

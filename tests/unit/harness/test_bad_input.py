@@ -1,5 +1,5 @@
 """Every mistake ends with one clear message, a non-zero exit, nothing started and no run
-recorded as succeeded."""
+recorded as succeeded (those only an engine can answer: test_bad_input_docker.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from support.harness import no_run_recorded, up
 from support.paths import ROOT
 from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import lifecycle
-from tuning.harness.spec.layout import Layout
 
 
 @pytest.fixture()
@@ -72,17 +70,6 @@ def test_bad_input_is_refused_before_anything_starts(case, tmp_path, files):
     assert not list((tmp_path / "runs").glob("2*")), "a run directory was created"
 
 
-@pytest.mark.docker
-def test_gpus_on_an_engine_without_the_nvidia_runtime():
-    # GPUS>0 passes the host's GPU count on a GPU box; the engine check comes next. An
-    # engine without the NVIDIA runtime must be refused, naming the fix; one with it (a GPU
-    # box with the toolkit) has nothing to refuse.
-    if engine.has_nvidia_runtime(engine.client()):
-        pytest.skip("this engine has the NVIDIA runtime: there is no refusal to see here")
-    with pytest.raises(HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
-        lifecycle.prepare(Layout(kind="single", gpus=1, run_id="t"))
-
-
 def test_runs_directory_not_writable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -125,13 +112,3 @@ def test_compose_v1_only_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", str(bin_ / "python"))
     with pytest.raises(HarnessError, match=r"only Compose v1 \(.*docker-compose 1.29.2\)"):
         engine.compose_cmd()
-
-
-@pytest.mark.docker
-def test_config_with_a_key_accelerate_does_not_know(harness_image, tmp_path):
-    cfg = tmp_path / "acc.yaml"
-    cfg.write_text((ROOT / "configs/accelerate/cpu.yaml").read_text() + "fsdp_turbo: true\n")
-    out = up(tmp_path, "--gpus", "0", "--config", str(cfg))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "accelerate refuses it" in out.stderr and "fsdp_turbo" in out.stderr
-    assert no_run_recorded(tmp_path / "runs")

@@ -1,31 +1,22 @@
 """A user's job files and paths as they type them (issue 38): `make ...` from the checkout, each
 bad input refused before anything starts with one clear message and nothing left behind; a job
 file's relative paths mean the job file's folder; a Hugging Face cache snapshot as MODEL is
-bound so that its links resolve; a `$` reaches the ranks as typed."""
+bound so that its links resolve (one trains on the engine: test_job_files_docker.py); a `$`
+reaches the ranks as typed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
+from support.harness import make
+from support.hf_cache import hf_snapshot
 from support.paths import ROOT
 from support.tokenizer_models import CHAT_TEMPLATE
-
-
-def make(*args: str, runs: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["make", "-s", "--no-print-directory", *args, f"RUNS={runs}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def refused(out: subprocess.CompletedProcess, runs: Path, message: str) -> None:
@@ -38,7 +29,7 @@ def refused(out: subprocess.CompletedProcess, runs: Path, message: str) -> None:
 
 def dry_run(*args: str, runs: Path) -> tuple[dict, dict]:
     """(the Compose file, job/job.yaml or job.json) that `make up DRY_RUN=1` prints."""
-    out = make("up", "GPUS=0", "DRY_RUN=1", *args, runs=runs)
+    out = make("up", "GPUS=0", "DRY_RUN=1", *args, silent=True, runs=runs)
     assert out.returncode == 0, out.stdout + out.stderr
     compose_text, job_text = out.stdout.split("\n---\n")
     return yaml.safe_load(compose_text), yaml.safe_load(job_text)
@@ -51,7 +42,7 @@ def binds(compose: dict, service: str = "trainer") -> dict[str, str]:
 def test_a_job_file_with_a_yaml_syntax_error_is_named_with_its_line(tmp_path):
     job = tmp_path / "bad.yaml"
     job.write_text("learning_rate: 1e-4\nmax_steps: [3\nseed: 1\n")
-    out = make("up", "GPUS=0", f"JOB={job}", runs=tmp_path / "runs")
+    out = make("up", "GPUS=0", f"JOB={job}", silent=True, runs=tmp_path / "runs")
     refused(out, tmp_path / "runs", f"JOB={job}: not valid YAML at line 3, column 5")
     assert "fix the file and run again" in out.stderr
 
@@ -59,7 +50,7 @@ def test_a_job_file_with_a_yaml_syntax_error_is_named_with_its_line(tmp_path):
 def test_an_accelerate_config_with_a_syntax_error_is_named_too(tmp_path):
     config = tmp_path / "acc.yaml"
     config.write_text("distributed_type: FSDP\n  num_processes: 2\n")
-    out = make("up", "GPUS=0", f"CONFIG={config}", runs=tmp_path / "runs")
+    out = make("up", "GPUS=0", f"CONFIG={config}", silent=True, runs=tmp_path / "runs")
     refused(out, tmp_path / "runs", f"CONFIG={config}: not valid YAML at line 2")
 
 
@@ -74,26 +65,8 @@ def test_a_relative_path_in_a_job_file_is_beside_the_job_file(tmp_path, demo_dat
     assert job["training_data_path"] == "/data/train.jsonl"
     # not there: named with the folder it was looked for in
     (folder / "job.yaml").write_text("training_data_path: nope.jsonl\n")
-    out = make("up", "GPUS=0", f"JOB={folder / 'job.yaml'}", runs=tmp_path / "runs2")
+    out = make("up", "GPUS=0", f"JOB={folder / 'job.yaml'}", silent=True, runs=tmp_path / "runs2")
     refused(out, tmp_path / "runs2", "training_data_path is nope.jsonl, which is not on this")
-
-
-def hf_snapshot(model: Path, cache: Path) -> Path:
-    """`model` laid out as huggingface_hub's cache lays out a download: each file a blob named
-    by its hash, and the snapshot's files relative links to ../../blobs/<hash>."""
-    repo = cache / "hub" / "models--acme--tiny"
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    snapshot = repo / "snapshots" / sha
-    (repo / "blobs").mkdir(parents=True)
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(sha)
-    for f in model.iterdir():
-        digest = hashlib.sha256(f.read_bytes()).hexdigest()
-        shutil.copy(f, repo / "blobs" / digest)
-        (repo / "blobs" / digest).chmod(0o644)
-        (snapshot / f.name).symlink_to(f"../../blobs/{digest}")
-    return snapshot
 
 
 def test_a_hugging_face_cache_snapshot_binds_the_folder_its_links_point_into(tmp_path, tiny_model):
@@ -110,20 +83,9 @@ def test_a_model_whose_links_reach_far_above_it_is_refused_with_the_fix(tmp_path
     for f in tiny_model.iterdir():
         shutil.copy(f, tmp_path / f.name)
         (model / f.name).symlink_to(tmp_path / f.name)
-    out = make("up", "GPUS=0", f"MODEL={model}", runs=tmp_path / "runs")
+    out = make("up", "GPUS=0", f"MODEL={model}", silent=True, runs=tmp_path / "runs")
     refused(out, tmp_path / "runs", f"MODEL={model}: its files link to")
     assert f"cp -rL {model}" in out.stderr
-
-
-@pytest.mark.docker
-def test_a_hugging_face_cache_snapshot_trains(tmp_path, tiny_model, harness_image):
-    snapshot = hf_snapshot(tiny_model, tmp_path / "cache")
-    runs = tmp_path / "runs"
-    out = make("up", "GPUS=0", "STEPS=3", "RUN_ID=hfcache", f"MODEL={snapshot}", runs=runs)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads((runs / "hfcache" / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["steps"] == 3, summary
-    assert f"bound from {snapshot.parents[1]}" in summary["model"]
 
 
 def test_a_dollar_in_args_reaches_the_ranks_as_typed(tmp_path):
@@ -132,7 +94,9 @@ def test_a_dollar_in_args_reaches_the_ranks_as_typed(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     args = "--output_dir /output --run_name a$HOME --note 'x$$y'"
-    out = make("up", "GPUS=0", "DRY_RUN=1", f"ENTRY={script}", f"ARGS={args}", runs=tmp_path)
+    out = make(
+        "up", "GPUS=0", "DRY_RUN=1", f"ENTRY={script}", f"ARGS={args}", silent=True, runs=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     compose_file = tmp_path / "compose.yaml"
     compose_file.write_text(out.stdout.split("\n---\n")[0])
@@ -163,7 +127,13 @@ def test_an_absolute_entry_that_is_nowhere_is_refused_in_a_dry_run(tmp_path):
     src = tmp_path / "code"
     src.mkdir()
     out = make(
-        "up", "GPUS=0", "DRY_RUN=1", "ENTRY=/abs/missing.py", f"SRC={src}", runs=tmp_path / "r"
+        "up",
+        "GPUS=0",
+        "DRY_RUN=1",
+        "ENTRY=/abs/missing.py",
+        f"SRC={src}",
+        silent=True,
+        runs=tmp_path / "r",
     )
     refused(out, tmp_path / "r", "ENTRY=/abs/missing.py: no such script on this machine, and")
 
@@ -190,7 +160,9 @@ def test_chat_records_with_a_tokenizer_without_a_chat_template_are_refused_befor
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(CHAT))
     runs = tmp_path / "runs"
-    out = make("up", "GPUS=0", f"JOB={job}", f"MODEL={model}", f"DATA={data}", runs=runs)
+    out = make(
+        "up", "GPUS=0", f"JOB={job}", f"MODEL={model}", f"DATA={data}", silent=True, runs=runs
+    )
     refused(out, runs, f"chat records need a chat template and the tokenizer at {model} has none")
     # the job's own chat_template, or one saved beside the tokenizer, passes
     job.write_text(yaml.safe_dump({**CHAT, "chat_template": CHAT_TEMPLATE}))
@@ -209,10 +181,10 @@ def test_a_soak_of_a_script_with_args_saves_as_its_args_say(tmp_path):
     script.write_text("print('hi')\n")
     soak = ("soak", "GPUS=0", f"ENTRY={script}", "MTBF=3m", "DURATION=1m")
     args = "ARGS=--output_dir /output --save_steps 50"
-    out = make(*soak, args, "SAVE_EVERY=5", runs=tmp_path / "runs")
+    out = make(*soak, args, "SAVE_EVERY=5", silent=True, runs=tmp_path / "runs")
     refused(out, tmp_path / "runs", "SAVE_EVERY=5 would reach no rank: a script that takes ARGS")
     assert "put --save_steps 5 in ARGS" in out.stderr
-    out = make(*soak, "ARGS=--output_dir /output", runs=tmp_path / "runs")
+    out = make(*soak, "ARGS=--output_dir /output", silent=True, runs=tmp_path / "runs")
     refused(out, tmp_path / "runs", "ARGS has no --save_steps: a soak resumes from the script's")
     assert args_save_steps(("--save_steps", "50"), None) == 50
     assert args_save_steps(("--save-steps=7", "--save_strategy", "steps"), None) == 7

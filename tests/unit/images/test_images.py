@@ -1,15 +1,14 @@
 """Image recipes (tuning/harness/backends/images.py) without building: which recipe a tag
-picks, what a digest covers, and that two builds never stage the shared wheelhouse at once."""
+picks, what a digest covers, and that two builds never stage the shared wheelhouse at once
+(one process checks its image once, on the engine: test_images_docker.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import pytest
-
 from support.paths import ROOT
-from tuning.harness.backends import engine, images
+from tuning.harness.backends import images
 from tuning.harness.machine import image_recipes
 from tuning.harness.spec.layout import IMAGE
 
@@ -94,18 +93,3 @@ def test_two_builds_never_stage_at_once():
         for proc in (first, second):
             if proc and proc.poll() is None:
                 proc.kill()
-
-
-@pytest.mark.docker
-def test_one_harness_process_checks_its_image_once(harness_image, monkeypatch):
-    """A bench's later layouts run the image its first one had: sources edited in between (the
-    digest changes) rebuild nothing until the next harness command."""
-    c = engine.client()
-    before = c.images.get(harness_image).id
-    logs: list[str] = []
-    monkeypatch.setattr(images, "_CHECKED", {})
-    images.ensure(c, harness_image, "cpu", log=logs.append)
-    assert logs == [f"image: {harness_image} present (base {images.BASE_OFFLINE})"], logs
-    monkeypatch.setattr(images, "digest", lambda recipe: "edited-meanwhile")
-    images.ensure(c, harness_image, "cpu", log=logs.append)
-    assert len(logs) == 1 and c.images.get(harness_image).id == before, logs

@@ -1,61 +1,19 @@
-"""`make repro` on log sets in the formats of producers we did not write (tests/support/repro_logs.py
-builds them from torch's, torchrun's and gloo's format strings, version by version): the class
-and the culprit named as the logs show them, through the verdict code live runs use; and every
-case the logs cannot tell says so, names nobody, and exits 2."""
+"""`make repro` on log sets in the formats of producers we did not write
+(tests/support/repro_logs.py builds them from torch's, torchrun's and gloo's format strings,
+version by version): the class and the culprit named as the logs show them, through the
+verdict code live runs use (every case the logs cannot tell says so, names nobody, and exits 2:
+test_repro_make.py)."""
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
 
 import pytest
 
 from support import repro_logs as R
-from support.paths import ROOT
-from tuning.harness.commands import repro
+from support.repro_logs import judged, verdict_of, watchdog_job
 
 VERSIONS = ["2.1", "2.3", "2.4", "2.6", "2.12", "2.13"]
-
-
-def judged(folder) -> dict:
-    rec, _, _ = repro.judge(folder)
-    return rec
-
-
-def verdict_of(folder) -> tuple[str, list[int]]:
-    v = judged(folder)["verdict"] or {"class": None, "culprits": []}
-    return v["class"], v["culprits"]
-
-
-def watchdog_job(
-    version: str, silent: int, world: int = 4, nproc: int = 2, seq: int = 1580
-) -> dict:
-    """Every rank but `silent` times out in one all_reduce (NCCL); torchrun's summaries name
-    a rank that timed out as the root cause, and SIGTERM the silent one (its pod's agent)."""
-    logs = {}
-    for node in range(world // nproc):
-        name = "sft-master-0" if node == 0 else f"sft-worker-{node - 1}"
-        lines, fails = [R.tqdm(151, 1000)] if node == 0 else [], []
-        for local in range(nproc):
-            rank = node * nproc + local
-            if rank == silent:
-                lines.append(
-                    f"[rank{rank}]:[W1205 02:00:00.1 ProcessGroupNCCL.cpp:4115] a warning of its own"
-                )
-                fails.append((rank, local, -15, "2024-12-05_02:07:09"))
-            else:
-                lines += R.watchdog(version, rank, seq)
-                fails.append((rank, local, -6, "2024-12-05_02:07:08"))
-        root = next((f[0] for f in fails if f[2] == -6), fails[0][0])
-        lines += (
-            [R.agent(version, f"Sending process {100 + silent} closing signal SIGTERM")]
-            if any(f[0] == silent for f in fails)
-            else []
-        )
-        lines += R.child_failed(version, fails, root)
-        logs[name] = lines
-    return logs
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -91,19 +49,6 @@ def test_interleaved_and_truncated_logs_read_the_same(tmp_path):
     text = (folder / "sft-worker-0.log").read_text()
     (folder / "sft-worker-0.log").write_text(text[: int(len(text) * 0.97)])  # cut mid-line
     assert verdict_of(folder) == ("never arrived", [3])
-
-
-def test_a_missing_log_of_the_silent_rank_names_nobody(tmp_path):
-    logs = watchdog_job("2.6", 3, world=4, nproc=1)
-    del logs["sft-worker-2"]  # rank 3's pod: its log was never copied (its object was)
-    pods = [
-        R.pod(name, n, 1, 4, 1)
-        for n, name in enumerate(["sft-master-0", "sft-worker-0", "sft-worker-1"])
-    ]
-    folder = R.write(tmp_path / "logs", logs, pods)
-    rec = judged(folder)
-    assert rec["verdict"]["culprits"] == [] and rec["read"]["missing_ranks"] == [3]
-    assert any("no log and no object of rank(s) 3" in x for x in rec["could_not_tell"])
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.6", "2.13"])
@@ -263,80 +208,3 @@ def test_torchs_detail_check_names_the_odd_rank(tmp_path):
         logs[f"sft-worker-{r - 1}" if r else "sft-master-0"] = R.traceback("2.6", r, err)
     v = judged(R.write(tmp_path / "logs", logs))["verdict"]
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch")
-
-
-def make_repro(folder) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            "make",
-            "-s",
-            "--no-print-directory",
-            "repro",
-            f"FROM={folder}",
-            f"RUNS={folder.parent / 'runs'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.mark.parametrize("case", ["no failure", "unreadable", "another framework", "empty"])
-def test_what_the_logs_cannot_tell_is_said_and_exits_2(case, tmp_path):
-    folder = tmp_path / "logs"
-    folder.mkdir()
-    if case == "no failure":
-        R.write(
-            folder,
-            {
-                "sft-master-0": [
-                    R.tqdm(100, 100),
-                    "{'train_runtime': '50.1', 'train_loss': '1.2', 'epoch': '1'}",
-                ],
-                "sft-worker-0": ["[rank1]: done"],
-            },
-        )
-    elif case == "unreadable":
-        (folder / "dump.bin").write_bytes(b"\x80\x04\x00\x01\x02")
-    elif case == "another framework":
-        R.write(
-            folder,
-            {
-                "worker-0": [
-                    "I1205 jax._src.distributed: Connecting to coordinator",
-                    "ERROR: slice failed",
-                ]
-            },
-        )
-    out = make_repro(folder)
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "Traceback" not in out.stderr and "the logs cannot tell:" in out.stderr, out.stderr
-    rec = json.loads(next((tmp_path / "runs").glob("*/repro.json")).read_text())
-    assert rec["replay"] is None and (rec["verdict"] or {}).get("culprits", []) == []
-    assert "kubectl logs --timestamps" in out.stderr  # what to collect next
-
-
-def test_make_repro_prints_the_replay_line(tmp_path):
-    folder = R.write(tmp_path / "logs", watchdog_job("2.6", 5, world=8, nproc=4))
-    out = make_repro(folder)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "harness: repro: never arrived, culprit rank(s) 5 of 8" in out.stdout
-    # step 151 of the cluster's job is past the demo job's 30: the nearest it reaches
-    assert (
-        "replay here: make fault FAULT=slow-main LAYOUT=per-rank RANK=1 NPROC=2 AT_STEP=28"
-        in out.stdout
-    ), out.stdout
-    assert "at step 28, where the logs' progress last showed 151" in out.stdout
-
-
-def test_a_death_signal_with_no_time_to_order_it_names_nobody(tmp_path):
-    """An operator deleting the pods still running after a job failed sends the same SIGTERM:
-    with no times to put it before the others' failures, a launcher's line alone names nobody."""
-    reset = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.0.7]:41234: Connection reset by peer"
-    logs = {
-        "sft-master-0": R.traceback("2.13", 0, reset),
-        "sft-worker-0": [R.agent("2.13", "Received 15 death signal, shutting down workers")],
-    }
-    v = judged(R.write(tmp_path / "logs", logs))["verdict"]
-    assert v["culprits"] == [], v

@@ -1,28 +1,18 @@
 """A trainer of your own as you launch it (issue 28, part 4): ENTRY a script or a module, ARGS
-its command line, SRC its folder bound read-only; the rank recorder logs every rank's steps
-and checkpoints from its HF Trainer, and refuses one that saves outside the run's output dir.
-
-No engine here: ENTRY, SRC and ARGS checked and rendered; tests/user_scripts/train_sft.py (a
-user's HfArgumentParser script that knows nothing of the harness) under the rank recorder and
-torchrun on this machine, as a foreign ENTRY runs in a container. The containers:
-tests/engine/trainers/test_own_trainer_docker.py.
-"""
+its command line, SRC its folder bound read-only; checked and rendered here, with no engine and
+no run (under the rank recorder and torchrun on this machine: test_own_trainer_ranks.py; the
+containers: engine/trainers/test_own_trainer_docker.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from support.harness import YAML_12_WORDS, harness
-from support.launch import free_port, recorder
-from support.paths import ROOT
+from support.paths import ROOT, USER_SCRIPTS
 from tuning.harness import cli
 from tuning.harness.backends import compose
 from tuning.harness.errors import HarnessError
@@ -30,10 +20,8 @@ from tuning.harness.spec import own_trainer
 from tuning.harness.spec.container import SRC_DIR
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.layout import Layout
-from tuning.rank import torn
 
-SCRIPTS = ROOT / "tests/user_scripts"
-SCRIPT = SCRIPTS / "train_sft.py"
+SCRIPT = USER_SCRIPTS / "train_sft.py"  # a user's HfArgumentParser script
 
 
 def flags(*argv: str) -> RunFlags:
@@ -46,24 +34,25 @@ def flags(*argv: str) -> RunFlags:
 def test_a_script_in_src_runs_from_src_with_its_arguments():
     own = own_trainer.resolve(
         "train_sft.py",
-        str(SCRIPTS),
+        str(USER_SCRIPTS),
         "--lr 1e-5 --output_dir /output --note 'two words'",
         "tuning-harness:latest",
     )
-    assert own.entry == f"{SRC_DIR}/train_sft.py" and own.src == str(SCRIPTS)
+    assert own.entry == f"{SRC_DIR}/train_sft.py" and own.src == str(USER_SCRIPTS)
     assert own.args == ("--lr", "1e-5", "--output_dir", "/output", "--note", "two words")
     # an absolute path inside SRC is the same script
-    assert own_trainer.resolve(str(SCRIPT), str(SCRIPTS), None, "x").entry == own.entry
+    assert own_trainer.resolve(str(SCRIPT), str(USER_SCRIPTS), None, "x").entry == own.entry
 
 
 def test_a_script_here_without_src_brings_its_folder():
     own = own_trainer.resolve(str(SCRIPT), None, None, "tuning-harness:latest")
-    assert (own.entry, own.src, own.args) == (f"{SRC_DIR}/train_sft.py", str(SCRIPTS), None)
+    assert (own.entry, own.src, own.args) == (f"{SRC_DIR}/train_sft.py", str(USER_SCRIPTS), None)
 
 
 def test_a_module_in_src_or_in_your_image():
-    assert own_trainer.resolve("train_sft", str(SCRIPTS), None, "tuning-harness:latest").entry == (
-        "train_sft"
+    assert (
+        own_trainer.resolve("train_sft", str(USER_SCRIPTS), None, "tuning-harness:latest").entry
+        == "train_sft"
     )
     assert own_trainer.resolve("my_pkg.train", None, None, "mine:1").src is None
 
@@ -102,7 +91,7 @@ def test_a_module_in_src_or_in_your_image():
 )
 def test_what_cannot_run_is_refused_with_the_fix(entry, src, args, said):
     entry = entry.replace("TESTS", str(ROOT / "tests"))
-    src = str(SCRIPTS) if src == "SCRIPTS" else src
+    src = str(USER_SCRIPTS) if src == "SCRIPTS" else src
     with pytest.raises(HarnessError) as e:
         own_trainer.resolve(entry, src, args, "tuning-harness:latest")
     assert said in str(e.value)
@@ -118,7 +107,7 @@ def test_flags_beside_args_and_args_without_entry_are_refused_by_name():
             "--entry",
             "train_sft.py",
             "--src",
-            str(SCRIPTS),
+            str(USER_SCRIPTS),
             "--args",
             "--x 1",
             "--steps",
@@ -129,7 +118,7 @@ def test_flags_beside_args_and_args_without_entry_are_refused_by_name():
     with pytest.raises(HarnessError, match=r"^ARGS=--x 1 is for a trainer of your own: set ENTRY"):
         flags("--args", "--x 1")
     with pytest.raises(HarnessError, match=r"^SRC=\S+ is for a trainer of your own"):
-        flags("--src", str(SCRIPTS))
+        flags("--src", str(USER_SCRIPTS))
     # a module in no image of the user's and no SRC: where would it come from?
     with pytest.raises(
         HarnessError,
@@ -137,7 +126,8 @@ def test_flags_beside_args_and_args_without_entry_are_refused_by_name():
         r"or SRC=<the folder that holds it>",
     ):
         flags("--entry", "my_pkg.train")
-    f = flags("--entry", "train_sft.py", "--src", str(SCRIPTS), "--steps", "5")  # no ARGS: a job
+    # no ARGS: a job
+    f = flags("--entry", "train_sft.py", "--src", str(USER_SCRIPTS), "--steps", "5")
     assert f.steps == 5 and f.image == "tuning-harness:latest"
 
 
@@ -158,14 +148,14 @@ def test_src_is_bound_read_only_and_is_the_working_dir():
         kind="per-rank",
         nproc=2,
         entry=f"{SRC_DIR}/train_sft.py",
-        src=str(SCRIPTS),
+        src=str(USER_SCRIPTS),
         args=("--output_dir", "/output", "--max_steps", "3"),
     )
     svc = compose.render(layout)["services"]["rank1"]
     binds = {v["target"]: v for v in svc["volumes"]}
     assert binds[SRC_DIR] == {
         "type": "bind",
-        "source": str(SCRIPTS),
+        "source": str(USER_SCRIPTS),
         "target": SRC_DIR,
         "read_only": True,
     }
@@ -198,7 +188,7 @@ def test_up_dry_run_prints_what_each_rank_runs(tmp_path):
         "--layout",
         "per-rank",
         "--src",
-        str(SCRIPTS),
+        str(USER_SCRIPTS),
         "--entry",
         "train_sft.py",
         "--args",
@@ -216,147 +206,5 @@ def test_up_dry_run_prints_what_each_rank_runs(tmp_path):
         "entry": "/src/train_sft.py",
         "args": ["--output_dir", "/output", "--learning_rate", "1e-5"],
         "output_dir": "/output",
-        "src": {"host": str(SCRIPTS), "ranks": SRC_DIR},
+        "src": {"host": str(USER_SCRIPTS), "ranks": SRC_DIR},
     }
-
-
-# --- the user's script under the rank recorder (torchrun here) ----------------------------------
-
-TRAIN_ARGS = [
-    "--max_steps",
-    "12",
-    "--save_steps",
-    "5",
-    "--logging_steps",
-    "2",
-    "--per_device_train_batch_size",
-    "4",
-    "--learning_rate",
-    "3e-3",
-    "--report_to",
-    "none",
-]
-
-
-def _torchrun(out: Path, model: Path, data: Path, *extra: str) -> subprocess.CompletedProcess:
-    """train_sft.py as a foreign ENTRY runs: `-m harness_rank` would be the launcher's; the
-    recorder's own file is the same program (it loads what it needs beside itself)."""
-    env = {
-        **os.environ,
-        "HARNESS_WRAPPED_ENTRY": str(SCRIPT),
-        "HARNESS_OUTPUT_DIR": str(out),
-        "OMP_NUM_THREADS": "1",
-        "HF_HOME": str(out.parent / "hf"),
-    }
-    torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [
-        str(torchrun),
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(free_port()),
-        str(ROOT / "tuning/rank/rank_record.py"),
-        "--model_name_or_path",
-        str(model),
-        "--train_file",
-        str(data),
-        "--output_dir",
-        str(out),
-        *TRAIN_ARGS,
-        *extra,
-    ]
-    return subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=300, cwd=out.parent
-    )
-
-
-def _lines(out: Path, rank: int) -> list[dict]:
-    return [json.loads(x) for x in (out / f"metrics/rank{rank}.jsonl").read_text().splitlines()]
-
-
-def test_an_hf_scripts_steps_and_checkpoints_are_logged_by_every_rank(
-    tiny_model, demo_data, tmp_path
-):
-    """Both ranks log every step (loss on the logged ones, the group's mean: equal on both) and
-    every save; a checkpoint torn afterwards is set aside at the next start, and the script's
-    own resume logic then starts from the newest complete one."""
-    out = tmp_path / "output"
-    ran = _torchrun(out, tiny_model, demo_data)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    for rank in (0, 1):
-        lines = _lines(out, rank)
-        (phase,) = [x for x in lines if x.get("name") == "training"]
-        assert (phase["trainer"], phase["max_steps"], phase["step"]) == ("Trainer", 12, 0)
-        steps = [x for x in lines if x["event"] == "step"]
-        assert [x["step"] for x in steps] == list(range(1, 13))
-        assert [x["step"] for x in steps if x["loss"] is not None] == [2, 4, 6, 8, 10, 12]
-        assert all(x["world_size"] == 2 and x["step_s"] > 0 for x in steps)
-        saved = [(x["step"], x["path"]) for x in lines if x["event"] == "checkpoint"]
-        assert saved == [(s, str(out / f"checkpoint-{s}")) for s in (5, 10, 12)]
-        # each save timed apart from its step, as the timeouts check reads it
-        assert all(x["save_s"] > 0 for x in lines if x["event"] == "checkpoint")
-        assert lines[-1]["event"] == "end" and lines[-1]["status"] == "completed"
-    losses = [
-        {x["step"]: x["loss"] for x in _lines(out, r) if x["event"] == "step"} for r in (0, 1)
-    ]
-    assert losses[0] == losses[1]
-    # a save cut short, as a kill inside it leaves one: the next start sets it aside
-    (out / "checkpoint-12/trainer_state.json").unlink()
-    again = _torchrun(out, tiny_model, demo_data, "--max_steps", "14")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "checkpoint-12 is incomplete (no trainer_state.json): moved aside" in again.stdout
-    assert f"train_sft: resuming from {out / 'checkpoint-10'}" in again.stdout
-    assert [p for p in torn.moved(out) if p.startswith("torn-checkpoint-12-")]
-    last = [x for x in _lines(out, 1) if x.get("name") == "training"][-1]
-    assert (last["max_steps"], last["step"]) == (14, 10)  # resumed from checkpoint-10
-
-
-def test_a_trainer_saving_elsewhere_is_refused_before_its_first_step(
-    mounted, tiny_model, demo_data, tmp_path
-):
-    _, env = mounted
-    out = Path(env["HARNESS_OUTPUT_DIR"])
-    env = {**env, "HARNESS_WRAPPED_ENTRY": str(SCRIPT), "HF_HOME": str(tmp_path / "hf")}
-    args = [
-        "--model_name_or_path",
-        str(tiny_model),
-        "--train_file",
-        str(demo_data),
-        "--output_dir",
-        str(tmp_path / "elsewhere"),
-        *TRAIN_ARGS,
-    ]
-    ran = subprocess.run(
-        [sys.executable, "-m", "harness_rank", *args],
-        capture_output=True,
-        text=True,
-        env={**env, "HARNESS_DEVICE": "cpu"},
-        timeout=300,
-    )
-    assert ran.returncode == 1, ran.stdout + ran.stderr
-    lines = _lines(out, 0)
-    assert not [x for x in lines if x["event"] == "step"]
-    end = lines[-1]
-    assert end["status"] == "failed"
-    assert (
-        f"OutputDirError: the Trainer saves to output_dir='{tmp_path / 'elsewhere'}'"
-        in (end["error"])
-    )
-    assert f"Pass --output_dir {out} (ARGS)" in end["error"]
-    assert not list((tmp_path / "elsewhere").rglob("*"))  # the Trainer made it; nothing saved
-
-
-def test_the_step_lines_are_off_for_fms(mounted):
-    """fms logs its own steps (training_logs.jsonl, read as rank 0's): HARNESS_STEP_LINES=0
-    leaves every Trainer as it is."""
-    marker, env = mounted
-    user = Path(env["PYTHONPATH"].split(os.pathsep)[1])
-    (user / "foreign_trainer.py").write_text(
-        "import transformers\n"
-        f"open({str(marker)!r}, 'w').write(str(getattr(transformers.Trainer.__init__, "
-        "'harness_steps', False)))\n"
-    )
-    for value, patched in (("0", "False"), ("1", "True")):
-        ran = recorder({**env, "HARNESS_STEP_LINES": value}, "cpu")
-        assert ran.returncode == 0, ran.stderr
-        assert marker.read_text() == patched

@@ -1,8 +1,11 @@
-"""The bench report's table (report.md), read back into its rows."""
+"""The bench's four layouts, in the order it runs them, and its report's table (report.md) read
+back into its rows."""
 
 from __future__ import annotations
 
 from tuning.harness.commands.bench import report
+
+LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 
 
 def parse_table(md: str) -> dict[str, list[str]]:
