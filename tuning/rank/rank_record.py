@@ -46,6 +46,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -129,18 +130,28 @@ def write_end(record: Record, closed: bool = False) -> None:
 
 def note_sigterm(record: Record) -> None:
     """A SIGTERM this rank receives is written down at once, then handled as before (the
-    trainer's own handler, else the default: the process ends). The verdict tells a rank stopped
-    from outside (an eviction, a preemption, a deletion) by the first such line: a launcher
-    stopping the others after a failure sends theirs later."""
+    trainer's own handler, else the default: the process ends), the rank blocked in a
+    collective too (leaving.py watch_sigterm). The verdict tells a rank stopped from outside
+    (an eviction, a preemption, a deletion) by the first such line: a launcher stopping the
+    others after a failure sends theirs later."""
     previous = signal.getsignal(signal.SIGTERM)
+    lock, noted, in_main = threading.RLock(), threading.Event(), threading.Event()
+
+    def note() -> None:  # once, by whichever thread sees the signal first; the other waits
+        with lock:
+            if noted.is_set():
+                return
+            noted.set()
+            record.write("signal", name="SIGTERM", pid=os.getpid())
+            if ENDED["returned"] is None:  # stopped while it ran: what it was waiting in, as
+                # a failing rank writes it (a launcher stopping it may beat its own failure)
+                out = os.path.dirname(os.path.dirname(record.path))
+                _beside("stack_dump").at_failure(out, record.rank)
+            write_end(record)  # the entry had returned already: say how
 
     def on_sigterm(signum, frame):
-        record.write("signal", name="SIGTERM", pid=os.getpid())
-        if ENDED["returned"] is None:  # stopped while it ran: what it was waiting in, as a
-            # failing rank writes it (a launcher stopping it may beat its own failure)
-            out = os.path.dirname(os.path.dirname(record.path))
-            _beside("stack_dump").at_failure(out, record.rank)
-        write_end(record)  # the entry had returned already: say how
+        in_main.set()
+        note()
         if callable(previous):
             previous(signum, frame)
             return
@@ -149,6 +160,8 @@ def note_sigterm(record: Record) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if previous == signal.SIG_DFL:  # where the default would end a blocked rank at once
+        _beside("leaving").watch_sigterm(note, on_sigterm, in_main)
 
 
 def _beside(name: str):

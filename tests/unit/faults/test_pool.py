@@ -175,3 +175,15 @@ def test_steps_slowed_after_the_fault_are_told_apart_from_steps_as_before():
     slow = steps(before + [4.0, 5.0, 6.0, 7.0])  # 1 s a step: 3.3 x
     assert round(verdicts.slowed(slow, 3.0), 1) == 3.3
     assert verdicts.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet
+
+
+def test_a_slowed_group_is_seen_when_every_rank_logs_its_steps():
+    """The pool's seed-2 run 18 (slow rank 4 of 7, per-rank, a script): every rank logs each
+    step, ms apart; read side by side their times gave no step's interval, and the slowdown
+    (4.4 x) was never seen, so no stacks were taken while it lasted."""
+    times = [0.3 * i for i in range(10)] + [4.0, 5.0, 6.0, 7.0]  # 3.3 x after the fault at 3.0
+    metrics = {
+        r: [{"event": "step", "step": i + 1, "time": t + r * 0.002} for i, t in enumerate(times)]
+        for r in range(7)
+    }
+    assert round(verdicts.slowed(metrics, 3.0), 1) == 3.3

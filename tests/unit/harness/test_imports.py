@@ -1,7 +1,8 @@
 """The import graph of all of tuning/: no cycle anywhere, every import of a tuning module names
-one that exists, the two sides apart, and on the host side (tuning/harness) no sub-package
-imports one above it and only the entry point imports the CLI. Imports are read with ast,
-those inside functions included, so a cycle or a stale name hidden in a function body counts.
+one that exists and every `module.name` read from one a name it defines, the two sides apart,
+and on the host side (tuning/harness) no sub-package imports one above it and only the entry
+point imports the CLI. Imports are read with ast, those inside functions included, so a cycle
+or a stale name hidden in a function body counts.
 
 The host side's layers, bottom up (docs/design.md): errors, run_files, machine, spec, backends,
 run, verdict, commands, cli.
@@ -58,8 +59,13 @@ class Tree:
         self.files = {name_of(p, root): p for p in sorted(root.rglob("*.py"))}
         self.trees = {m: ast.parse(p.read_text()) for m, p in self.files.items()}
         self.names = {m: top_names(t) for m, t in self.trees.items()}
+        for sub in self.files:  # a package's submodules are its attributes too
+            parent, _, leaf = sub.rpartition(".")
+            if parent in self.names:
+                self.names[parent].add(leaf)
         self.stale: list[str] = []
         self.edges = {m: self._imports(m) for m in self.files}
+        self.missing = [u for m in self.files for u in self._uses(m)]
 
     def _imports(self, module: str) -> set[str]:
         path = self.files[module]
@@ -91,6 +97,28 @@ class Tree:
                     else:
                         self.stale.append(f"{module}: import {alias.name}")
         return out - {module}
+
+    def _uses(self, module: str) -> list[str]:
+        """`mod.name` where mod was imported as a tuning module and defines no `name`: what an
+        import test alone misses when a function moved out of a module still imported."""
+        bound = {}  # local name -> the tuning module it holds
+        for node in ast.walk(self.trees[module]):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tuning"):
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in self.files:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in self.files:
+                        bound[alias.asname] = alias.name
+        return [
+            f"{module}:{node.lineno}: {node.value.id}.{node.attr} ({bound[node.value.id]} has none)"
+            for node in ast.walk(self.trees[module])
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr not in self.names[bound[node.value.id]]
+        ]
 
 
 TREE = Tree()
@@ -154,6 +182,16 @@ def test_the_reader_sees_both_sides_and_a_stale_name(tmp_path):
 
 def test_every_import_of_a_tuning_module_names_one_that_exists():
     assert TREE.stale == []
+
+
+def test_every_name_read_from_a_tuning_module_is_one_it_defines(tmp_path):
+    pkg = tmp_path / "tuning"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def kept():\n    pass\n")
+    (pkg / "b.py").write_text("from tuning import a\n\na.kept()\na.moved()\n")
+    assert Tree(pkg).missing == ["tuning.b:4: a.moved (tuning.a has none)"]
+    assert TREE.missing == []
 
 
 def test_the_import_graph_of_tuning_is_acyclic():

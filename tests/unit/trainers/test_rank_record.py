@@ -8,8 +8,10 @@ without an active exception", seen twice in CI with fms's torch 2.8)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -154,3 +156,62 @@ def test_a_sigterm_after_the_trainer_returned_keeps_its_completed_end_line(mount
     lines = read_metrics(tmp_path / "out", 0)
     assert [x["event"] for x in lines[-2:]] == ["signal", "end"], lines
     assert lines[-1]["status"] == "completed" and lines[-1]["exit_code"] == 0
+
+
+# Both ranks blocked in gloo for an hour: rank 0 in an all_reduce, rank 1 in an all_gather.
+BLOCKED = """import os, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(hours=1))
+dist.all_reduce(torch.ones(4)) if dist.get_rank() == 0 else dist.all_gather(
+    [torch.zeros(4), torch.zeros(4)], torch.ones(4))
+open(os.environ["MARK"] + str(dist.get_rank()), "w").close()  # never: the peers disagree
+"""
+
+
+def test_a_sigterm_ends_a_rank_blocked_in_a_collective_as_the_default_would(mounted, tmp_path):
+    """Python runs a signal handler only between bytecodes of its main thread, and a gloo wait
+    never returns to it: a rank hung in a collective outlived its SIGTERM until torchrun's
+    SIGKILL 30 s later (kubelet's: the pod's grace), where without the recorder SIGTERM ends it
+    at once. The recorder sees it at once (leaving.watch_sigterm), writes it down with what the
+    rank waited in, and ends the rank by SIGTERM."""
+    _, env = mounted
+    (tmp_path / "user/foreign_trainer.py").write_text(BLOCKED)
+    env = {
+        **env,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": "2",
+        "HARNESS_DEVICE": "cpu",
+        "MARK": str(tmp_path / "returned"),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "harness_rank"],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    metrics = tmp_path / "out/metrics"
+    try:
+        for r in (0, 1):  # both in their collective: rendezvous passed, nothing returned
+            while not (metrics / f"rank{r}.jsonl").is_file() or not any(
+                x.get("name") == "rendezvous" for x in read_metrics(tmp_path / "out", r)
+            ):
+                assert procs[r].poll() is None, procs[r].communicate()[1][-3000:]
+                time.sleep(0.2)
+        time.sleep(1)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=60) for p in procs]  # before the fix: an hour, gloo's timeout
+    finally:
+        for p in procs:
+            p.kill()
+    assert codes == [-signal.SIGTERM, -signal.SIGTERM]
+    for r in (0, 1):
+        said = [x for x in read_metrics(tmp_path / "out", r) if x["event"] == "signal"]
+        assert [x["name"] for x in said] == ["SIGTERM"]
+        assert (tmp_path / f"out/stacks/rank{r}.failed.json").is_file()  # what it waited in
+    assert not list(tmp_path.glob("returned*"))

@@ -18,8 +18,7 @@ from typing import Protocol
 import docker.errors
 import requests.exceptions
 
-from tuning.harness.backends import compose as compose_mod
-from tuning.harness.backends import engine
+from tuning.harness.backends import compose, engine
 from tuning.harness.errors import ROOT, NodeLost
 from tuning.harness.spec.container import RUNS_LABEL
 from tuning.harness.spec.layout import Layout
@@ -73,7 +72,7 @@ class ComposeNodes:
 
     @staticmethod
     def render(layout: Layout) -> dict[str, str]:
-        return {"compose.yaml": compose_mod.dump(compose_mod.render(layout))}
+        return {"compose.yaml": compose.dump(compose.render(layout))}
 
     def container(self, name: str):
         """The engine's container of node `name` (once started)."""

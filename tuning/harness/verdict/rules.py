@@ -31,8 +31,7 @@ where it ran, with whether it agrees: it finds the same first bad collective, bu
 from __future__ import annotations
 
 from tuning.harness.verdict import desync, torch_check
-from tuning.harness.verdict.words import ranks_text
-from tuning.harness.verdict.words import verdict as _verdict
+from tuning.harness.verdict.words import ranks_text, verdict
 
 CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
     "Connection reset by peer",
@@ -69,7 +68,7 @@ def judge(facts: dict) -> dict:
         # in a run that still steps, a rank between collectives is no culprit
         or (None if facts.get("progressing") else _busy(ranks))
         or _left(ranks)
-        or _verdict("unknown", [], _nothing(ranks), "none")
+        or verdict("unknown", [], _nothing(ranks), "none")
     )
     return torch_check.attach(found, facts.get("fr_check"))
 
@@ -107,7 +106,7 @@ def _died(ranks) -> dict | None:
     culprits = [r for r, d in first.items() if d["t"] - t0 <= 1.0]  # the first, and any with it
     hows = {first[r]["how"] for r in culprits}
     if len(culprits) == len(ranks) > 1 and len(hows) == 1:  # a cause they share, not a rank's
-        return _verdict(
+        return verdict(
             "died",
             [],
             f"every rank {hows.pop()}: a cause they share (the job, "
@@ -115,7 +114,7 @@ def _died(ranks) -> dict | None:
             "hand",
         )
     how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
-    return _verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
+    return verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
 
 
 def _stopped_outside(ranks) -> dict | None:
@@ -127,7 +126,7 @@ def _stopped_outside(ranks) -> dict | None:
         return None
     first, *rest = sorted(got, key=lambda r: got[r]["t"])
     if len(got) == len(ranks) > 1 and got[rest[0]]["t"] - got[first]["t"] < WHOLE_JOB_S:
-        return _verdict(
+        return verdict(
             "stopped from outside",
             [],
             "every rank got SIGTERM at once: the whole "
@@ -136,7 +135,7 @@ def _stopped_outside(ranks) -> dict | None:
             "hand",
         )
     said = f"rank {first} was stopped from outside ({got[first]['why']}) before any rank failed"
-    return _verdict("stopped from outside", [first], said + _where_others(ranks, [first]), "hand")
+    return verdict("stopped from outside", [first], said + _where_others(ranks, [first]), "hand")
 
 
 def _never_started(ranks) -> dict | None:
@@ -145,7 +144,7 @@ def _never_started(ranks) -> dict | None:
     if not absent or not present:
         return None
     seen = f"{ranks_text(absent)} never started ({ranks[absent[0]].get('why_absent')})"
-    return _verdict("never arrived", absent, seen + _where_others(ranks, absent), "hand")
+    return verdict("never arrived", absent, seen + _where_others(ranks, absent), "hand")
 
 
 def _marked(ranks, key: str, say) -> tuple[list[int], str]:
@@ -161,20 +160,20 @@ def _frozen(ranks) -> dict | None:
     unjoined = [r for r in frozen if not ranks[r].get("joined")]
     joined_others = [r for r, x in ranks.items() if r not in frozen and x.get("joined")]
     if unjoined == frozen and joined_others:  # it never got as far as the group
-        return _verdict(
+        return verdict(
             "never arrived",
             frozen,
             f"{said}, before it joined the process group{_where_others(ranks, frozen)}",
             "hand",
         )
-    return _verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
+    return verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
 
 
 def _network(ranks) -> dict | None:
     cut, said = _marked(ranks, "net", lambda r, what: f"rank {r}'s {what}")
     if not cut:
         return None
-    return _verdict("network", cut, said + _where_others(ranks, cut), "hand")
+    return verdict("network", cut, said + _where_others(ranks, cut), "hand")
 
 
 def waited_for(ranks) -> dict[int, float]:
@@ -211,7 +210,7 @@ def _slow(ranks) -> dict | None:
     others = [v for r, v in alone.items() if r != worst]
     if alone[worst] < LATE_S or alone[worst] < SLOW_X * max(others):
         return None
-    return _verdict(
+    return verdict(
         "slow",
         [worst],
         f"rank {worst} reaches the collectives late: the others "
@@ -230,7 +229,7 @@ def _busy(ranks) -> dict | None:
         recorded = [p for p in waiting.values() if p.get("seq") is not None]
         p = (recorded or list(waiting.values()))[0]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
-        return _verdict(
+        return verdict(
             "never arrived",
             busy,
             f"{ranks_text(busy)} never entered {what}, where "
@@ -246,7 +245,7 @@ def _left(ranks) -> dict | None:
     waiting = _waiters(ranks, done)
     if not done or not waiting:
         return None
-    return _verdict(
+    return verdict(
         "left a collective",
         done,
         f"{ranks_text(done)} ended (completed) while {_where_others(ranks, done)[2:]}",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuning.harness.backends import engine
 from tuning.harness.commands.fault import record as fault_record
-from tuning.harness.commands.fault import write as fault_write
+from tuning.harness.commands.fault import write
 from tuning.harness.commands.fault.follow import Follow
 from tuning.harness.commands.fault.kinds import KNOBS, NAMES, TABLE
 from tuning.harness.errors import HarnessError
@@ -71,7 +71,7 @@ def main(a: argparse.Namespace) -> int:
             run_id = base if len(kinds) == 1 else f"{base}-{kind}-{layout}"
             records.append(run_one(replace(f, layout=layout), k, kind, run_id, len(kinds) == 1))
     if len(records) > 1:
-        out = fault_write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
+        out = write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
         print(f"harness: fault matrix: {out}")
     return 0 if all(r["goal_met"] is not False for r in records) else 1
 
@@ -147,7 +147,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
             "goal_met": None,
             "leftovers": [],
         }
-        fault_write.write(run_dir, record)
+        write.write(run_dir, record)
         print(f"harness: fault {name} ({layout_name}): {status}: {reason}")
         return record
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
@@ -166,7 +166,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     run_dir = spec.runs_root / run_id
     leftovers = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
     record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
-    fault_write.write(run_dir, record)
+    write.write(run_dir, record)
     print(
         f"harness: fault {name} ({layout_name}): {record['outcome']}; "
         f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "

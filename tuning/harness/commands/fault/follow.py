@@ -7,8 +7,7 @@ import time
 
 import docker.errors
 
-from tuning.harness.commands.fault import record as fault_record
-from tuning.harness.commands.fault import verdicts as fault_verdict
+from tuning.harness.commands.fault import record, verdicts
 from tuning.harness.commands.fault.hung import HangStacks
 from tuning.harness.commands.fault.inject import Injector
 from tuning.harness.commands.fault.kinds.kind import SHORT, SINCE_STEP
@@ -46,7 +45,7 @@ class Follow:
         self.max_restarts = knobs.get("max_restarts", 0)  # the group may come back this often
         self.nodes = None  # stacks of a hang go through it (fault/hung.py)
         self.hang_stacks = HangStacks(self.timeout)
-        self.verdicts = fault_verdict.Verdicts()  # judged at each dump, and at the end
+        self.verdicts = verdicts.Verdicts()  # judged at each dump, and at the end
         self.metrics: dict = {}
 
     def event(self, what: str, when: float | None = None) -> None:
@@ -67,7 +66,7 @@ class Follow:
             end = next((x for x in lines if x.get("event") == "end"), None)
             if end and rank not in self.rank_ended:
                 self.rank_ended[rank] = end["time"]
-                sig = fault_record.signature(end.get("error") or "")
+                sig = record.signature(end.get("error") or "")
                 self.event(
                     f"rank {rank} ended: {end['status']}" + (f" ({sig})" if sig else ""),
                     end["time"],
@@ -149,7 +148,7 @@ class Follow:
     def hang(self, metrics, now: float) -> str | None:
         for rank, lines in metrics.items():
             for x in lines:
-                if x.get("event") == "end" and fault_record.is_timeout(x.get("error") or ""):
+                if x.get("event") == "end" and record.is_timeout(x.get("error") or ""):
                     return f"rank {rank} timed out waiting for its peer"
         quiet = now - max(self.last_step_seen[1], self.injected_at)
         if quiet > self.timeout:

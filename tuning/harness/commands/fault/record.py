@@ -17,8 +17,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from tuning.harness.commands.fault import hung as fault_stacks
-from tuning.harness.commands.fault import verdicts as fault_verdict
+from tuning.harness.commands.fault import hung, verdicts
 from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL, Status
@@ -121,13 +120,13 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         "timeouts": _timeouts(base, metrics, fault_at, run_dir.name),
     }
     timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
-    record.update(fault_stacks.record(follow, timed_out))  # a hang's stacks (run/dumps.py)
+    record.update(hung.record(follow, timed_out))  # a hang's stacks (run/dumps.py)
     if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
         seen = SimpleNamespace(
             output=run_dir / "output", ranks=ranks, logs=logs, metrics=metrics, job_end=job_end
         )
         record.update(follow.kind.facts(follow, seen))
-    record["verdict"] = fault_verdict.final(record, follow, run_dir, follow.hang_stacks.taken)
+    record["verdict"] = verdicts.final(record, follow, run_dir, follow.hang_stacks.taken)
     record["goal_met"] = follow.kind.met(record)
     return record
 

@@ -43,8 +43,14 @@ class Verdicts:
 
 def slowed(metrics: dict, fault_at: float) -> float | None:
     """How many times slower the group's last SLOWED_STEPS steps came than its steps before the
-    fault (by the time between them; any rank's), when that is SLOWED_X or more."""
-    times = sorted({x["time"] for lines in metrics.values() for x in metric_lines.steps(lines)})
+    fault (by the time between them), when that is SLOWED_X or more. A step's time is the
+    group's: when its last rank logged it (every rank logs its steps under the rank recorder,
+    ms apart: their times side by side are no step's interval; fms logs rank 0's alone)."""
+    done: dict[int, float] = {}
+    for lines in metrics.values():
+        for x in metric_lines.steps(lines):
+            done[x["step"]] = max(done.get(x["step"], 0.0), x["time"])
+    times = sorted(done.values())
     before = [b - a for a, b in zip(times, times[1:], strict=False) if b < fault_at]
     after = [b - a for a, b in zip(times, times[1:], strict=False) if a > fault_at]
     if len(before) < 3 or len(after) < SLOWED_STEPS:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tuning.harness.commands.fault import hung, verdicts
+from tuning.harness.commands.fault import verdicts
 from tuning.harness.commands.fault.kinds import TABLE
+from tuning.harness.run import dumps
 from tuning.harness.run_files import folders
 
 
@@ -84,7 +85,7 @@ def markdown(rec: dict) -> str:
             f"{x['oom_killed']} | {x['end_status']} | {x['signature']} |"
         )
     lines += kind.table(rec) if kind.table else []
-    lines += hung.markdown(rec["stacks"]) if rec.get("stacks") else []
+    lines += dumps.markdown(rec["stacks"]) if rec.get("stacks") else []
     lines += ["", "## Timeline (s since start)", ""]
     lines += [f"- {e['t']:7.2f}  {e['event']}" for e in rec["timeline"]]
     return "\n".join(lines) + "\n"

@@ -31,7 +31,7 @@ from tuning.harness.backends import (
     kube_restarts,
     kube_trainjob,
 )
-from tuning.harness.commands.kube import said as kube_said
+from tuning.harness.commands.kube import said
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import devices, nvidia
 from tuning.harness.run_files import folders
@@ -175,7 +175,7 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    from tuning.harness.commands.kube import rehearse as kube_rehearse
+    from tuning.harness.commands.kube import rehearse
 
     kind = a.kind or JOB_KINDS[0]
     if kind not in KINDS:
@@ -256,13 +256,13 @@ def main(a: argparse.Namespace) -> int:
     objects = render(layout, job, accelerate_config.read_text(), f.max_restarts, a.restart_policy)
     text = dump(*objects)
     # the rehearsal's stand-ins for the claims, checked before anything is written
-    here = kube_rehearse.claims_here(layout, runs_root) if a.rehearse else {}
+    here = rehearse.claims_here(layout, runs_root) if a.rehearse else {}
 
     # a rehearsal is a run: `latest` moves, as for `up`
     run_dir = folders.create(runs_root, run_id, starts=bool(a.rehearse))
     manifest = run_dir / MANIFESTS[kind]
     manifest.write_text(text)
-    for line in kube_said.said(layout, objects, model, data, accelerate_config, f.max_restarts):
+    for line in said.said(layout, objects, model, data, accelerate_config, f.max_restarts):
         print(f"harness: {line}")
     if measured_in:  # what the job measured here, against the cluster's timeouts
         grace = layout.grace_s if layout.grace_s is not None else timeouts.K8S_GRACE_S
@@ -274,11 +274,11 @@ def main(a: argparse.Namespace) -> int:
         return 0
     made = pods_of(objects)
     if kill is None:
-        summary = kube_rehearse.rehearse(
+        summary = rehearse.rehearse(
             layout, run_dir, objects, made, f.grace, accelerate_config, here
         )
         return EXIT_CODES.get(summary["status"], 1)
-    return kube_rehearse.rehearse_kill(
+    return rehearse.rehearse_kill(
         a, f, layout, run_dir, objects, made, accelerate_config, kill, here
     )
 

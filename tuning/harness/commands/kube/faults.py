@@ -125,7 +125,7 @@ class Operator:
             if action in kube_restarts.RENEWS and self.renew:  # new pods: new emptyDirs
                 for made in self.members if action == kube_restarts.RESTART_ALL else [pod]:
                     self.renew(made)
-            if action == kube_restarts.RESTART_ALL:  # run.execute restarts every node now
+            if action == kube_restarts.RESTART_ALL:  # lifecycle.execute restarts every node now
                 nodes.restarts_left = 1
                 self.running = dict.fromkeys(state, True)
                 return None

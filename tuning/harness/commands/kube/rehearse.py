@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
-from tuning.harness.commands.kube import faults as kube_faults
+from tuning.harness.commands.kube import faults
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
@@ -224,11 +224,11 @@ def rehearse_kill(
     timeout = f.timeout or int(yaml.safe_load(job_map.data[layout.job_file])["ddp_timeout"])
     rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
     at_step = flags.int_arg("AT_STEP", a.at_step, 1) or 12
-    made = replace(made, nodes=kube_faults.rehearsal_env(made.nodes, timeout, rdzv))
+    made = replace(made, nodes=faults.rehearsal_env(made.nodes, timeout, rdzv))
     rules = kube_restarts.rules(made.kind, made.rules_from)
-    deadline = timeout + rdzv + kube_faults.SLACK_S
+    deadline = timeout + rdzv + faults.SLACK_S
     renew = None if layout.output_claim else renewer(run_dir, layout)
-    op = kube_faults.Operator(
+    op = faults.Operator(
         made.kind, rules, made.nodes, rank, at_step, layout.run_id, deadline, made.pod_of, renew
     )
     # The operator decides when the job ends; the harness's own grace must not cut it first.
@@ -236,8 +236,8 @@ def rehearse_kill(
         layout, run_dir, objects, made, max(f.grace, deadline), accelerate_config, here, op
     )
     out = output_of(layout, run_dir, run_dir.parent)
-    rec = kube_faults.record(op, summary, replace(layout, pods=tuple(made.nodes)), run_dir, out)
-    kube_faults.write(run_dir, rec)
+    rec = faults.record(op, summary, replace(layout, pods=tuple(made.nodes)), run_dir, out)
+    faults.write(run_dir, rec)
     print(
         f"harness: {made.kind} with rank {rank}'s pod killed at step {op.kill_step}: "
         f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "

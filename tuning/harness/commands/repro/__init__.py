@@ -1,7 +1,7 @@
 """`make repro FROM=<folder>`: from what a failed cluster job left (its pods' logs and objects)
 to the culprit and the same failure replayed here.
 
-1. Read (source.py, read.py, lines.py, cluster.py): each pod's log and object, each line by its
+1. Read (source.py, read.py, log_lines.py, cluster.py): each pod's log and object, each line by its
    producer's format (torch, torchrun, gloo, NCCL, the HF Trainer, this harness).
 2. The verdict: what the logs showed becomes the facts `facts.gather` takes from a live
    run (facts.py), and `rules.judge` decides, with the rules live runs use.
@@ -20,8 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuning.harness.commands.repro import collect, replay, seen, source
-from tuning.harness.commands.repro import write as repro_write
+from tuning.harness.commands.repro import collect, replay, seen, source, write
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.run_files import folders
 from tuning.harness.spec import flag_args, flags, job_files, options, own_trainer
@@ -81,8 +80,8 @@ def main(a: argparse.Namespace) -> int:
         rec["run"] = replay_here(a, rec["replay"], rec["verdict"], runs_root, run_id)
         code = 0 if rec["run"]["matches"] else 1
     folders.write_json(run_dir / "repro.json", rec)
-    (run_dir / "repro.md").write_text(repro_write.markdown(rec))
-    for line in repro_write.said(rec):
+    (run_dir / "repro.md").write_text(write.markdown(rec))
+    for line in write.said(rec):
         print(f"harness: {line}", file=sys.stdout if code == 0 else sys.stderr)
     print(run_dir / "repro.md")
     return code

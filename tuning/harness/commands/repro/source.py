@@ -20,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from tuning.harness.commands.repro import cluster, read
-from tuning.harness.commands.repro import lines as L
+from tuning.harness.commands.repro import cluster, log_lines, read
 
 OBJECT_SUFFIXES = (".yaml", ".yml", ".json")
 ATTEMPT = re.compile(r"^(?P<pod>.+?)(?:\.(?P<attempt>previous|prev|\d+))?(?:\.log|\.txt)?$")
@@ -106,12 +105,14 @@ def _place(name: str, text: str, pod: cluster.Pod | None) -> tuple[int | None, i
         node = int(ours.group(3)) if node is None else node
         nproc = nproc or max(1, nprocs // nnodes)
     seen, locals_ = set(), {}
-    for x in L.split(text):
+    for x in log_lines.split(text):
         if x.rank is not None:
             seen.add(x.rank)
-        if m := L.FAILURE_RANK.match(x.text):  # torchrun's summary: "rank : 3 (local_rank: 1)"
+        if m := log_lines.FAILURE_RANK.match(
+            x.text
+        ):  # torchrun's summary: "rank : 3 (local_rank: 1)"
             locals_[int(m.group(1))] = int(m.group(2))
-        elif (m := L.WATCHDOG.search(x.text)) and m.group(1):
+        elif (m := log_lines.WATCHDOG.search(x.text)) and m.group(1):
             seen.add(int(m.group(1)))
     seen |= set(locals_)
     if nproc is None and seen:

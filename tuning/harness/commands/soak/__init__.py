@@ -18,9 +18,7 @@ from dataclasses import replace
 from tuning.harness.backends import engine
 from tuning.harness.commands.fault import LAYOUTS
 from tuning.harness.commands.fault.kinds.kind import STEP_SLEEP_S
-from tuning.harness.commands.soak import plan as soak_plan
-from tuning.harness.commands.soak import record as soak_record
-from tuning.harness.commands.soak import write as soak_write
+from tuning.harness.commands.soak import plan, record, write
 from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle
@@ -42,11 +40,11 @@ def register(sub) -> None:
 def main(a: argparse.Namespace) -> int:
     if a.layout and a.layout not in LAYOUTS:
         raise HarnessError(f"a soak runs in containers: LAYOUT=single or per-rank, not {a.layout}")
-    mtbf = soak_plan.mtbf_arg(a.mtbf)
+    mtbf = plan.mtbf_arg(a.mtbf)
     duration = time_arg("DURATION", a.duration)
     if not duration:
         raise HarnessError("DURATION is not set: how long the soak trains, e.g. DURATION=20m")
-    kinds = soak_plan.kinds_arg(a.kinds)
+    kinds = plan.kinds_arg(a.kinds)
     fault_seed = int_arg("FAULT_SEED", a.fault_seed, 0) or 0
     save_every = int_arg("SAVE_EVERY", a.save_every, 1)
     rate = save_interval.rate_arg(a.gpu_hours_per_failure)
@@ -111,7 +109,7 @@ def main(a: argparse.Namespace) -> int:
     lifecycle.start(spec, on_tick=follow)
     run_dir = spec.runs_root / run_id
     left = engine.labelled(engine.client(), run_id, runs=layout.labels[RUNS_LABEL])
-    rec = soak_record.build(base, follow, run_dir)
+    rec = record.build(base, follow, run_dir)
     rec["leftovers"] = [
         f"{kind[:-1]} {getattr(o, 'name', None) or o.id}"
         for kind, objs in left.items()
@@ -123,7 +121,7 @@ def main(a: argparse.Namespace) -> int:
         if advice
         else None
     )
-    written = soak_write.write(run_dir, rec)
+    written = write.write(run_dir, rec)
     ok = follow.stop_reason == "soak stopped: DURATION reached" and not rec["leftovers"]
     said = f"ETT {100 * rec['ett']:.1f} %" if rec.get("ett") is not None else "no ETT"
     print(

@@ -14,7 +14,7 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.commands.fault.inject import Injector
-from tuning.harness.commands.soak import plan as soak_plan
+from tuning.harness.commands.soak import plan
 from tuning.harness.run_files import metric_lines
 
 HOLD_FILE = ".soak-hold.json"  # in the run's output dir (/output): the ranks read it
@@ -55,7 +55,7 @@ class SoakFollow:
     def __init__(
         self,
         knobs: dict,
-        mtbf: soak_plan.Mtbf,
+        mtbf: plan.Mtbf,
         targets: dict[int, str],
         run_id: str,
         output: Path,
@@ -64,17 +64,17 @@ class SoakFollow:
         self.k, self.mtbf, self.targets, self.run_id = knobs, mtbf, targets, run_id
         self.hold_file, self.save_steps = output / HOLD_FILE, save_steps
         self.t0 = time.time()
-        self.plan: soak_plan.Plan | None = None
+        self.plan: plan.Plan | None = None
         self.step_s: float | None = None
         self.started_at: float | None = None  # the first attempt's training phase: ETT's zero
         self.stop_at: float | None = None
         self.stop_reason: str | None = None
         self.stopped_at: float | None = None
-        self.failures: list[dict] = []  # struck, in order (soak_record reads them)
+        self.failures: list[dict] = []  # struck, in order (soak/record.py reads them)
         self.restarts: list[dict] = []  # the group restarted by the soak
         self.exits: list[dict] = []  # a node's exit, when the follow saw it
-        self.resumed = soak_plan.STARTS_AT  # where the group resumed (the plan counts from it)
-        self.armed: tuple[soak_plan.Failure, int, Injector] | None = None
+        self.resumed = plan.STARTS_AT  # where the group resumed (the plan counts from it)
+        self.armed: tuple[plan.Failure, int, Injector] | None = None
         self.injector: Injector | None = None  # the last strike's: undone when the group is back
         self.struck_at = 0.0  # the last strike: the next one waits for an attempt after it
         self.restarted_at = 0.0  # the soak's last restart: older attempts are over
@@ -129,9 +129,7 @@ class SoakFollow:
             return False
         self.step_s = step_time(rank0)
         steps = self.mtbf.in_steps(self.step_s)
-        self.plan = soak_plan.Plan(
-            self.k["fault_seed"], steps, self.k["world_size"], self.k["kinds"]
-        )
+        self.plan = plan.Plan(self.k["fault_seed"], steps, self.k["world_size"], self.k["kinds"])
         again = "" if self.mtbf.steps else f" (MTBF={steps}steps fails another soak at these steps)"
         self.say(
             f"step {self.step_s:.3f} s; MTBF {steps} steps; failures drawn from "
@@ -143,7 +141,7 @@ class SoakFollow:
     def arm(self, n: int) -> None:
         """Failure n, where the group resumed: its injector, and its rank held at its step."""
         f = self.plan.failure(n)
-        at, _ = soak_plan.strike(f, self.resumed, self.save_steps)
+        at, _ = plan.strike(f, self.resumed, self.save_steps)
         knobs = {**self.k, "rank": f.rank, "at_step": at}
         self.armed = (
             f,
@@ -152,13 +150,13 @@ class SoakFollow:
         )
         if not self.k["group_steps"]:  # a foreign trainer has no hold: it lands when seen
             tmp = self.hold_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(soak_plan.hold(f, at)))
+            tmp.write_text(json.dumps(plan.hold(f, at)))
             os.replace(tmp, self.hold_file)  # whole or not at all: the ranks read it each step
 
     # --- a failure ---------------------------------------------------------------------------
     def strike(self, now_lines, nodes, now: float):
         f, at, inj = self.armed
-        back = soak_plan.KINDS[f.kind].undo  # read before the fault changes it
+        back = plan.KINDS[f.kind].undo  # read before the fault changes it
         undo = back(nodes, self.targets[f.rank]) if back else None
         try:
             done = inj.due(now_lines, nodes, now)
@@ -184,7 +182,7 @@ class SoakFollow:
         )
         self.say(f"failure {f.n}: {f.kind} rank {f.rank} at step {step} (planned {at}): {how}")
         self.struck_at = when
-        self.resumed = soak_plan.strike(f, self.resumed, self.save_steps)[1]
+        self.resumed = plan.strike(f, self.resumed, self.save_steps)[1]
         self.injector = inj  # its heals run before the group restarts
         self.arm(f.n + 1)
         return None

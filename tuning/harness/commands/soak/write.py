@@ -1,4 +1,4 @@
-"""A soak's record on disk: soak.json (soak_record.build), soak.md (the same, to read) and
+"""A soak's record on disk: soak.json (record.py build), soak.md (the same, to read) and
 soak.png (progress over time, the failures marked; matplotlib, the bench extra, as report.png)."""
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class Kind:
     name: str  # FAULT=<name>
     order: int  # its place in FAULT=?'s list and in FAULT=all's runs
     # --- what it does. `inject(inj, nodes, ctr, pid) -> how | None (not yet: the next tick)`
-    # once the target rank is at AT_STEP (fault_inject.Injector: inj.heals undo it);
+    # once the target rank is at AT_STEP (fault/inject.py Injector: inj.heals undo it);
     # `due(inj, metrics, nodes, now) -> [(how, step, when)]` instead, for a kind that does not
     # wait for the step (it strikes at the start) or that the rank carries out itself
     inject: Callable[..., str | None] | None = None

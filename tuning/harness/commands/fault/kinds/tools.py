@@ -1,5 +1,5 @@
 """What the kinds' injectors share: finding a rank's worker in its container, a shell there,
-a signal to a rank and a freeze that its heal thaws. `inj` is the run's fault_inject.Injector
+a signal to a rank and a freeze that its heal thaws. `inj` is the run's Injector (fault/inject.py)
 (its rank, whether each rank has its own container, the heals)."""
 
 from __future__ import annotations
