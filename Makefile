@@ -102,7 +102,7 @@ test: $(VENV)/.train ## the whole suite, container tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-gpu-image: $(VENV)/.train ## build the GPU image here (~7 GB) and train CPU ranks in it
-	$(PY) -m pytest -m gpu_image tests/test_gpu_image.py $(PYTEST_ARGS)
+	$(PY) -m pytest -m gpu_image tests/gpu_image/test_gpu_image.py $(PYTEST_ARGS)
 
 # No venv prerequisite: the GPU machine may have no registry; the script finds its Python
 # (GPU_PYTHON, else .venv/bin/python, else python3) and says what is missing.

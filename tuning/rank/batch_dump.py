@@ -1,5 +1,5 @@
 """Dump every batch the HF Trainer feeds the model, per rank, as JSON lines: how parity with
-fms-hf-tuning is proven from fms's own run (tests/test_fms_batches.py).
+fms-hf-tuning is proven from fms's own run (tests/engine/trainers/test_fms_batches.py).
 
 Off unless HARNESS_DUMP_BATCHES names a directory (the harness sets it for the ranks when it
 runs with HARNESS_DUMP_BATCHES=1); then each rank appends one line per micro-batch to

@@ -1,6 +1,6 @@
 """Training data: five shapes, validated before training, tokenized and masked as fms-hf-tuning
-3.2.2 does it (tests/test_fms_batches.py compares the batches fms's own Trainer feeds the model
-with ours, token for token).
+3.2.2 does it (tests/engine/trainers/test_fms_batches.py compares the batches fms's own Trainer
+feeds the model with ours, token for token).
 
 Files and directories are read as fms reads them (tuning/sft/records.py): JSON Lines or a JSON
 array, Parquet, Arrow, text, or a directory of them.

@@ -27,9 +27,9 @@ LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name o
 RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank/rank_record.py
 TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/rank/torn.py, beside the launcher and the rank recorder
 # tuning/rank/: the rank recorder and the modules mounted beside it, which it loads by file
-# (standard library only at import: tests/test_rank_folder.py): FSDP on gloo, no silent CPU,
-# torn checkpoints, stack dumps, batch dumps, plain ENOSPC, an HF Trainer's step lines, desync
-# faults, and torch's flight recorder analysis over the ranks' dumps. A module added there is
+# (standard library only at import: tests/unit/trainers/test_rank_folder.py): FSDP on gloo, no
+# silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC, an HF Trainer's step lines,
+# desync faults, and torch's flight recorder analysis over the ranks' dumps. A module added there is
 # mounted with the others.
 RANK_FOLDER = Path(__file__).resolve().parents[2] / "rank"
 BESIDE_RECORDER = tuple(

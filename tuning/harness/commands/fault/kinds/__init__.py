@@ -1,7 +1,7 @@
 """The table of fault kinds, read from this package: every module here but kind.py and
 tools.py declares `KINDS`, a tuple of `kind.Kind` (one kind, or a family such as netem's delay
 and loss). Adding a kind is a module here and its section in docs/faults.md
-(tests/test_fault_table.py holds both); `make fault FAULT=?` lists TABLE's names.
+(tests/unit/faults/test_fault_table.py holds both); `make fault FAULT=?` lists TABLE's names.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""`make up`'s stall watch, fixed case by case (issue 30, item 5). The watch decides from the ranks'
+metrics lines and the nodes' states on a clock (StallWatch.due); the dump itself is real
+(tests/unit/verdict/test_stacks.py, test_stacks_docker.py). Each case below fired wrongly, or never,
+before the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from support.clock import Clock
+from support.paths import ROOT
+from tuning.harness.commands import stall
+from tuning.harness.run import dumps, stack_text
+
+
+def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: float = 1.0):
+    return [
+        {"event": "step", "rank": rank, "step": n, "time": t0 + i * every_s, "step_s": step_s}
+        for i, n in enumerate(numbers)
+    ]
+
+
+def watch() -> tuple[stall.StallWatch, Clock]:
+    clock = Clock()
+    return stall.StallWatch(None, {}, clock=clock), clock
+
+
+RUNNING = {"trainer": None}
+
+
+def test_a_trainer_that_logs_every_n_steps_is_not_stalled_between_its_lines():
+    """fms logs every logging_steps: 10 steps of 4 s, one line per 40 s. The stall time is
+    10 x the time between lines (400 s), not 10 x a step (it was 60 s: a false dump)."""
+    w, clock = watch()
+    metrics = {0: steps(0, [10, 20, 30], every_s=40.0, step_s=4.0)}
+    assert w.due(metrics, RUNNING) is None
+    assert w.limit(metrics) == 400.0
+    clock.now += 100
+    assert w.due(metrics, RUNNING) is None
+    clock.now += 301
+    assert w.due(metrics, RUNNING) == 401.0
+
+
+def test_steps_replayed_after_a_restart_are_progress():
+    """torchrun restarts the group from checkpoint-10 after step 12: steps 11 and 12 come
+    again. The highest step does not move, the work does (it was no progress: a false dump)."""
+    w, clock = watch()
+    before = {0: steps(0, range(1, 13))}
+    assert w.due(before, RUNNING) is None
+    replay = {0: [*before[0], {"event": "phase", "name": "imports"}, *steps(0, [11], t0=60)]}
+    clock.now += 59
+    assert w.progressed(replay) is True
+
+
+def test_nothing_is_watched_until_a_rank_has_written_its_first_line():
+    """Containers starting and the launcher importing: not a stall yet."""
+    w, clock = watch()
+    assert w.due({}, RUNNING) is None
+    clock.now += 600
+    assert w.due({0: []}, RUNNING) is None
+    metrics = {0: [{"event": "phase", "name": "imports"}]}
+    assert w.due(metrics, RUNNING) is None  # the clock starts at the first line
+    clock.now += 61
+    assert w.due(metrics, RUNNING) == 61.0
+
+
+def test_a_rank_stuck_in_rendezvous_stalls_whatever_c10d_prints():
+    """Before the first step, only metrics lines are progress: c10d's periodic rendezvous
+    retries in the node's log kept the watch quiet for ever."""
+    w, clock = watch()
+    metrics = {0: [{"event": "phase", "name": "imports"}]}
+    assert w.due(metrics, RUNNING) is None
+    clock.now += 61  # the nodes' logs grow meanwhile; the watch does not read them
+    assert w.due(metrics, RUNNING) == 61.0
+    clock.now += 100
+    assert w.due(metrics, RUNNING) is None  # one dump per quiet spell
+
+
+def test_a_node_that_exited_does_not_turn_the_watch_off():
+    """per-rank: rank 1's container exited, rank 0's runs on without progress (it used to
+    count as 'ending', for good)."""
+    w, clock = watch()
+    metrics = {0: steps(0, [1, 2]), 1: steps(1, [1, 2])}
+    state = {"rank0": None, "rank1": 0}
+    assert w.due(metrics, state) is None
+    clock.now += 61
+    assert w.due(metrics, state) == 61.0
+    assert w.due(metrics, {"rank0": 0, "rank1": 0}) is None  # nothing live: nothing to watch
+
+
+SAVING = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tuning.rank import stack_dump
+from tuning.harness.run import dumps
+stack_dump.install({out!r}, 0)
+def _save_checkpoint(model, trial):  # the HF Trainer's name for its save
+    print("ready", flush=True)
+    time.sleep(1000)  # SAVING
+_save_checkpoint(None, None)
+"""
+
+
+def test_a_dump_during_a_long_save_names_the_save(tmp_path):
+    """A slow phase that is still progressing is said as that phase, not as a stall."""
+    script, out = tmp_path / "saving.py", tmp_path / "out"
+    script.write_text(SAVING.format(root=str(ROOT), out=str(out)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
+    finally:
+        proc.kill()
+        proc.wait()
+    line = next(i for i, x in enumerate(script.read_text().splitlines(), 1) if "# SAVING" in x)
+    assert stack_text.slow_phases(taken) == (
+        f"rank 0 saving a checkpoint (in _save_checkpoint at {script}:{line})"
+    )
