@@ -39,12 +39,14 @@ COLLECTIVES = (
     "all_reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",  # torch 2.13's name for all_gather_into_tensor (accelerate calls it)
     "all_gather_object",
     "broadcast",
     "broadcast_object_list",
     "reduce",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",  # torch 2.13's name for reduce_scatter_tensor
     "barrier",
     "all_to_all",
     "all_to_all_single",
@@ -56,8 +58,11 @@ COLLECTIVES = (
 )
 # The ops a shape strike takes. fms (HF Trainer, FSDP2) calls no all_reduce of its own in a step
 # (FSDP's collectives are async or functional) until its save; its loss gather each logging step
-# is an all_gather_into_tensor (pool run 25 never struck before the save at step 10)
-SHAPED = ("all_reduce", "all_gather_into_tensor")
+# is an all_gather_into_tensor (pool run 25 never struck before the save at step 10). On gloo
+# accelerate's gather is a list all_gather (accelerate.utils.operations._gpu_gather: "gloo does
+# not support all_gather_into_tensor"), elsewhere torch 2.13's all_gather_single: a user's HF
+# Trainer on CPU ranks never struck in 30 steps (make pool SEED=3, run 6)
+SHAPED = ("all_reduce", "all_gather_into_tensor", "all_gather_single", "all_gather")
 POLL_S = 0.5  # HARNESS_DESYNC_WHEN: looked for at most this often
 _local = threading.local()  # depth of wrapped calls on this thread: only the outermost counts
 
@@ -171,10 +176,13 @@ class Striker:
             )
             if name == "all_reduce":
                 return _outer(dist.all_reduce)(other, group=group)
+            if name == "all_gather":  # the list form
+                outs = [torch.zeros_like(other) for _ in range(dist.get_world_size(group))]
+                return _outer(dist.all_gather)(outs, other, group=group)
             out = torch.zeros(
                 dist.get_world_size(group) * other.numel(), dtype=tensor.dtype, device=tensor.device
             )
-            return _outer(dist.all_gather_into_tensor)(out, other, group=group)
+            return _outer(getattr(dist, name))(out, other, group=group)
         device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
         buf = torch.zeros(1, device=device)
         if name == "all_reduce":

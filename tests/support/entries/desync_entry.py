@@ -1,6 +1,7 @@
 """A training loop's collectives without a model, for the desync faults (tuning/rank/desync.py):
 each iteration an all_reduce of the "gradients" (4 floats; DESYNC_ENTRY_GATHER_ONLY=1: an
-all_gather_into_tensor of them instead) and an all_gather of the "loss",
+all_gather_into_tensor of them instead; =list: a list all_gather, as accelerate's gather on
+gloo) and an all_gather of the "loss",
 as a trainer's step does, ITERS times (DESYNC_ENTRY_ITERS, default 40), then a barrier.
 Prints "desync_entry: rank R step i" each iteration. Run under torchrun (gloo) with the
 rank recorder, as a foreign ENTRY is run."""
@@ -16,7 +17,9 @@ import torch.distributed as dist
 
 
 def step(i: int, grads: torch.Tensor) -> None:
-    if os.environ.get("DESYNC_ENTRY_GATHER_ONLY"):  # as fms's step: no all_reduce of its own
+    if os.environ.get("DESYNC_ENTRY_GATHER_ONLY") == "list":  # accelerate's gather on gloo
+        dist.all_gather([torch.zeros_like(grads) for _ in range(dist.get_world_size())], grads)
+    elif os.environ.get("DESYNC_ENTRY_GATHER_ONLY"):  # as fms's step: no all_reduce of its own
         out = torch.zeros(dist.get_world_size() * grads.numel())
         dist.all_gather_into_tensor(out, grads)  # STEP_INTO_TENSOR
     else:

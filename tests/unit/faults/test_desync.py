@@ -182,6 +182,27 @@ def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_come
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
 
 
+def test_a_shape_strike_takes_a_list_all_gather_as_accelerate_gathers_on_gloo(ranks):
+    """A user's HF Trainer on CPU ranks gathers its loss with a list all_gather (accelerate's
+    gather on gloo) and calls no all_reduce or all_gather_into_tensor in a step: the shape
+    strike never came in 30 steps (make pool SEED=3, run 6). It takes that all_gather now."""
+    r = ranks(
+        4,
+        HARNESS_DESYNC="mismatch",
+        HARNESS_DESYNC_HOW="shape",
+        HARNESS_DESYNC_RANK="3",
+        HARNESS_DESYNC_AT=str(AT),
+        TORCH_DISTRIBUTED_DEBUG="DETAIL",
+        DESYNC_ENTRY_GATHER_ONLY="list",
+    )
+    line = r.wait_for(_struck(r, 3), "fault line")
+    assert (line["op"], line["collective"]) == ("all_gather", AT), line
+    assert line["did"] == "called all_gather on [5] instead of [4]"
+    r.wait_for(_ends(r, 4), "end lines")
+    v = rules.judge(facts.gather(4, r.metrics()))
+    assert (v["class"], v["culprits"]) == ("desync", [3]), v
+
+
 def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mounted):
     marker, env = mounted
     probe = "import sys; open({!r}, 'w').write(str('harness_desync' in sys.modules))\n"
