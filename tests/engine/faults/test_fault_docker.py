@@ -192,7 +192,8 @@ def test_fault(kind, layout, harness_image, tmp_path):
         assert rec["outcome"] == "hung (detected)", rec["_out"]
         v = rec["verdict"]
         assert (v["class"], v["culprits"], v["rule"]) == ("never arrived", [1], "hand"), v
-        assert "rank 1 is in main_process_work" in v["evidence"], v
+        # where its step was when struck (the phase first where the dump names one)
+        assert "rank 1 is in " in v["evidence"] and "main_process_work at " in v["evidence"], v
     elif kind in DESYNC:  # torch's DETAIL check stops both ranks at the collective that differs
         check_failed(rec)
         v = rec["verdict"]

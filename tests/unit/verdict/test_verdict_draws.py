@@ -52,3 +52,24 @@ def test_a_throttled_rank_among_seven_on_two_cores_is_named_slow():
         v["waited_s"]["4"] > 0.009
         and max(v["waited_s"][str(r)] for r in (0, 1, 2, 3, 5, 6)) < 0.0005
     )
+
+
+def test_a_rooted_collectives_root_side_is_no_desync():
+    """A stall watch's dump of 64 entries a rank reached the data loader's scatter #10, whose
+    inputs only the root records: rank 0 was named a desync while it worked alone before
+    all_gather #73, where the others waited (tests/unit/verdict/test_verdict_up.py's run)."""
+    scatter = {"op": "scatter", "seq": 10, "state": "done", "out": [[8, 64]]}
+    gather = {"op": "all_gather", "seq": 73, "in": [[1]], "out": [[4, 1]]}
+    ranks = {
+        r: {
+            "fr": [
+                {**scatter, "in": [[4, 8, 64]] if r == 0 else []},
+                {**gather, "state": "done" if r else "pending"},
+            ],
+            **({"busy": "in _train at sft_trainer.py:241"} if r == 0 else {}),
+            **({} if r == 0 else {"waiting": {**gather, "call": "all_gather", "site": None}}),
+        }
+        for r in range(4)
+    }
+    v = rules.judge({"world": 4, "ranks": ranks})
+    assert (v["class"], v["culprits"]) == ("never arrived", [0]), v

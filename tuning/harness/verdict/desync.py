@@ -14,8 +14,16 @@ import re
 
 from tuning.harness.verdict.words import ranks_text, verdict
 
+# A rooted collective's one side is the root's alone (scatter's inputs, gather's outputs): the
+# root records sizes there that the others have none of, and that is no desync (a stall watch's
+# dump of 64 entries a rank reached a data loader's scatter, and named its root)
+ROOTED = {"scatter": "out", "gather": "in"}  # op -> the side every rank gives
+
 
 def sig(p: dict) -> tuple:
+    side = ROOTED.get(p["op"])
+    if side:
+        return (p["op"], str(p.get(side)))
     return (p["op"], str(p.get("in")), str(p.get("out")))
 
 
