@@ -161,9 +161,9 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
     )  # DETAIL's own sequence numbers count from 0
 
 
-def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_comes(ranks):
-    """fms's step calls no all_reduce of its own (the pool's run 25 never struck); its loss
-    gather is an all_gather_into_tensor: the shape strike takes that, and DETAIL names rank 3."""
+def _shape_strike_on_rank_3(ranks, gather_only: str) -> tuple[dict, dict]:
+    """A shape strike on rank 3 of 4 under DETAIL, in a step of gathers only: (its fault
+    line, the verdict once every rank ended)."""
     r = ranks(
         4,
         HARNESS_DESYNC="mismatch",
@@ -171,14 +171,19 @@ def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_come
         HARNESS_DESYNC_RANK="3",
         HARNESS_DESYNC_AT=str(AT),
         TORCH_DISTRIBUTED_DEBUG="DETAIL",
-        DESYNC_ENTRY_GATHER_ONLY="1",
+        DESYNC_ENTRY_GATHER_ONLY=gather_only,
     )
     line = r.wait_for(_struck(r, 3), "fault line")
+    r.wait_for(_ends(r, 4), "end lines")
+    return line, rules.judge(facts.gather(4, r.metrics()))
+
+
+def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_comes(ranks):
+    """fms's step calls no all_reduce of its own (the pool's run 25 never struck); its loss
+    gather is an all_gather_into_tensor: the shape strike takes that, and DETAIL names rank 3."""
+    line, v = _shape_strike_on_rank_3(ranks, "1")
     assert (line["op"], line["collective"]) == ("all_gather_into_tensor", AT), line
     assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
-
-    r.wait_for(_ends(r, 4), "end lines")
-    v = rules.judge(facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
 
 
@@ -186,20 +191,9 @@ def test_a_shape_strike_takes_a_list_all_gather_as_accelerate_gathers_on_gloo(ra
     """A user's HF Trainer on CPU ranks gathers its loss with a list all_gather (accelerate's
     gather on gloo) and calls no all_reduce or all_gather_into_tensor in a step: the shape
     strike never came in 30 steps (make pool SEED=3, run 6). It takes that all_gather now."""
-    r = ranks(
-        4,
-        HARNESS_DESYNC="mismatch",
-        HARNESS_DESYNC_HOW="shape",
-        HARNESS_DESYNC_RANK="3",
-        HARNESS_DESYNC_AT=str(AT),
-        TORCH_DISTRIBUTED_DEBUG="DETAIL",
-        DESYNC_ENTRY_GATHER_ONLY="list",
-    )
-    line = r.wait_for(_struck(r, 3), "fault line")
+    line, v = _shape_strike_on_rank_3(ranks, "list")
     assert (line["op"], line["collective"]) == ("all_gather", AT), line
     assert line["did"] == "called all_gather on [5] instead of [4]"
-    r.wait_for(_ends(r, 4), "end lines")
-    v = rules.judge(facts.gather(4, r.metrics()))
     assert (v["class"], v["culprits"]) == ("desync", [3]), v
 
 

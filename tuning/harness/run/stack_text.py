@@ -83,12 +83,12 @@ def position(parsed: dict, ident: int | None = None) -> dict | None:
         # torch.distributed called out of torch (FSDP's hooks run in torch/distributed/fsdp, and
         # call a user's code or slow-main's work from there): busy there, not in a collective
         dist = None
-    if dist is not None and _BETWEEN.search(dist["file"]) and parsed.get("collectives"):
-        if pending(parsed) is None:
-            # FSDP's and DTensor's own Python (hooks, copies, casts) runs between collectives;
-            # there with none pending in its flight recorder, a rank is busy, not waiting: a
-            # throttled rank in FSDP's post_backward was read as calling a collective there
-            dist = None
+    busy = parsed.get("collectives") and pending(parsed) is None
+    if dist is not None and _BETWEEN.search(dist["file"]) and busy:
+        # FSDP's and DTensor's own Python (hooks, copies, casts) runs between collectives; there
+        # with none pending in its flight recorder, a rank is busy, not waiting: a throttled
+        # rank in FSDP's post_backward was read as calling a collective there
+        dist = None
     user = next((f for f in frames if not _NOT_USER.search(f["file"])), None)
     outer = frames[frames.index(dist) + 1 :] if dist else []
     caller = next((f for f in outer if not _WRAPPING.search(f["file"])), None)
