@@ -16,7 +16,7 @@ all_gathers, are not counted) is struck on HARNESS_DESYNC_RANK:
                                   all_reduce) or the same all_reduce or all_gather_into_tensor
                                   with another shape (=shape)
 N is HARNESS_DESYNC_AT (default 1) counted from the moment the file HARNESS_DESYNC_WHEN exists
-(looked for at most twice a second; unset: from the start), so the harness can strike at a step
+(looked for at most every 50 ms; unset: from the start), so the harness can strike at a step
 it sees. A call made with async_op=True, or the wrong op for `shape`, is counted and passed on:
 the strike goes to the next call that takes it. Once struck, the rank writes one line to its
 metrics: {"event": "fault", "kind", "collective": N, "op", "did", "site"}. Standard library only
@@ -63,7 +63,10 @@ COLLECTIVES = (
 # not support all_gather_into_tensor"), elsewhere torch 2.13's all_gather_single: a user's HF
 # Trainer on CPU ranks never struck in 30 steps (make pool SEED=3, run 6)
 SHAPED = ("all_reduce", "all_gather_into_tensor", "all_gather_single", "all_gather")
-POLL_S = 0.5  # HARNESS_DESYNC_WHEN: looked for at most this often
+# HARNESS_DESYNC_WHEN: looked for at most this often (a stat, a few us). It was 0.5 s: fms's
+# unpaced steps on 2 ranks take 0.05-0.3 s, so a strike told at step 7 could still be unseen at
+# the save at step 10, where DETAIL on gloo kills every rank (make pool SEED=3, run 23)
+POLL_S = 0.05
 _local = threading.local()  # depth of wrapped calls on this thread: only the outermost counts
 
 

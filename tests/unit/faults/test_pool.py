@@ -77,7 +77,7 @@ def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
         "  3  crash rank 0, single: make fault FAULT=crash RANK=0 LAYOUT=single NPROC=4 "
         "AT_STEP=8 TIMEOUT=20",
         " 24  mismatch rank 3, single, fms: make fault FAULT=mismatch RANK=3 LAYOUT=single "
-        "NPROC=4 AT_STEP=7 TIMEOUT=20 TRAINER=fms",
+        "NPROC=4 AT_STEP=4 TIMEOUT=20 TRAINER=fms",
     ]
     bad = subprocess.run(
         [sys.executable, "-m", "tuning.harness", "pool", "--pick", "0,99"],
@@ -107,7 +107,7 @@ def test_a_desync_under_detail_on_fms_is_refused_at_or_after_its_first_save(tmp_
             "--trainer",
             "fms",
             "--at-step",
-            "8",
+            "5",
             "--rank",
             "0",
             "--nproc",
@@ -122,15 +122,15 @@ def test_a_desync_under_detail_on_fms_is_refused_at_or_after_its_first_save(tmp_
         text=True,
     )
     assert late.returncode == 2, late.stdout
-    assert "AT_STEP=8 is too late for this job: it saves first at step 10" in late.stderr
-    assert "set AT_STEP=7 or lower" in late.stderr
+    assert "AT_STEP=5 is too late for this job: it saves first at step 10" in late.stderr
+    assert "set AT_STEP=4 or lower" in late.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing started
     fms_desyncs = [
         e
         for e in pool_list.experiments()
         if e.trainer == "fms" and e.kind in ("skip-collective", "mismatch", "mismatch-shape")
     ]
-    assert [e.at_step for e in fms_desyncs] == [7, 7, 7]
+    assert [e.at_step for e in fms_desyncs] == [4, 4, 4]
 
 
 def test_a_verdict_is_scored_against_what_was_injected():

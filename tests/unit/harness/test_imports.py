@@ -118,6 +118,7 @@ class Tree:
             and isinstance(node.value, ast.Name)
             and node.value.id in bound
             and node.attr not in self.names[bound[node.value.id]]
+            and not node.attr.startswith("__")  # __file__ and the like: every module's
         ]
 
 

@@ -27,6 +27,8 @@ from tuning.harness.spec.layout import Layout
 from tuning.harness.spec.options import Spec
 from tuning.rank import torn
 
+TICK_S = 0.5  # how often a run's metrics and containers are read (an on_tick's tick_s, if set)
+
 
 class Interrupted(Exception):
     pass
@@ -195,7 +197,7 @@ def execute(
                 )
                 print(f"harness: {reason}", file=sys.stderr)
                 break
-            time.sleep(0.5)
+            time.sleep(getattr(on_tick, "tick_s", None) or TICK_S)
         progress.finish(metric_lines.read_metrics(output))
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)

@@ -16,6 +16,11 @@ from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
+# The harness's tick while it waits for the step of a trainer it cannot pace (fms: 0.05-0.1 s a
+# step on 2 ranks): at the default 0.5 s it saw AT_STEP=4 as late as step 8, and a desync told
+# at step 9 met fms's first save at 10, where DETAIL on gloo kills every rank (make pool SEED=3,
+# run 23: none named)
+WAIT_TICK_S = 0.1
 START_DEADLINE_S = 300  # the target must reach its step this long after the first tick
 LONG_DEADLINE_S = 180  # kinds that let the job go on (kind.LONG, SINCE_STEP): fault + this
 
@@ -47,6 +52,11 @@ class Follow:
         self.hang_stacks = HangStacks(self.timeout)
         self.verdicts = verdicts.Verdicts()  # judged at each dump, and at the end
         self.metrics: dict = {}
+
+    @property
+    def tick_s(self) -> float | None:
+        """The lifecycle's tick: short while it waits for an unpaced trainer's step."""
+        return WAIT_TICK_S if self.inject.group_steps and self.injected_at is None else None
 
     def event(self, what: str, when: float | None = None) -> None:
         when = when or time.time()

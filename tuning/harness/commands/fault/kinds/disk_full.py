@@ -6,6 +6,12 @@ rank is at its step and a complete checkpoint is on the volume, the harness fill
 until half a checkpoint is left, so the next save fails with ENOSPC and the earlier checkpoint
 stays whole. A keeper container holds the volume (a tmpfs lives while something mounts it) so
 that what the ranks wrote is copied into runs/<id>/output after they are gone.
+
+The fill runs in the keeper while every container of the run is frozen (`docker pause`): fms's
+unpaced steps save about every 0.6 s here, and a fill made beside running ranks raced their saves.
+CI from nothing met it (fms, per-rank): the fill, run in rank 0's container, left the volume full
+just as checkpoint-40 began, rank 0 died on ENOSPC, its container's end killed the fill's exec
+before it said what it filled, and the run was recorded "injection failed".
 """
 
 from __future__ import annotations
@@ -38,39 +44,37 @@ CLUSTER = (
     "writes checkpoint-N in place, so the failed save is left torn under its final name"
 )
 
-# Run in a rank's container: the newest complete checkpoint's size (torn.py's rule), then a
-# filler leaves half of it free. Prints {} while no complete checkpoint exists yet, or while a
-# save is under way (fms's unpaced steps save about every 0.7 s here): filled in the middle of a
-# save, its partial files made the room left uneven and the rank's error was not named ENOSPC.
+# Run in the keeper (the ranks frozen): the newest complete checkpoint's size (torn.py's rule,
+# bound in at TORN), then a filler leaves half of it free. Prints {} while no complete checkpoint
+# exists yet, or while a save is under way: filled in the middle of a save, its partial files made
+# the room left uneven and the rank's error was not named ENOSPC.
 _FILL = f"""
 import json, os, sys
-sys.path.append(os.path.dirname({TORN!r}))
-try:
-    from tuning.rank import torn
-except ImportError:
-    import torn
-from pathlib import Path
-done = [p for p in torn.checkpoints({OUTPUT_DIR!r}) if torn.missing(p) is None]
-if not done or torn.incomplete({OUTPUT_DIR!r}):
+sys.path.insert(0, os.path.dirname({TORN!r}))
+import torn
+done = [p for p in torn.checkpoints({KEEP!r}) if torn.missing(p) is None]
+if not done or torn.incomplete({KEEP!r}):
     print("{{}}")
     raise SystemExit
 size = sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
 def free():
-    st = os.statvfs({OUTPUT_DIR!r})
+    st = os.statvfs({KEEP!r})
     return st.f_bavail * st.f_frsize
 before = free()
-fd = os.open({OUTPUT_DIR!r} + "/{FILLER}", os.O_WRONLY | os.O_CREAT, 0o644)
+fd = os.open({KEEP!r} + "/{FILLER}", os.O_WRONLY | os.O_CREAT, 0o644)
 os.posix_fallocate(fd, 0, max(before - size // 2, 1))
 os.close(fd)
 print(json.dumps({{"checkpoint": done[-1].name, "checkpoint_bytes": size,
                   "free_before": before, "free_after": free()}}))
 """
+ATTEMPTS = 6  # freezes a tick may try before it leaves the fill to the next tick
+THAW_S = 0.3  # a save under way at a freeze is given this long (fms's take about 0.2 s here)
 
 
-def fill(ctr) -> dict | None:
-    """Fill the volume from `ctr` (a rank's container); None until a checkpoint is complete
-    and no save is under way."""
-    out = ctr.exec_run(["python3", "-c", _FILL])
+def fill(keeper) -> dict | None:
+    """Fill the volume from its keeper; None until a checkpoint is complete and no save is
+    under way."""
+    out = keeper.exec_run(["python3", "-c", _FILL])
     text = out.output.decode(errors="replace").strip().splitlines()
     facts = json.loads(text[-1]) if out.exit_code == 0 and text else {}
     return facts or None
@@ -105,7 +109,10 @@ class Volume:
             entrypoint="sh",
             user=layout.user,
             network_mode="none",
-            volumes={self.name: {"bind": KEEP, "mode": "rw"}},
+            volumes={
+                self.name: {"bind": KEEP, "mode": "rw"},
+                str(Path(torn.__file__).resolve()): {"bind": TORN, "mode": "ro"},
+            },
             labels=labels,
             name=f"{layout.project}-keeper",
             detach=True,
@@ -172,10 +179,27 @@ def lines(rec: dict) -> list[str]:
 
 
 def inject(inj, nodes, ctr, pid) -> str | None:
-    """Past AT_STEP, once a checkpoint is complete: fill the volume (every rank's) from `ctr`."""
-    inj.state["filled"] = filled = fill(ctr)
-    inj.when = time.time()  # the fault is in place once the filler is written
-    return how(filled) if filled else None
+    """Past AT_STEP, once a checkpoint is complete and no save is under way: fill the volume
+    (every rank's) from its keeper, with the run's containers frozen so that no save starts
+    during the fill. A save found under way is thawed THAW_S to finish, up to ATTEMPTS times."""
+    (keeper,) = engine.client().containers.list(filters={"label": f"{LABEL}={inj.run_id}-keep"})
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(THAW_S)
+        running = [c for c in nodes.all_containers() if c.reload() or c.status == "running"]
+        if ctr not in running:
+            return None  # the run has ended: nothing is left to fail a save
+        for c in running:
+            c.pause()
+        try:
+            inj.state["filled"] = filled = fill(keeper)
+        finally:
+            for c in running:
+                c.unpause()
+        if filled:
+            inj.when = time.time()  # the fault is in place once the filler is written
+            return how(filled)
+    return None
 
 
 @contextmanager
