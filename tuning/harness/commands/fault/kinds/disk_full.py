@@ -178,6 +178,13 @@ def lines(rec: dict) -> list[str]:
     ]
 
 
+def _running(nodes) -> list:
+    """The run's containers that run now (their state read again from the engine)."""
+    for c in nodes.all_containers():
+        c.reload()
+    return [c for c in nodes.all_containers() if c.status == "running"]
+
+
 def inject(inj, nodes, ctr, pid) -> str | None:
     """Past AT_STEP, once a checkpoint is complete and no save is under way: fill the volume
     (every rank's) from its keeper, with the run's containers frozen so that no save starts
@@ -186,7 +193,7 @@ def inject(inj, nodes, ctr, pid) -> str | None:
     for attempt in range(ATTEMPTS):
         if attempt:
             time.sleep(THAW_S)
-        running = [c for c in nodes.all_containers() if c.reload() or c.status == "running"]
+        running = _running(nodes)
         if ctr not in running:
             return None  # the run has ended: nothing is left to fail a save
         for c in running:
