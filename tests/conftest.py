@@ -97,6 +97,15 @@ def pytest_runtest_logreport(report):
             _skipped_docker.append(report.nodeid)
 
 
+@pytest.hookimpl(trylast=True)  # after engine/conftest.py has marked its folder's tests
+def pytest_collection_modifyitems(config, items):
+    # The tests that need no engine first: most take seconds where a container test takes tens,
+    # so a broken change shows early, and they overlap CI's image builds (.ci/run builds the
+    # images beside them; the image fixtures wait on the build lock). Stable: each group keeps
+    # its file order.
+    items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+
+
 def pytest_configure(config):
     # Every process a test starts inherits this: one that outlives the session is found by it.
     os.environ["HARNESS_TEST_SESSION"] = f"{os.getpid()}-{time.time_ns()}"

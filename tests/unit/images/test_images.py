@@ -62,8 +62,10 @@ def test_the_digest_covers_the_locks_and_the_code():
 
 HOLD = """
 import sys, time
+from pathlib import Path
 from tuning.harness.machine import image_recipes
 from tuning.harness.backends import images
+images.BUILD_LOCK = Path(sys.argv[1])  # the test's own: a real build may hold the checkout's
 with images._one_build_at_a_time(lambda m: print(m, flush=True)):
     print("in", time.time(), flush=True)
     sys.stdin.readline()  # held until the test says go
@@ -71,14 +73,15 @@ with images._one_build_at_a_time(lambda m: print(m, flush=True)):
 """
 
 
-def test_two_builds_never_stage_at_once():
+def test_two_builds_never_stage_at_once(tmp_path):
     """The first holds the lock until the second has said it waits (events, not sleeps)."""
+    hold = [sys.executable, "-c", HOLD, str(tmp_path / "image-build.lock")]
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True, "cwd": ROOT}
-    first = subprocess.Popen([sys.executable, "-c", HOLD], **pipes)
+    first = subprocess.Popen(hold, **pipes)
     second = None
     try:
         assert first.stdout.readline().startswith("in ")
-        second = subprocess.Popen([sys.executable, "-c", HOLD], **pipes)
+        second = subprocess.Popen(hold, **pipes)
         waits = second.stdout.readline().strip()
         assert waits == "image: another image build is running here; waiting for it"
         first.stdin.write("go\n")
