@@ -39,7 +39,7 @@ def test_a_seeded_soak_fails_where_its_plan_says_and_records_what_it_cost(tmp_pa
         "--mtbf",
         "30steps",
         "--duration",
-        "75s",
+        "55s",
         "--save-every",
         "5",
         "--kinds",

@@ -16,7 +16,7 @@ import pytest
 from support.engine import leftovers
 from support.harness import make
 
-ARGS = "--steps 30 --timeout 20"
+ARGS = "--steps 30 --timeout 10"
 # bug -> (live verdict, from its logs alone): the outcomes that are right, each (class, culprits)
 # or None (nobody named). Never another rank. Two races of milliseconds: early_exit's rank 3,
 # stopped by torchrun's agent while it was leaving, reads from its log alone as stopped by its
@@ -44,7 +44,7 @@ def bug_runs(tmp_path_factory, harness_image) -> dict:
     for bug in BUGS:
         run_id = bug.replace("_", "-")
         # the stall watch stays at its default (60 s): a script with no step lines shows it no
-        # progress, and the ranks' own timeout (20 s) ends each hang before it looks
+        # progress, and the ranks' own timeout (10 s) ends each hang before it looks
         said = make(
             "up",
             "SRC=tests/user_bugs",
