@@ -152,8 +152,9 @@ def execute(
     try:
         nodes.start()
         failed_at = ended_at = None
+        read_metrics = metric_lines.MetricsReader(output)
         while True:
-            metrics = metric_lines.read_metrics(output)
+            metrics = read_metrics()
             progress.update(metrics)
             state = nodes.poll()
             verdict = on_tick(metrics, state, nodes) if on_tick else None
@@ -176,7 +177,7 @@ def execute(
                 failed_at = None
                 continue
             if all(code is not None for code in state.values()):
-                status, reason = status_of(state, metric_lines.read_metrics(output))
+                status, reason = status_of(state, read_metrics())
                 break
             # Every trainer returned, a node runs on: torchrun's exit takes seconds (20-30 s
             # throttled); past GRACE a process hung on its way out (destroy_process_group, an
@@ -198,7 +199,7 @@ def execute(
                 print(f"harness: {reason}", file=sys.stderr)
                 break
             time.sleep(getattr(on_tick, "tick_s", None) or TICK_S)
-        progress.finish(metric_lines.read_metrics(output))
+        progress.finish(read_metrics())
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)
         status, reason = Status.INTERRUPTED, f"the harness received {e}"

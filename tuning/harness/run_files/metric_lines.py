@@ -18,27 +18,48 @@ FMS_LOGS = "training_logs.jsonl"
 
 def read_metrics(output_dir: Path) -> dict[int, list[dict]]:
     """Each rank's metric lines; a line being written (no newline yet) is skipped."""
-    out: dict[int, list[dict]] = {}
-    for path in sorted((output_dir / "metrics").glob("rank*.jsonl")):
-        rank = int(path.stem.removeprefix("rank"))
-        lines = []
-        with open(path) as f:
-            for raw in f:
-                if raw.endswith("\n"):
-                    try:
-                        lines.append(json.loads(raw))
-                    except json.JSONDecodeError:
-                        pass
-        out[rank] = lines
-    if (output_dir / FMS_LOGS).is_file() and not steps(out.get(0, [])):
-        # A foreign trainer (fms): its steps and losses are rank 0's, from its own log; the
-        # metrics files hold only what the rank recorder saw (process group, end).
-        own = out.get(0, [])
-        offset = next((x["utc_offset_s"] for x in own if "utc_offset_s" in x), 0)
-        world = next((x["world_size"] for x in reversed(own) if "world_size" in x), None)
-        fms = [{**x, "rank": 0, "world_size": world} for x in read_fms_logs(output_dir, offset)]
-        out[0] = sorted(own + fms, key=lambda x: x["time"])
-    return out
+    return MetricsReader(output_dir)()
+
+
+class MetricsReader:
+    """read_metrics for a run being followed: each call parses only what the ranks wrote since
+    the last. Parsing every file whole on each 0.5 s tick grew with the run: 0.32 s a tick
+    after 24,000 steps of 2 ranks (a 95-minute soak), a third of one of the ranks' cores."""
+
+    def __init__(self, output_dir: Path):
+        self.output_dir = output_dir
+        self._seen: dict[Path, tuple[int, list[dict]]] = {}  # bytes parsed, their lines
+
+    def __call__(self) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for path in sorted((self.output_dir / "metrics").glob("rank*.jsonl")):
+            rank = int(path.stem.removeprefix("rank"))
+            offset, lines = self._seen.get(path, (0, []))
+            if path.stat().st_size < offset:  # rewritten shorter, not appended to: read anew
+                offset, lines = 0, []
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            whole = chunk.rfind(b"\n") + 1  # a line being written waits for its newline
+            for raw in chunk[:whole].splitlines():
+                try:
+                    lines.append(json.loads(raw))
+                except json.JSONDecodeError:
+                    pass
+            self._seen[path] = (offset + whole, lines)
+            out[rank] = list(lines)  # the caller's own list: the next call appends to ours
+        if (self.output_dir / FMS_LOGS).is_file() and not steps(out.get(0, [])):
+            # A foreign trainer (fms): its steps and losses are rank 0's, from its own log;
+            # the metrics files hold only what the rank recorder saw (process group, end).
+            own = out.get(0, [])
+            offset = next((x["utc_offset_s"] for x in own if "utc_offset_s" in x), 0)
+            world = next((x["world_size"] for x in reversed(own) if "world_size" in x), None)
+            fms = [
+                {**x, "rank": 0, "world_size": world}
+                for x in read_fms_logs(self.output_dir, offset)
+            ]
+            out[0] = sorted(own + fms, key=lambda x: x["time"])
+        return out
 
 
 def read_fms_logs(output_dir: Path, utc_offset_s: int = 0) -> list[dict]:
