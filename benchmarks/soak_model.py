@@ -72,7 +72,7 @@ def soak(args, run_id: str, mtbf: str, duration: str, save_every: int) -> dict:
     t = time.time()
     print("+ " + " ".join(cmd[2:]), flush=True)
     done = subprocess.run(cmd, cwd=ROOT)
-    rec = json.loads((Path(args.runs) / run_id / "soak.json").read_text())
+    rec = read(args.runs, run_id)
     rec["took_s"] = round(time.time() - t, 1)
     if done.returncode:
         print(f"soak {run_id} exited {done.returncode}: {rec.get('stop_reason')}", flush=True)
