@@ -3,7 +3,7 @@ beside its measured ETT and 90 % interval, at the best save interval, a quarter 
 times it.
 
     flock /work/logs/docker.lock .venv/bin/python benchmarks/soak_model.py \
-        [--mtbf 3m] [--durations 16m,28m,100m] [--layout single] [--fault-seed 1] [--runs DIR]
+        [--mtbf 3m] [--durations 16m,28m,150m] [--layout single] [--fault-seed 1] [--runs DIR]
         [--calibration RUN_ID] [--calibrate 3m] [--rows 0,1,2] [--soaks RUN,RUN,RUN]
         [--out FILE.json]
 
@@ -154,7 +154,7 @@ def read(runs: str, run_id: str) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mtbf", default="3m")
-    p.add_argument("--durations", default="16m,28m,100m", help="one DURATION, or one a row")
+    p.add_argument("--durations", default="16m,28m,150m", help="one DURATION, or one a row")
     p.add_argument("--calibrate", default="3m", help="the calibration soak's DURATION")
     p.add_argument("--calibration", help="a soak's run id to calibrate from (none: run one)")
     p.add_argument("--rows", default="0,1,2", help="which of tau*/4, tau*, 4 tau* to run")
