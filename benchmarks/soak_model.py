@@ -91,7 +91,7 @@ def durations_arg(text: str) -> list[str]:
     if not good:
         raise SystemExit(
             f"--durations {text!r}: one DURATION, or {len(ROWS)} comma-separated (tau*/4, "
-            "tau*, 4 tau*), e.g. 16m,28m,100m"
+            "tau*, 4 tau*), e.g. 16m,28m,150m"
         )
     return each
 
