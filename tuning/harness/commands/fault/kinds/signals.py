@@ -1,13 +1,15 @@
-"""kill, term and preempt: a signal to one rank, or SIGTERM to every launcher at once.
+"""kill, segv, term and preempt: a signal to one rank, or SIGTERM to every launcher at once.
 
-SIGKILL ends the rank at once; its peers fail on the broken connection. SIGTERM is a
+SIGKILL ends the rank at once; its peers fail on the broken connection. SIGSEGV ends it as a
+segfault in native code does (a CUDA kernel, a data loader's C extension: torchrun's exitcode
+-11), with Python's faulthandler printing its stack where the trainer enabled it. SIGTERM is a
 preemption: the ranks agree to stop at the next step and checkpoint (tuning/sft/fault_hooks.py).
 """
 
 from __future__ import annotations
 
 from tuning.harness.commands.fault.kinds.kind import FAILS, LONG, STOPS, Kind, Soak
-from tuning.harness.commands.fault.kinds.tools import signal
+from tuning.harness.commands.fault.kinds.tools import sh, signal
 
 # In a soak: a killed rank is held at the end of its step, so its own save never starts (the
 # group resumes from the save before); a SIGTERM stops the group at the next step, saved
@@ -22,6 +24,13 @@ STOP_CLUSTER = (
 
 def kill(inj, nodes, ctr, pid) -> str:
     return signal(inj, ctr, pid, "KILL")
+
+
+def segv(inj, nodes, ctr, pid) -> str:
+    # to the worker in both layouts: a container's PID 1 has no handler for SIGSEGV, and the
+    # kernel drops a signal sent to a namespace's init that it does not handle
+    sh(ctr, f"kill -SEGV {pid}")
+    return f"kill -SEGV rank {inj.rank}'s worker (pid {pid}) in {ctr.name}"
 
 
 def term(inj, nodes, ctr, pid) -> str:
@@ -45,6 +54,15 @@ KINDS = (
         judged="died",
         pool_place=1,
         soak=DIES,
+    ),
+    Kind(
+        "segv",
+        15,
+        inject=segv,
+        pid="always",
+        expect=FAILS,
+        recovers=True,
+        judged="died",
     ),
     Kind(
         "term",
