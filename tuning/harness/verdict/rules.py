@@ -176,6 +176,14 @@ def _network(ranks) -> dict | None:
     cut, said = _marked(ranks, "net", lambda r, what: f"rank {r}'s {what}")
     if not cut:
         return None
+    if len(cut) == len(ranks) > 1:  # every node alike: the address or the network, not a rank
+        return verdict(
+            "network",
+            [],
+            f"every rank's node could not reach the others ({ranks[cut[0]]['net']}): a cause "
+            "they share (the master's address, its port, the network), not one rank's",
+            "hand",
+        )
     return verdict("network", cut, said + _where_others(ranks, cut), "hand")
 
 
@@ -258,7 +266,7 @@ def _left(ranks) -> dict | None:
 
 def _nothing(ranks) -> str:
     waiting = _waiters(ranks)
-    ops = {ranks[r]["waiting"].get("op") for r in waiting}
+    ops = {(ranks[r]["waiting"].get("op"), ranks[r]["waiting"].get("seq")) for r in waiting}
     if waiting and len(waiting) == len(ranks) and len(ops) == 1:
         p = ranks[waiting[0]]["waiting"]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]

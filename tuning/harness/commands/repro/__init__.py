@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tuning.harness.commands.repro import collect, replay, seen, source, write
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.machine import nvidia
 from tuning.harness.run_files import folders
 from tuning.harness.spec import flag_args, flags, job_files, options, own_trainer
 from tuning.harness.verdict import facts, rules
@@ -47,11 +50,11 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(
             "FROM is not set: the folder of the failed job's pod logs "
             "(`kubectl logs <pod> > <pod>.log`) and, if you have them, its "
-            "objects (`kubectl get pods -o yaml > pods.yaml`)"
+            "objects (`kubectl get pods -o yaml > pods.yaml`), or one log file"
         )
     folder = Path(raw).expanduser()
-    if not folder.is_dir():
-        raise HarnessError(f"FROM={raw}: no such folder")
+    if not folder.exists():
+        raise HarnessError(f"FROM={raw}: no such folder or file")
     for dest in CHOSEN:
         if getattr(a, dest, None):
             raise HarnessError(
@@ -61,17 +64,25 @@ def main(a: argparse.Namespace) -> int:
     f = flags.RunFlags.of(a)
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
-    run_dir = folders.create(runs_root, run_id, starts=False)
-    if (folder / "summary.json").is_file() and (folder / "logs").is_dir():
-        folder = collect.kubectl_view(
-            folder, run_dir / "from"
-        )  # a harness run, as kubectl gives it
-    rec, inp, got = judge(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        view = None
+        if folder.is_dir() and (folder / "summary.json").is_file() and (folder / "logs").is_dir():
+            view = collect.kubectl_view(folder, Path(tmp) / "from")  # a harness run, as kubectl
+            folder = view  # gives it
+        rec, inp, got = judge(folder, say=_progress)
+        # nothing is written until the logs are read: a read that fails leaves nothing
+        run_dir = folders.create(runs_root, run_id, starts=False)
+        if view is not None:
+            shutil.copytree(view, run_dir / "from")
     rec.update(run_id=run_id, from_folder=str(Path(raw).resolve()), replay=None)
-    if rec["verdict"] and rec["verdict"]["culprits"]:
-        plan = replay.plan(rec["verdict"], inp, got, f.nproc, bool(f.entry), local_steps(f))
-        rec["replay"] = plan and {**plan.__dict__, "command": plan.typed(typed_job(a))}
     named = bool(rec["verdict"] and rec["verdict"]["culprits"])
+    if named:
+        plan = replay.plan(rec["verdict"], inp, got, f.nproc, bool(f.entry), local_steps(f))
+        rec["replay"] = plan and {
+            **plan.__dict__,
+            "command": plan.typed(typed_job(a, gpus=_gpus_word(a))),
+            "run": f"make repro FROM={shlex.quote(raw)} RUN=1 {typed_job(a)}".strip(),
+        }
     if named and not rec["replay"]:
         cls = rec["verdict"]["class"]
         rec["no_replay"] = f"no fault kind here causes a verdict of {cls!r}: nothing replays it"
@@ -87,14 +98,33 @@ def main(a: argparse.Namespace) -> int:
     return code
 
 
+def _progress(said: str) -> None:
+    print(f"harness: repro: {said}", file=sys.stderr, flush=True)
+
+
+def _gpus_word(a: argparse.Namespace) -> str | None:
+    """GPUS=0 where the replay runs on CPU ranks here (no GPU on this box) and GPUS was not
+    typed: the line must run as printed."""
+    if getattr(a, "gpus", None) is not None:
+        return None
+    try:
+        return None if nvidia.visible(nvidia.inventory()) else "GPUS=0"
+    except HarnessError:
+        return "GPUS=0"
+
+
 def judge(
-    folder: Path, records: dict | None = None, metrics: dict | None = None
+    folder: Path,
+    records: dict | None = None,
+    metrics: dict | None = None,
+    say=None,
 ) -> tuple[dict, seen.Inputs, source.Read]:
     """(the record: what the folder shows, the verdict, what the logs could not tell; the
     inputs the verdict was given; what was read). `records`: a harness run's own flight
     recorder of each rank that failed (run/dumps.py failed), and `metrics` its ranks' own
-    lines (how each ended, the SIGTERMs from outside), where it has them."""
-    got = source.load(folder)
+    lines (how each ended, the SIGTERMs from outside), where it has them. `say`: told of each
+    large file as it is read."""
+    got = source.load(folder, say)
     inp = seen.inputs(got)
     for rank, rec in (records or {}).items():  # a harness run's own: each failed rank's flight
         inp.failed[rank] = {**inp.failed.get(rank, {}), **rec}  # recorder, beside what logs say
@@ -113,20 +143,33 @@ def judge(
         },
         "verdict": None,
         "could_not_tell": [],
+        "caveats": [],
+        "hung": None,
     }
     why = cannot_read(got, inp)
     if why:
         rec["could_not_tell"].append(why)
+        rec["hung"] = hung(got, inp)
         return rec, inp, got
     found = facts.gather(
         inp.world, inp.metrics, None, inp.exits, inp.nodes, False, None, inp.failed
     )
     v = rules.judge(found)
     rec["verdict"] = v
-    rec["could_not_tell"] += limits(v, inp)
-    if not v["culprits"]:
-        rec["could_not_tell"].insert(0, f"the logs name no culprit: {v['evidence']}")
+    if v["culprits"]:  # named: what the logs could not tell only qualifies it
+        rec["caveats"] = limits(v, inp, got)
+    else:
+        rec["could_not_tell"] = [f"the logs name no culprit: {v['evidence']}", *limits(v, inp, got)]
     return rec, inp, got
+
+
+def hung(got: source.Read, inp: seen.Inputs) -> dict | None:
+    """Pods still running with no rank failed: the job is hung, nothing failed yet. How to get
+    each rank's stack and flight recorder from the running pods."""
+    running = [p for p in got.pods.values() if p.running]
+    if not running:
+        return None
+    return {"pods": [p.name for p in running], "containers": [p.container for p in running]}
 
 
 def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
@@ -146,11 +189,19 @@ def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
         r for r, lines in inp.metrics.items() if any(y.get("status") == "failed" for y in lines)
     ]
     if not ended and not failed and not any(x.get("outside") for x in inp.exits.values()):
+        running = [p.name for p in got.pods.values() if p.running]
+        if running:
+            return (
+                f"hung, nothing failed yet: pod(s) {', '.join(running)} are still running and "
+                "no rank failed in their logs"
+            )
+        if any(r.completed for c in got.containers for r in c.ranks.values()):
+            return "the run succeeded: its logs end in a finished training, no rank failed"
         return "no rank failed in these logs: every one that logged ended without an error"
     return None
 
 
-def limits(v: dict, inp: seen.Inputs) -> list[str]:
+def limits(v: dict, inp: seen.Inputs, got: source.Read) -> list[str]:
     """What these logs could not tell, said with the verdict."""
     out = []
     if inp.missing:
@@ -163,6 +214,12 @@ def limits(v: dict, inp: seen.Inputs) -> list[str]:
             "no flight recorder dump: a rank that never entered a collective cannot be "
             "told from one in another collective (a desync) by the logs alone"
         )
+    for c in got.containers:
+        if c.agent_error:
+            out.append(
+                f"{c.name}'s launcher (torchrun's agent) failed by itself: {c.agent_error[:200]}"
+                " (its rendezvous or its store: no rank of it had started)"
+            )
     if not inp.step:
         out.append("no progress bar in the logs: the step it happened at is not known")
     return out
@@ -185,9 +242,10 @@ def _job_flags(a: argparse.Namespace):
     return [fl for fl in flag_args.typed(a) if fl.dest not in CHOSEN + OWN]
 
 
-def typed_job(a: argparse.Namespace) -> str:
-    """The user's job flags as they typed them, for the `make fault` line."""
-    words = []
+def typed_job(a: argparse.Namespace, gpus: str | None = None) -> str:
+    """The user's job flags as they typed them, for the `make fault` line (`gpus`: GPUS=0
+    added where the replay runs on CPU ranks and GPUS was not typed)."""
+    words = [gpus] if gpus else []
     for fl in _job_flags(a):
         value = "1" if fl.switch else str(getattr(a, fl.dest))
         words.append(f"{fl.var}={shlex.quote(value)}")

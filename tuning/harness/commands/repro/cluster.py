@@ -16,9 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 TRAINING = ("pytorch", "node", "trainer")  # the operators' training container names
-MASTER = re.compile(r"-master-(\d+)$")
-WORKER = re.compile(r"-worker-(\d+)$")
-JOBSET = re.compile(r"-node-\d+-(\d+)$")
 HARNESS_RANK = re.compile(r"^rank(\d+)$")  # the harness's own per-rank services
 
 
@@ -38,6 +35,8 @@ class Pod:
     waiting: str | None = None  # state.waiting.reason (ContainerCreating, ImagePullBackOff, ...)
     evicted: str | None = None  # status.reason Evicted, or a DisruptionTarget condition
     restarts: int = 0
+    running: bool = False  # its training container is running now (state.running)
+    container: str = "pytorch"  # its training container's name (kubectl exec -c)
 
 
 def _time(raw) -> float | None:
@@ -48,13 +47,72 @@ def _time(raw) -> float | None:
     return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
 
 
-def node_rank_of(name: str) -> int | None:
-    """A pod's node rank from its name alone (the operators' naming), or None."""
-    for pattern, offset in ((MASTER, 0), (WORKER, 1), (JOBSET, 0), (HARNESS_RANK, 0)):
-        m = pattern.search(name)
-        if m:
-            return int(m.group(1)) + offset
+@dataclass(frozen=True)
+class NameIndex:
+    """What a pod's name says of its node: the index in it, the family of names it belongs to,
+    and the offset its operator gives (node rank = index + offset), with what was assumed."""
+
+    family: tuple
+    index: int
+    offset: int
+    assumed: str | None = None
+
+
+# The operators' pod names (each the controller's own naming):
+# - the Training Operator's PyTorchJob (pkg/controller.v1/common, GenGeneralName):
+#   `<job>-master-0`, `<job>-worker-<i>`; beside a master, worker i is node i + 1; a job of
+#   workers only (elastic) has worker i as node i
+# - JobSet (Trainer v2's TrainJob): a Job `<jobset>-<replicatedJob>-<job index>`, whose indexed
+#   pods are `<job>-<completion index>-<5 random>`: `<job>-node-0-<i>-x7k2p`, node rank i
+# - an indexed Job: `<job>-<completion index>-<5 random>`; a StatefulSet: `<name>-<i>`
+# - the harness's own per-rank services: `rank<i>`
+MASTER = re.compile(r"^(?P<job>.+)-master-(?P<i>\d+)$")
+WORKER = re.compile(r"^(?P<job>.+)-worker-(?P<i>\d+)$")
+JOBSET = re.compile(r"^(?P<job>.+-[a-z][a-z0-9]*-\d+)-(?P<i>\d+)(?:-[a-z0-9]{5})?$")
+INDEXED = re.compile(r"^(?P<job>.+)-(?P<i>\d+)-[a-z0-9]{5}$")
+PLAIN = re.compile(r"^(?P<job>.*?)(?P<i>\d+)$")
+
+
+def name_index(name: str, names: list[str] | None = None) -> NameIndex | None:
+    """What `name` says of its pod's node, among the other pods' `names`, or None."""
+    names = names or [name]
+    if m := MASTER.match(name):
+        return NameIndex((m["job"], "master"), int(m["i"]), 0)
+    if m := WORKER.match(name):
+        job = m["job"]
+        if any(MASTER.match(n) and MASTER.match(n)["job"] == job for n in names):
+            return NameIndex((job, "worker beside a master"), int(m["i"]), 1)
+        return NameIndex(
+            (job, "worker"),
+            int(m["i"]),
+            0,
+            "no master pod among the files or objects: taken as a PyTorchJob of workers only "
+            "(worker i is node i)",
+        )
+    if m := JOBSET.match(name):
+        return NameIndex((m["job"], "jobset"), int(m["i"]), 0)
+    if m := INDEXED.match(name):
+        return NameIndex((m["job"], "indexed"), int(m["i"]), 0)
+    if m := HARNESS_RANK.match(name):
+        return NameIndex(("", "rank"), int(m.group(1)), 0)
+    if m := PLAIN.match(name):
+        kin = [int(x["i"]) for n in names if (x := PLAIN.match(n)) and x["job"] == m["job"]]
+        if len(kin) < 2:
+            return None  # one name with a number in it says nothing of a node
+        low = min(kin)
+        return NameIndex(
+            (m["job"], "plain"),
+            int(m["i"]),
+            -low,
+            f"the number in its name taken as its node, counted from {low}",
+        )
     return None
+
+
+def node_rank_of(name: str, names: list[str] | None = None) -> int | None:
+    """A pod's node rank from its name alone (the operators' naming), or None."""
+    found = name_index(name, names)
+    return None if found is None else found.index + found.offset
 
 
 def pods_of(objects: list[dict]) -> dict[str, Pod]:
@@ -68,6 +126,9 @@ def pods_of(objects: list[dict]) -> dict[str, Pod]:
         elif obj.get("kind") == "Pod":
             pod = pod_of(obj)
             out[pod.name] = pod
+    for pod in out.values():  # no rank in its environment: its name, among its job's
+        if pod.node_rank is None:
+            pod.node_rank = node_rank_of(pod.name, list(out))
     return out
 
 
@@ -83,7 +144,7 @@ def pod_of(obj: dict) -> Pod:
         or env.get("RANK")
         or labels.get("batch.kubernetes.io/job-completion-index")
     )
-    pod.node_rank = int(rank) if str(rank or "").isdigit() else node_rank_of(pod.name)
+    pod.node_rank = int(rank) if str(rank or "").isdigit() else None
     nproc = env.get("PET_NPROC_PER_NODE")
     pod.nproc = int(nproc) if str(nproc or "").isdigit() else None
     nnodes, world = env.get("PET_NNODES"), env.get("WORLD_SIZE")
@@ -96,6 +157,7 @@ def pod_of(obj: dict) -> Pod:
         (s for s in statuses if s.get("name") == ctr.get("name")), statuses[0] if statuses else {}
     )
     pod.restarts = int(cs.get("restartCount") or 0)
+    pod.container = ctr.get("name") or pod.container
     state = cs.get("state") or {}
     ended = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
     if ended:
@@ -103,6 +165,8 @@ def pod_of(obj: dict) -> Pod:
         pod.reason, pod.message = ended.get("reason"), ended.get("message")
         pod.finished = _time(ended.get("finishedAt"))
         pod.started_at = _time(ended.get("startedAt"))
+    if "running" in state:
+        pod.running = True
     if (state.get("running") or {}).get("startedAt"):
         pod.started_at = _time(state["running"]["startedAt"])
     if ended or state.get("running") or cs.get("lastState", {}).get("terminated"):

@@ -63,13 +63,23 @@ def kind_of(v: dict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
     if culprit is None:
         return None, "no culprit named"
     ex = inp.exits.get(culprit) or {}
+    if cls == "stopped from outside" or (cls == "died" and ex.get("outside")):
+        return "term", "stopped from outside: SIGTERM to one rank, as an eviction or preemption"
     if cls == "died":
-        if ex.get("outside"):
-            return "term", "stopped from outside: SIGTERM to one rank, as an eviction or preemption"
         if ex.get("oom"):
-            return "oom", "the OOM killer: the rank's memory pushed past its limit"
+            return "oom", "the kernel's OOM killer: the rank's memory pushed past its limit"
+        if ex.get("signal") == 11:
+            return "segv", "a segfault (signal 11): the rank ends as native code's fault ends it"
         if ex.get("signal"):
             return "kill", f"signal {ex['signal']}: the rank killed (SIGKILL)"
+        if "out of memory" in v.get("evidence", "") or "OutOfMemoryError" in v.get("evidence", ""):
+            why = (
+                "a CUDA out-of-memory exception is the rank's own error, not the kernel's OOM "
+                "killer"
+            )
+            if foreign:
+                return "kill", f"{why}; a trainer of your own has no hook to raise one: killed"
+            return "crash", f"{why}: the trainer raises at the step"
         if foreign:
             return "kill", (
                 "its own exception; a trainer of your own has no hook to raise "

@@ -76,9 +76,34 @@ def inputs(got: Read) -> Inputs:
             # the others wait in a collective (so it joined), and it printed no timeout there
             out.failed[rank] = {"collectives": [], "busy": _outside(seen, waits[0])}
     out.known = sum(c.known for c in got.containers)
+    _behind(got, out)
     _outside_stops(got, out)
     _late(got, out)
     return out
+
+
+def _behind(got: Read, out: Inputs) -> None:
+    """Ranks that timed out in one process group at unlike sequence numbers are not alike: a
+    collective completes on no rank until every rank has called it, so the ranks at the lowest
+    number, where they are fewer than the rest, are behind: they never called the collective
+    the others wait in (NCCL's watchdog times out a rank's oldest unfinished work)."""
+    seen = {r: c.ranks[r] for c in got.containers for r in c.ranks if c.ranks[r].waiting}
+    for pg in {x.waiting.get("pg") for x in seen.values()}:
+        group = {r: x.waiting for r, x in seen.items() if x.waiting.get("pg") == pg}
+        seqs = sorted({w["seq"] for w in group.values()})
+        if len(seqs) < 2:
+            continue
+        low = [r for r, w in group.items() if w["seq"] == seqs[0]]
+        if 2 * len(low) >= len(group):
+            continue  # the most are behind: which side is odd is not known
+        ahead = max(group.values(), key=lambda w: w["seq"])
+        for r in low:
+            w = group[r]
+            out.failed[r] = {
+                "collectives": [],
+                "busy": f"behind: it timed out in {w['op']} #{w['seq']}, a collective the "
+                f"others had finished (they wait in {ahead['op']} #{ahead['seq']})",
+            }
 
 
 def _late(got: Read, out: Inputs) -> None:
@@ -122,8 +147,12 @@ def _ran(rank: int, seen: Rank | None, c: Container | None) -> bool:
 
 def _returned(rank: int, seen: Rank | None, c: Container | None) -> bool:
     """torchrun's summary lists every worker that failed: a rank of its node it leaves out
-    returned 0 (its script ended), where its own lines show no error."""
+    returned 0 (its script ended), where its own lines show no error and its launcher stopped
+    none of its workers (torchrun's "Sending process N closing signal SIGTERM": those were
+    stopped, not completed)."""
     listed = bool(c and c.failures) and rank not in c.failures
+    if c is not None and (c.stopped or c.stopped_all):
+        return False
     return listed and not (seen and (seen.exception or seen.lost or seen.detail))
 
 
@@ -165,17 +194,30 @@ def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
     """code, signal, oom, signature (a consequence), t, by_itself: as fault/verdicts.py's exits."""
     code = signal = None
     failure = (c.failures.get(rank) if c else None) or {}
+    if c is not None and c.node_failed and c.nproc == 1 and not failure:
+        failure = c.node_failed  # DeepSpeed's launcher of one worker: that worker's code
     if "exit" in failure:  # torchrun's summary: minus the signal for a signal's death
         code = failure["exit"]
         signal = -code if code < 0 else None
-    alone = pod is not None and (pod.nproc or (c.nproc if c else 1)) == 1
-    if not alone and c is not None and c.failures and rank not in c.failures:
-        code = 0  # torchrun lists every worker that failed: this one returned 0
-    if pod is not None and pod.exit_code is not None and (alone or code is None):
-        code = pod.exit_code if code is None else code
-        if signal is None and pod.exit_code > 128:
-            signal = pod.exit_code - 128
-        signal = pod.signal or signal
+    alone = (pod.nproc if pod and pod.nproc else (c.nproc if c else 1)) == 1
+    own = bool(seen and (seen.exception or seen.lost or seen.detail))
+    stopped = False
+    if c is not None and c.failures and rank not in c.failures:
+        # torchrun lists every worker that failed; the others returned 0, or, where it
+        # stopped its workers (its SIGTERMs, DeepSpeed's kills), were stopped by it
+        stopped = bool(c.stopped or c.stopped_all) and not (seen and seen.completed)
+        code, signal = (-15, 15) if stopped else (0, None)
+    launcher_failed = bool(c and c.agent_error)  # the pod's exit is its launcher's own
+    if pod is not None and pod.exit_code is not None and not stopped and not launcher_failed:
+        # the pod's exit is its launcher's, shared by its ranks: it is one rank's only where
+        # the pod holds that one rank and it printed something; the kernel's OOM killer in
+        # the container (OOMKilled) ended every rank of it that had no end of its own
+        killed = pod.exit_code > 128 or pod.signal
+        sig = pod.signal or (pod.exit_code - 128 if pod.exit_code > 128 else None)
+        if pod.reason == "OOMKilled" and not own and code is None:
+            code, signal = pod.exit_code, sig or 9
+        elif code is None and alone and seen is not None:
+            code, signal = pod.exit_code, sig if killed else None
     lost = seen.lost if seen else None
     if c is not None and c.aborted and signal == 6 and not lost:
         sixes = [r for r, f in c.failures.items() if f.get("exit") == -6]
@@ -190,7 +232,7 @@ def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
         "code": code,
         "signal": signal,
         "oom": oom,
-        "signature": lost,
+        "signature": lost or ("SIGTERM" if stopped else None),
         "t": t or 0.0,
         "by_itself": code is not None or bool(seen and (seen.exception or seen.lost)),
     }

@@ -47,12 +47,23 @@ class Read:
     notes: list[str] = field(default_factory=list)
 
 
-def load(folder: Path) -> Read:
+BIG = 8 << 20  # a file this large is said as it is read
+
+
+def load(folder: Path, say=None) -> Read:
+    """`folder`: a folder of logs and objects, or one log file. `say`: told of each large file
+    as it is read."""
     out = Read()
     texts: dict[tuple[str, int], str] = {}  # (pod, attempt: 0 newest) -> text
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = str(path.relative_to(folder))
+    paths = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in paths)
+    done = 0
+    for path in paths:
+        rel = path.name if path == folder else str(path.relative_to(folder))
         raw = path.read_bytes()
+        done += len(raw)
+        if say and len(raw) >= BIG:
+            say(f"reading {rel} ({len(raw) >> 20} MB; {done >> 20} of {total >> 20} MB)")
         if b"\x00" in raw[:4096]:
             out.unread.append(f"{rel} (binary: not a log or an object)")
             continue
@@ -95,54 +106,63 @@ def _by_prefix(text: str) -> dict[str, str]:
     return out
 
 
-def _place(name: str, text: str, pod: cluster.Pod | None) -> tuple[int | None, int | None]:
-    """(node rank, ranks per node) of a container, from its object, name or lines."""
-    node = pod.node_rank if pod else cluster.node_rank_of(name)
-    nproc = pod.nproc if pod else None
-    ours = OURS.search(text)
-    if ours:
-        nnodes, nprocs = int(ours.group(2)), int(ours.group(1))
-        node = int(ours.group(3)) if node is None else node
-        nproc = nproc or max(1, nprocs // nnodes)
-    seen, locals_ = set(), {}
-    for x in log_lines.split(text):
-        if x.rank is not None:
-            seen.add(x.rank)
-        if m := log_lines.FAILURE_RANK.match(
-            x.text
-        ):  # torchrun's summary: "rank : 3 (local_rank: 1)"
-            locals_[int(m.group(1))] = int(m.group(2))
-        elif (m := log_lines.WATCHDOG.search(x.text)) and m.group(1):
-            seen.add(int(m.group(1)))
-    seen |= set(locals_)
-    if nproc is None and seen:
-        nproc = max(len(seen), max(locals_.values(), default=-1) + 1)
-    if node is None and locals_ and nproc:
-        rank, local = next(iter(locals_.items()))
-        node = (rank - local) // nproc
-    if node is None and seen and nproc:
-        node = min(seen) // nproc
+def _lines_place(c: read.Container) -> tuple[int | None, int | None]:
+    """(node rank, ranks per node) as a container's own lines say them: its launcher's words
+    (torchrun's group_rank and global_ranks, DeepSpeed's node_rank and num_local_procs), the
+    workers its launcher named and stopped, the global ranks its lines name."""
+    nproc = c.nproc_said
+    if nproc is None:
+        counts = [
+            max(c.locals_seen) + 1 if c.locals_seen else 0,
+            # torchrun stops (SIGTERM) the workers still running once one failed
+            sum(f["exit"] != -15 for f in c.failures.values()) + c.stopped,
+        ]
+        if c.globals_seen:
+            lo, hi = min(c.globals_seen), max(c.globals_seen)
+            counts.append(hi - lo + 1 if len(c.globals_seen) > 1 else 1)
+        nproc = max(counts) or None
+    node = c.node_said
+    if node is None and nproc:
+        locals_ = [(r, f["local"]) for r, f in c.failures.items() if "local" in f]
+        if locals_:
+            rank, local = locals_[0]
+            node = (rank - local) // nproc
+        elif c.globals_seen:
+            node = min(c.globals_seen) // nproc
     return node, nproc
 
 
 def _containers(out: Read, texts: dict[tuple[str, int], str]) -> Read:
-    places = {}
-    for (name, attempt), text in texts.items():
-        node, nproc = _place(name, text, out.pods.get(name))
-        places[(name, attempt)] = (node, nproc)
-    # a pod the logs and objects give no place: the only one left, or said and skipped
-    known = [p for p in places.values() if p[0] is not None]
-    nproc_all = {p[1] for p in known if p[1]}
-    for key, (node, nproc) in places.items():
+    # 1. each log read once for where it sits (its lines' words), then placed: its object,
+    #    its lines, its name (with the offset its family of names shows), the one slot left
+    scanned = {key: log_lines.scan(text) for key, text in texts.items()}
+    first = {key: read.read(lines, key[0], None, 0) for key, lines in scanned.items()}
+    said = {}
+    for key, c in first.items():
+        node, nproc = _lines_place(c)
+        ours = OURS.search(texts[key])
+        if ours:
+            nnodes, nprocs = int(ours.group(2)), int(ours.group(1))
+            node, nproc = int(ours.group(3)), max(1, nprocs // nnodes)
+        said[key] = (node, nproc)
+    nprocs = [p.nproc for p in out.pods.values() if p.nproc] + [n for _, n in said.values() if n]
+    common = max(set(nprocs), key=nprocs.count) if nprocs else None
+    places: dict[tuple[str, int], tuple[int | None, int]] = {}
+    for key, (node, nproc) in said.items():
+        pod = out.pods.get(key[0])
+        nproc = (pod.nproc if pod and pod.nproc else None) or nproc or common
         if nproc is None:
-            nproc = nproc_all.pop() if len(nproc_all) == 1 else 1
+            nproc = 1
             out.notes.append(
-                f"{key[0]}: its ranks per node are not in its lines or objects; taken as {nproc}"
+                f"{key[0]}: its ranks per node are not in its lines or objects; taken as 1"
             )
-            places[key] = (node, nproc)
-        if node is None and len(places) == 1:
-            places[key] = (0, places[key][1])
-    for (name, attempt), text in sorted(texts.items(), key=lambda kv: kv[0][1]):
+        if pod is not None and pod.node_rank is not None:
+            node = pod.node_rank
+        elif node is None and first[key].globals_seen:
+            node = min(first[key].globals_seen) // nproc
+        places[key] = (node, nproc)
+    _by_names(out, places)
+    for (name, attempt), lines in sorted(scanned.items(), key=lambda kv: kv[0][1]):
         node, nproc = places[(name, attempt)]
         if node is None:
             out.notes.append(
@@ -150,13 +170,66 @@ def _containers(out: Read, texts: dict[tuple[str, int], str]) -> Read:
                 "its object; its log is left out"
             )
             continue
-        c = read.read(text, name, node, nproc)
+        c = read.read(lines, name, node, nproc)
         (out.earlier if attempt else out.containers).append(c)
-    sizes = [c.nproc * (c.node_rank + 1) for c in out.containers]
+    out.world = _world(out, first)
+    return out
+
+
+def _by_names(out: Read, places: dict) -> None:
+    """Pods the objects and lines left unplaced, by their names: each family of names
+    (`<job>-worker-<i>`, `<job>-node-0-<i>-<x>`, ...) takes the offset its placed members
+    show, else its operator's (a worker is node i + 1 beside a master, i in a job of
+    workers only); the last pod left takes the last node left."""
+    names = [key[0] for key in places] + list(out.pods)
+    family = {key: cluster.name_index(key[0], names) for key in places}
+    offsets: dict[tuple, set] = {}
+    for key, (node, _) in places.items():
+        f = family[key]
+        if f and node is not None:
+            offsets.setdefault(f.family, set()).add(node - f.index)
+    for pod in out.pods.values():
+        f = cluster.name_index(pod.name, names)
+        if f and pod.node_rank is not None:
+            offsets.setdefault(f.family, set()).add(pod.node_rank - f.index)
+    for key, (node, nproc) in list(places.items()):
+        f = family[key]
+        if node is not None or f is None:
+            continue
+        learned = offsets.get(f.family) or set()
+        if len(learned) == 1:
+            offset = next(iter(learned))
+        else:
+            offset = f.offset
+            if f.assumed:
+                out.notes.append(f"{key[0]}: {f.assumed}")
+        places[key] = (f.index + offset, nproc)
+    unplaced = [key for key, (node, _) in places.items() if node is None]
+    taken = {node for node, _ in places.values() if node is not None}
+    taken |= {p.node_rank for p in out.pods.values() if p.node_rank is not None}
+    nodes = len({key[0] for key in places} | set(out.pods))
+    free = sorted(set(range(nodes)) - taken)
+    if len({key[0] for key in unplaced}) == 1 and len(free) == 1:
+        for key in unplaced:
+            places[key] = (free[0], places[key][1])
+        out.notes.append(
+            f"{unplaced[0][0]}: its name and lines say nothing of its node; it is the one "
+            f"pod left, so node {free[0]}"
+        )
+
+
+def _world(out: Read, first: dict) -> int:
+    """The world size as the logs and objects say it: the pods' environment (PET_NNODES x
+    PET_NPROC_PER_NODE), what launchers and trainers print of it (torchrun's, DeepSpeed's,
+    accelerate's, NCCL's init, the HF Trainer's batch sizes), the highest rank any line names,
+    the nodes times their ranks. Never the count of ranks that printed."""
+    sizes = [c.nproc * (c.node_rank + 1) for c in out.containers + out.earlier]
     sizes += [p.world for p in out.pods.values() if p.world]
     sizes += [r + 1 for c in out.containers for r in c.ranks]
+    for c in list(first.values()) + out.containers:
+        sizes += [x for x in (c.world_said, read.hf_world(c)) if x]
+        sizes += [r + 1 for r in c.globals_seen]
     for pod in out.pods.values():  # a pod with no log at all still has its ranks
         if pod.node_rank is not None:
             sizes.append((pod.node_rank + 1) * (pod.nproc or 1))
-    out.world = max(sizes, default=0)
-    return out
+    return max(sizes, default=0)

@@ -17,22 +17,47 @@ def _who(v: dict) -> str:
     return ", ".join(map(str, v["culprits"])) or "none named"
 
 
+def hung_commands(h: dict) -> list[str]:
+    """How to get each rank's stack and flight recorder from pods still running."""
+    out = []
+    for pod, ctr in zip(h["pods"], h["containers"], strict=True):
+        out += [
+            f"kubectl debug -it {pod} --image=python:3.11-slim --target={ctr} "
+            "--profile=sysadmin -- sh -c 'pip install -q py-spy && for p in $(pgrep -f "
+            "python); do py-spy dump --pid $p; done'   # every process's Python stack",
+            f"kubectl exec {pod} -c {ctr} -- sh -c 'for f in /tmp/nccl_trace_rank_*.pipe; do "
+            "echo 1 > $f; done'   # a flight recorder dump of each rank, where the job runs "
+            "with TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DEBUG_INFO_TEMP_FILE="
+            "/tmp/nccl_trace_rank_ and TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/nccl_trace_rank_",
+            f"kubectl cp {pod}:/tmp ./{pod}-dumps -c {ctr}   # then: python -m "
+            "torch.distributed.flight_recorder.fr_trace ./*-dumps/nccl_trace_rank_",
+        ]
+    return out
+
+
 def said(rec: dict) -> list[str]:
     v = rec.get("verdict")
-    out = []
+    out = [f"repro: not read: {x}" for x in rec["read"]["unread"]]
+    out += [f"repro: note: {x}" for x in rec["read"]["notes"]]
     if v and v["culprits"]:
         out.append(
             f"repro: {v['class']}, culprit rank(s) {_who(v)} of {rec['read']['world_size']}:"
             f" {v['evidence']}"
         )
-    for why in rec["could_not_tell"]:
-        out.append(f"repro: the logs cannot tell: {why}")
+        out += [f"repro: how sure: {why}" for why in rec.get("caveats") or []]
+    else:
+        out += [f"repro: the logs cannot tell: {why}" for why in rec["could_not_tell"]]
     r = rec.get("replay")
     if r:
         out.append(f"repro: replay here: {r['command']}")
         out.append(f"repro:   {r['why']}")
+        if r.get("run"):
+            out.append(f"repro: to run it and compare the verdicts: {r['run']}")
     elif rec.get("no_replay"):
         out.append(f"repro: {rec['no_replay']}")
+    elif rec.get("hung"):
+        out.append("repro: each rank's stack and flight recorder, from the running pods:")
+        out += [f"repro:   {x}" for x in hung_commands(rec["hung"])]
     else:
         out.append(f"repro: {COLLECT}")
     run = rec.get("run")
@@ -66,12 +91,18 @@ def markdown(rec: dict) -> str:
             f"- **verdict: {v['class']}; culprit rank(s): {_who(v)}**",
             f"- evidence: {v['evidence']}",
         ]
-    lines += [f"- the logs cannot tell: {why}" for why in rec["could_not_tell"]]
+    if v and v["culprits"]:
+        lines += [f"- how sure: {why}" for why in rec.get("caveats") or []]
+    else:
+        lines += [f"- the logs cannot tell: {why}" for why in rec["could_not_tell"]]
     r = rec.get("replay")
     if r:
         lines += ["", "## The replay here", "", "```sh", r["command"], "```", "", r["why"]]
     elif rec.get("no_replay"):
         lines += ["", f"No replay: {rec['no_replay']}."]
+    elif rec.get("hung"):
+        lines += ["", "Each rank's stack and flight recorder, from the running pods:", ""]
+        lines += ["```sh", *hung_commands(rec["hung"]), "```"]
     else:
         lines += ["", f"To collect next: {COLLECT}."]
     run = rec.get("run")
