@@ -208,3 +208,49 @@ def test_torchs_detail_check_names_the_odd_rank(tmp_path):
         logs[f"sft-worker-{r - 1}" if r else "sft-master-0"] = R.traceback("2.6", r, err)
     v = judged(R.write(tmp_path / "logs", logs))["verdict"]
     assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch")
+
+
+def test_torchruns_stopped_workers_count_toward_the_world(tmp_path):
+    """One pod of 8: one worker failed, torchrun stopped the other seven (its SIGTERM lines name
+    PIDs, not ranks): 8 ranks, the seven stopped, not completed; rank 3 named."""
+    lines = R.traceback("2.6", 3, "ValueError: record 49 has no target")
+    lines += [R.agent("2.6", f"Sending process {200 + i} closing signal SIGTERM") for i in range(7)]
+    lines += R.child_failed("2.6", [(3, 3, 1, "2024-12-05_02:07:08")], 3)
+    rec = judged(R.write(tmp_path / "logs", {"sft-master-0": lines}))
+    assert rec["read"]["world_size"] == 8, rec["read"]
+    assert (rec["verdict"]["class"], rec["verdict"]["culprits"]) == ("died", [3]), rec
+    assert "completed" not in rec["verdict"]["evidence"], rec["verdict"]
+
+
+@pytest.mark.parametrize(
+    "line, step",
+    [
+        ("Train:  20%|##        | 230/1142 [10:02<39:48,  2.62s/it]", 230),
+        ("1|101|Loss: 0.5332:  10%|#         | 101/1000 [05:01<44:40,  2.98s/it]", 101),
+        ("{'loss': 1.35, 'global_step/max_steps': '10/1000', 'percentage': '1.00%'}", 10),
+        (" iteration      230/   10000 | consumed samples:        58880 |", 230),
+        ("Map: 100%|##########| 5000/5000 [00:01<00:00, 4000.00 examples/s]", None),
+    ],
+)
+def test_progress_as_trainers_print_it(line, step):
+    from tuning.harness.commands.repro import log_lines
+
+    got = log_lines.progress(line)
+    assert (got[0] if got else None) == step
+
+
+def test_pods_still_running_with_nothing_failed_are_a_hang(tmp_path):
+    logs = {"sft-master-0": [R.tqdm(151, 1000)], "sft-worker-0": ["[rank1]: step"]}
+    pods = [R.pod("sft-master-0", 0, 1, 2, 1), R.pod("sft-worker-0", 1, 1, 2, 1)]
+    for p in pods:
+        p["status"]["containerStatuses"][0]["state"] = {
+            "running": {"startedAt": "2024-12-05T01:00:00Z"}
+        }
+        p["status"]["phase"] = "Running"
+    rec = judged(R.write(tmp_path / "logs", logs, pods))
+    assert rec["could_not_tell"][0].startswith("hung, nothing failed yet"), rec
+    assert rec["hung"]["pods"] == ["sft-master-0", "sft-worker-0"]
+    from tuning.harness.commands.repro import write
+
+    said = "\n".join(write.said({**rec, "replay": None}))
+    assert "kubectl debug -it sft-worker-0" in said and "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in said

@@ -137,6 +137,7 @@ def judge(
             "unread": got.unread,
             "notes": got.notes,
             "world_size": got.world,
+            "world_stated": got.world_stated,
             "pods": [c.name for c in got.containers],
             "missing_ranks": inp.missing,
             "step": inp.step,
@@ -148,8 +149,8 @@ def judge(
     }
     why = cannot_read(got, inp)
     if why:
-        rec["could_not_tell"].append(why)
-        rec["hung"] = hung(got, inp)
+        rec["could_not_tell"] += [why, *launchers(got)]
+        rec["hung"] = hung(got, inp) if why.startswith("hung") else None
         return rec, inp, got
     found = facts.gather(
         inp.world, inp.metrics, None, inp.exits, inp.nodes, False, None, inp.failed
@@ -190,13 +191,19 @@ def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
     ]
     if not ended and not failed and not any(x.get("outside") for x in inp.exits.values()):
         running = [p.name for p in got.pods.values() if p.running]
-        if running:
+        failed = [p.name for p in got.pods.values() if p.exit_code not in (None, 0)]
+        if running and not failed:
             return (
                 f"hung, nothing failed yet: pod(s) {', '.join(running)} are still running and "
                 "no rank failed in their logs"
             )
         if any(r.completed for c in got.containers for r in c.ranks.values()):
             return "the run succeeded: its logs end in a finished training, no rank failed"
+        if failed:
+            return (
+                f"no rank failed in these logs, but pod(s) {', '.join(failed)} ended with an "
+                "error: their launcher's, before or beside the ranks"
+            )
         return "no rank failed in these logs: every one that logged ended without an error"
     return None
 
@@ -214,14 +221,27 @@ def limits(v: dict, inp: seen.Inputs, got: source.Read) -> list[str]:
             "no flight recorder dump: a rank that never entered a collective cannot be "
             "told from one in another collective (a desync) by the logs alone"
         )
+    out += launchers(got)
+    if not inp.step:
+        out.append("no progress bar in the logs: the step it happened at is not known")
+    return out
+
+
+def launchers(got: source.Read) -> list[str]:
+    """What the pods' launchers said of themselves: a master they could not reach, their own
+    failure (torchrun's agent: its rendezvous, its store)."""
+    out = []
     for c in got.containers:
+        if c.unreachable:
+            out.append(
+                f"{c.name} could not reach the master at {c.unreachable}: the master may never "
+                "have listened, or the network dropped it; the logs do not say which side"
+            )
         if c.agent_error:
             out.append(
                 f"{c.name}'s launcher (torchrun's agent) failed by itself: {c.agent_error[:200]}"
                 " (its rendezvous or its store: no rank of it had started)"
             )
-    if not inp.step:
-        out.append("no progress bar in the logs: the step it happened at is not known")
     return out
 
 

@@ -40,12 +40,14 @@ def _utc(text: str, fmt: str) -> float:
 
 # Every prefix of the docstring at once, each optional, in that order: a log of millions of
 # lines is split by one pass of the regex engine, not a Python loop of matches. The parts:
-# kubectl's RFC 3339 time; torchrun's tee `[default0]:` (not `[rank3]:`); the rank; c10's header
+# kubectl's RFC 3339 time; `accelerate test`'s "stdout: " / "stderr: " (accelerate/test_utils/
+# testing.py, execute_subprocess_async); torchrun's tee `[default0]:` (not `[rank3]:`); the rank; c10's header
 # (2.4+ with its time, 2.1-2.3 without) or glog's; Python's logger of torch 2.1-2.2
 # (`[2024-04-10 16:02:56,193] torch.distributed...: [WARNING] `) or DeepSpeed's
 # (deepspeed/utils/logging.py: `[2024-01-01 00:00:00,123] [INFO] `).
 LINE = re.compile(
     r"^(?:(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?Z )?"
+    r"(?:std(?:out|err): ?)?"
     r"(?:\[(?!rank\d)[A-Za-z_]+?(?P<local>\d+)\]:)?"
     r"(?:\[rank(?P<rank>\d+)\]: ?)?"
     r"(?:\[[FEWIV](?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.\d+ [\w.]+:\d+\] "
@@ -222,6 +224,9 @@ DS_WORLD = re.compile(r"\bdist_world_size=(\d+)")
 WORLD_SAID = re.compile(
     r"(?<!parallel )(?<![\w-])world[ _]size\s*[:=]\s*(\d+)|\bNum processes: (\d+)"
     r"|\brank \d+ nranks (\d+)\b"
+    # Lightning's DDP (lightning/fabric/utilities/distributed.py _init_dist_connection):
+    # "Initializing distributed: GLOBAL_RANK: 6, MEMBER: 7/8" and "Starting with 8 processes"
+    r"|\bMEMBER: \d+/(\d+)|All distributed processes registered\. Starting with (\d+) processes"
     # accelerate's notebook_launcher (accelerate/launchers.py): "Launching training on 8 GPUs."
     # (0.4-0.5: "Launching a training on 7 GPUs.")
     r"|\bLaunching (?:a )?training on (\d+) (?:GPUs|CPU|processes)",
@@ -234,6 +239,11 @@ HF_TOTAL = re.compile(
     r"Total train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)"
 )
 HF_ACCUM = re.compile(r"Gradient Accumulation steps = ([\d,]+)")
+# torchrun's agent when a worker fails (elastic/multiprocessing/api.py, _poll, 2.0-2.13):
+# "failed (exitcode: -6) local_rank: 3 (pid: 394) of binary: /usr/bin/python"
+AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+# Lightning's "Initializing distributed: GLOBAL_RANK: 6, MEMBER: 7/8": that process's rank
+LIGHTNING_RANK = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMBER")
 # a trainer's own "Process rank: N": LlamaFactory's (hparams/parser.py) is the global rank,
 # with the world beside it ("Process rank: 3, world size: 8, device: cuda:3"); the HF examples'
 # (run_clm.py and the others: training_args.local_rank) is the LOCAL rank ("Process rank: 3,
@@ -250,7 +260,7 @@ CUDA_OOM_GPU = re.compile(r"CUDA out of memory\..*?\(GPU (\d+);")
 # torch/distributed/elastic/multiprocessing/api.py SubprocessContext._close (2.0-2.13):
 # logger.warning("Sending process %s closing signal %s", pid, sig): the agent stops a worker
 # still running after another failed. The number is a PID, not a rank.
-CLOSING = re.compile(r"Sending process \d+ closing signal (SIG\w+)")
+CLOSING = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler, 0.9-0.16): "Killing
 # subprocess <pid>" for each, then "<cmd> exits with return code = <rc>": rc is the first failed
 # worker's, but cmd is the spawn loop's variable, the LAST worker's command (--local_rank=N of
@@ -345,6 +355,7 @@ SALIENT = re.compile(
             "Num processes", "nranks", "batch size", "Accumulation", "Process rank",
             "NCCL WARN", "out of memory", "recv", "Stop_waiting", "torch/distributed",
             "torchrun", "%|", "|Loss: ", "iteration", "step", "Iter(", "Launching",
+            "MEMBER", "processes", "local_rank",
         )
     )
 )  # fmt: skip

@@ -67,11 +67,13 @@ class Container:
     death_signal: str | None = None  # the launcher was told to stop from outside (SIGTERM)
     death_signal_t: float | None = None  # when, where the line had a full time
     rdzv_wait: str | None = None  # the master gave up waiting for the other nodes
-    unreachable: str | None = None  # the master's address never resolved or answered
+    unresolved: str | None = None  # the master's name never resolved (its node's DNS)
+    unreachable: str | None = None  # the master's address never answered (which side: unknown)
     aborted: str | None = None  # an unprefixed C++ abort's consequence (gloo's size check)
     empty: bool = True
     known: bool = False  # a line a producer's pattern recognised (none: not torch's logs)
-    stopped: int = 0  # workers its launcher stopped after another failed (torchrun's SIGTERMs)
+    stopped: set = field(default_factory=set)  # the PIDs of workers its launcher stopped after
+    # another failed (torchrun's SIGTERMs)
     stopped_all: bool = False  # DeepSpeed's launcher: it kills every worker once one fails
     node_failed: dict | None = None  # DeepSpeed's launcher: a worker failed (which: not said)
     killing: list = field(default_factory=list)  # ... and when it began to stop each worker
@@ -176,8 +178,8 @@ def read(text: str | list, name: str, node_rank: int | None, nproc: int) -> Cont
             _rank_line(c, r, line)
             if spawned is not None and not r._in_traceback and r.lines > 1:
                 spawned = None  # the child's traceback ended
-    for local, f in c.local_failures.items():  # DeepSpeed's, mp.spawn's: by local rank
-        c.failures.setdefault(own + local, {**f, "local": local})
+    for local, f in c.local_failures.items() if not placing else ():  # by local rank alone
+        c.failures.setdefault(own + local, {**f, "local": local})  # (DeepSpeed's, mp.spawn's)
     return c
 
 
@@ -189,7 +191,7 @@ def _named(line: log_lines.Line) -> int | None:
     if (m := log_lines.WATCHDOG.search(line.text)) and m.group(1):
         if not log_lines.PG_NAME.search(line.text) or "default_pg" in line.text:
             return int(m.group(1))
-    if m := log_lines.PROCESS_RANK.search(line.text):
+    if m := log_lines.PROCESS_RANK.search(line.text) or log_lines.LIGHTNING_RANK.search(line.text):
         return int(m.group(1))
     return None
 
@@ -200,6 +202,44 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
     text = line.text
     if line.local is not None:
         c.locals_seen.add(line.local)
+    # each pattern is tried only where its words are: a long log's lines are mostly progress
+    if text[:1] == " " or text[:1] == "R":
+        _summary_line(c, text, failure)
+    if "closing signal" in text and (m := log_lines.CLOSING.search(text)):
+        c.stopped.add(m.group(1))  # by PID: a log printed twice (accelerate test) counts once
+    if "sigkill_handler" in text:
+        _deepspeed_line(c, line)
+    if "Process rank" in text and (m := log_lines.LOCAL_PROCESS_RANK.search(text)):
+        if int(m.group(1)) >= 0:
+            c.locals_seen.add(int(m.group(1)))
+    if "local_rank" in text and (m := log_lines.AGENT_FAILED.search(text)):
+        c.locals_seen.add(int(m.group(2)))  # the summary, where the log holds it, says more
+        c.local_failures.setdefault(int(m.group(2)), {"exit": int(m.group(1)), "t": line.t})
+    if "terminated with" in text and (m := log_lines.SPAWN_EXITED.search(text)):
+        code = -SIGNAL_NUMBERS.get(m.group(2), 0) if m.group(2) else int(m.group(3))
+        c.locals_seen.add(int(m.group(1)))
+        c.local_failures[int(m.group(1))] = {"exit": code, "t": line.t}
+    if "=" in text or ":" in text or "nranks" in text or "Launching" in text:
+        _world_line(c, text)
+    if "NCCL WARN" in text and (m := log_lines.NCCL_WARN.search(text)):
+        if peer := log_lines.NCCL_PEER.search(m.group(1)):
+            c.peers_lost.append(peer.group(1))
+    if "data size" in text and line.rank is None and line.local is None:
+        if log_lines.GLOO_SIZE.search(text):  # std::terminate prints no [rankN]: (facts.py
+            c.aborted = "gloo size check"  # places it)
+    if "death signal" in text and (m := log_lines.DEATH_SIGNAL.search(text)):
+        c.death_signal = {"15": "SIGTERM", "2": "SIGINT", "1": "SIGHUP"}.get(m.group(1), m.group(1))
+        c.death_signal_t = c.death_signal_t or line.t
+    if "waiting for clients" in text and (m := log_lines.RDZV_WAIT.search(text)):
+        c.rdzv_wait = f"{m.group(2)} of {m.group(3)} nodes joined in {m.group(1)} s"
+    if "addresses" in text and (m := log_lines.RESOLVE.search(text)):
+        c.unresolved = f"{m.group(1)}:{m.group(2)}"
+    if "socket" in text and (m := log_lines.CONNECT.search(text)):
+        c.unreachable = f"{m.group(1)}:{m.group(2)}"
+
+
+def _summary_line(c: Container, text: str, failure: dict) -> None:
+    """torchrun's ChildFailedError summary: each failed worker's rank, local rank, exit, time."""
     if log_lines.ROOT_CAUSE.match(text):
         failure["root"] = True
     elif m := log_lines.FAILURE_TIME.match(text):
@@ -218,14 +258,13 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
             if failure.get("root"):
                 c.root_cause = failure["rank"]
         failure.clear()
-    if log_lines.CLOSING.search(text):
-        c.stopped += 1
+
+
+def _deepspeed_line(c: Container, line: log_lines.Line) -> None:
+    text = line.text
     if log_lines.DS_KILLING.search(text):
         c.stopped_all = True
         c.killing.append(line.t)
-    if m := log_lines.LOCAL_PROCESS_RANK.search(text):
-        if int(m.group(1)) >= 0:
-            c.locals_seen.add(int(m.group(1)))
     if m := log_lines.DS_EXIT.search(text):
         # the code is the first failed worker's, but the command is the LAST one the launcher
         # spawned (its loop variable), whichever failed: it names no rank, only how many
@@ -235,10 +274,10 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
         c.node_failed = {"exit": int(m.group(2)), "t": line.t}
         if (local := reaped(c.killing + [line.t])) is not None:
             c.local_failures[local] = c.node_failed
-    if m := log_lines.SPAWN_EXITED.search(text):
-        code = -SIGNAL_NUMBERS.get(m.group(2), 0) if m.group(2) else int(m.group(3))
-        c.locals_seen.add(int(m.group(1)))
-        c.local_failures[int(m.group(1))] = {"exit": code, "t": line.t}
+
+
+def _world_line(c: Container, text: str) -> None:
+    """What launchers and trainers print of the world and of this node's place in it."""
     if m := log_lines.GROUP_RANK.search(text):
         c.node_said = int(m.group(1))
     if m := log_lines.GLOBAL_RANKS.search(text):
@@ -261,18 +300,6 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
     ):
         if m := pattern.search(text):
             c.batch[key] = int(m.group(1).replace(",", ""))
-    if m := log_lines.NCCL_WARN.search(text):
-        if peer := log_lines.NCCL_PEER.search(m.group(1)):
-            c.peers_lost.append(peer.group(1))
-    if line.rank is None and line.local is None and log_lines.GLOO_SIZE.search(text):
-        c.aborted = "gloo size check"  # std::terminate prints no [rankN]: (facts.py places it)
-    if m := log_lines.DEATH_SIGNAL.search(text):
-        c.death_signal = {"15": "SIGTERM", "2": "SIGINT", "1": "SIGHUP"}.get(m.group(1), m.group(1))
-        c.death_signal_t = c.death_signal_t or line.t
-    if m := log_lines.RDZV_WAIT.search(text):
-        c.rdzv_wait = f"{m.group(2)} of {m.group(3)} nodes joined in {m.group(1)} s"
-    if m := log_lines.RESOLVE.search(text) or log_lines.CONNECT.search(text):
-        c.unreachable = f"{m.group(1)}:{m.group(2)}"
 
 
 def reaped(times: list) -> int | None:

@@ -57,6 +57,7 @@ def inputs(got: Read) -> Inputs:
         for r in c.ranks.values()
         if (w := waited(r)) and r.lost == "collective timeout"
     ]
+    silent: list[int] = []  # ranks that ran and printed no timeout where others did
     for rank in range(got.world):
         c = container_of(got, rank)
         pod = pod_of(got, rank, c)
@@ -74,7 +75,14 @@ def inputs(got: Read) -> Inputs:
             out.failed[rank] = {"collectives": [entry]}
         elif waits and _ran(rank, seen, c) and not (seen and seen.completed):
             # the others wait in a collective (so it joined), and it printed no timeout there
+            silent.append(rank)
             out.failed[rank] = {"collectives": [], "busy": _outside(seen, waits[0])}
+    if silent and 2 * len(waits) <= got.world:
+        # as many printed no timeout as printed one: the first rank's timeout ends the job
+        # (NCCL's watchdog aborts it; its launcher stops the others), often before the other
+        # waiting ranks print theirs. Silence says where a rank was only where most spoke
+        for rank in silent:
+            del out.failed[rank]
     out.known = sum(c.known for c in got.containers)
     _behind(got, out)
     _outside_stops(got, out)
@@ -142,7 +150,8 @@ def waited(seen: Rank) -> dict | None:
 def _ran(rank: int, seen: Rank | None, c: Container | None) -> bool:
     """Its lines, or torchrun's summary of its node, show it ran (a rank that prints nothing
     of its own is still in its launcher's table of the workers it stopped)."""
-    return seen is not None or bool(c and rank in c.failures)
+    # torchrun's summary, its SIGTERMs, DeepSpeed's kills: the launcher ran all its workers
+    return seen is not None or bool(c and (c.failures or c.stopped or c.stopped_all))
 
 
 def _returned(rank: int, seen: Rank | None, c: Container | None) -> bool:
@@ -181,11 +190,12 @@ def _started(seen: Rank | None, pod, c: Container | None) -> dict:
             "started": False,
             "why_absent": f"its pod {pod.name} never ran its container ({pod.waiting})",
         }
-    if c is not None and c.unreachable and not (seen and seen.joined):
+    if c is not None and c.unresolved and not (seen and seen.joined):
+        # the name did not resolve from this pod. A connect that timed out names no side: the
+        # master may never have listened (make repro says so, and names nobody for it)
         return {
             "started": True,
-            "net": f"its pod {c.name} could not reach the master at "
-            f"{c.unreachable} (the name did not resolve, or nothing answered)",
+            "net": f"its pod {c.name} could not resolve the master's name ({c.unresolved})",
         }
     return {"started": True}  # a rank not seen at all is not known to have never started
 

@@ -42,6 +42,7 @@ class Read:
     earlier: list[read.Container] = field(default_factory=list)
     pods: dict[str, cluster.Pod] = field(default_factory=dict)
     world: int = 0
+    world_stated: bool = False  # a line or object says it (else a floor: the ranks seen)
     files: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -115,7 +116,7 @@ def _lines_place(c: read.Container) -> tuple[int | None, int | None]:
         counts = [
             max(c.locals_seen) + 1 if c.locals_seen else 0,
             # torchrun stops (SIGTERM) the workers still running once one failed
-            sum(f["exit"] != -15 for f in c.failures.values()) + c.stopped,
+            sum(f["exit"] != -15 for f in c.failures.values()) + len(c.stopped),
         ]
         if c.globals_seen:
             lo, hi = min(c.globals_seen), max(c.globals_seen)
@@ -172,7 +173,7 @@ def _containers(out: Read, texts: dict[tuple[str, int], str]) -> Read:
             continue
         c = read.read(lines, name, node, nproc)
         (out.earlier if attempt else out.containers).append(c)
-    out.world = _world(out, first)
+    out.world, out.world_stated = _world(out, first)
     return out
 
 
@@ -218,18 +219,21 @@ def _by_names(out: Read, places: dict) -> None:
         )
 
 
-def _world(out: Read, first: dict) -> int:
-    """The world size as the logs and objects say it: the pods' environment (PET_NNODES x
-    PET_NPROC_PER_NODE), what launchers and trainers print of it (torchrun's, DeepSpeed's,
-    accelerate's, NCCL's init, the HF Trainer's batch sizes), the highest rank any line names,
-    the nodes times their ranks. Never the count of ranks that printed."""
+def _world(out: Read, first: dict) -> tuple[int, bool]:
+    """(the world size, whether a line or object states it). Stated: the pods' environment
+    (PET_NNODES x PET_NPROC_PER_NODE, WORLD_SIZE), what launchers and trainers print of it
+    (torchrun's, DeepSpeed's, accelerate's, NCCL's init, the HF Trainer's batch sizes). Else a
+    floor: the highest rank any line names, the nodes times their ranks. Never the count of
+    ranks that printed."""
+    stated = [p.world for p in out.pods.values() if p.world]
+    for c in list(first.values()) + out.containers:
+        stated += [x for x in (c.world_said, read.hf_world(c)) if x]
     sizes = [c.nproc * (c.node_rank + 1) for c in out.containers + out.earlier]
-    sizes += [p.world for p in out.pods.values() if p.world]
     sizes += [r + 1 for c in out.containers for r in c.ranks]
     for c in list(first.values()) + out.containers:
-        sizes += [x for x in (c.world_said, read.hf_world(c)) if x]
         sizes += [r + 1 for r in c.globals_seen]
     for pod in out.pods.values():  # a pod with no log at all still has its ranks
         if pod.node_rank is not None:
             sizes.append((pod.node_rank + 1) * (pod.nproc or 1))
-    return max(sizes, default=0)
+    world = max(sizes + stated, default=0)
+    return world, bool(stated) and max(stated) == world

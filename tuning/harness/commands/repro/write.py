@@ -13,6 +13,12 @@ COLLECT = (
 )
 
 
+def world(read: dict) -> str:
+    """ "8", or "at least 2" where no line or object says the world size."""
+    n = read["world_size"]
+    return str(n) if read.get("world_stated", True) else f"at least {n}"
+
+
 def _who(v: dict) -> str:
     return ", ".join(map(str, v["culprits"])) or "none named"
 
@@ -41,7 +47,7 @@ def said(rec: dict) -> list[str]:
     out += [f"repro: note: {x}" for x in rec["read"]["notes"]]
     if v and v["culprits"]:
         out.append(
-            f"repro: {v['class']}, culprit rank(s) {_who(v)} of {rec['read']['world_size']}:"
+            f"repro: {v['class']}, culprit rank(s) {_who(v)} of {world(rec['read'])}:"
             f" {v['evidence']}"
         )
         out += [f"repro: how sure: {why}" for why in rec.get("caveats") or []]
@@ -79,7 +85,7 @@ def markdown(rec: dict) -> str:
         "",
         f"From `{rec['from_folder']}`: {len(read['files'])} file(s) read "
         f"({', '.join(read['files']) or 'none'}); pods {', '.join(read['pods']) or 'none'}; "
-        f"world size {read['world_size']}; the last step the logs show: "
+        f"world size {world(read)}; the last step the logs show: "
         f"{read['step'] if read['step'] else 'none'}.",
         "",
     ]

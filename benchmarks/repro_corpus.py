@@ -1,0 +1,330 @@
+"""`make repro` scored on the cluster-log corpus (tests/cluster_logs/, its README says the case
+format): each case, rebuilt from a public failure report, and its variants, read as `make repro`
+reads them (the same `repro.judge`), against the truth its report shows.
+
+    .venv/bin/python benchmarks/repro_corpus.py [--corpus DIR] [--case ID] [--out FILE.json]
+
+Each case is scored: right (its culprits, with its world size), right rank with a wrong world,
+a wrong rank (one its report does not allow), none named, or, where the report shows no culprit,
+a "cannot tell" that was right. Each variant (no pods.yaml, no timestamps, no [rankN]: prefixes,
+the pods in another order, the pods named as each operator names them) must give its case's
+verdict. Prints the table in docs/repro.md; --out writes every verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tuning.harness.commands import repro  # noqa: E402
+
+CORPUS = ROOT / "tests" / "cluster_logs"
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ", re.M)
+RANK_PREFIX = re.compile(r"^((?:\d{4}-\d\d-\d\dT\S+Z )?)\[rank\d+\]: ?", re.M)
+OPERATORS = ("pytorchjob", "workers", "trainjob", "job")
+
+
+@dataclass
+class Case:
+    id: str
+    path: Path
+    meta: dict
+
+    @property
+    def truth(self) -> dict:
+        return self.meta.get("truth") or {}
+
+    @property
+    def culprits(self) -> list[int]:
+        return sorted(self.truth.get("culprits") or [])
+
+    @property
+    def allowed(self) -> set[int]:
+        return set(self.truth.get("allowed") or self.culprits)
+
+    def logs(self) -> dict[str, str]:
+        """file name -> text, every file but case.yaml and pods.yaml."""
+        return {
+            p.name: p.read_text()
+            for p in sorted(self.path.iterdir())
+            if p.is_file() and p.name not in ("case.yaml", "pods.yaml")
+        }
+
+    def pods(self) -> list[dict] | None:
+        path = self.path / "pods.yaml"
+        if not path.is_file():
+            return None
+        doc = yaml.safe_load(path.read_text())
+        return list(doc.get("items") or []) if isinstance(doc, dict) else None
+
+
+def cases(corpus: Path = CORPUS) -> list[Case]:
+    out = []
+    for d in sorted(p for p in corpus.iterdir() if (p / "case.yaml").is_file()):
+        out.append(Case(d.name, d, yaml.safe_load((d / "case.yaml").read_text()) or {}))
+    return out
+
+
+def _pod_of_file(name: str) -> tuple[str, str]:
+    """(pod, the rest of the file name: `.log`, `.previous.log`)."""
+    for tail in (".previous.log", ".log", ".txt"):
+        if name.endswith(tail):
+            return name[: -len(tail)], tail
+    return name, ""
+
+
+def _suffix(name: str) -> str:
+    """A pod's random 5-character suffix, as a ReplicaSet or Job makes one: stable per name."""
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:5])
+
+
+def names(nodes: list[str], operator: str, job: str = "train") -> dict[str, str]:
+    """Each pod's name as `operator` names the pod of that node rank."""
+    out = {}
+    for i, old in enumerate(nodes):
+        if operator == "pytorchjob":
+            new = f"{job}-master-0" if i == 0 else f"{job}-worker-{i - 1}"
+        elif operator == "workers":
+            new = f"{job}-worker-{i}"
+        elif operator == "trainjob":
+            new = f"{job}-node-0-{i}-{_suffix(old)}"
+        else:
+            new = f"{job}-{i}-{_suffix(old)}"
+        out[old] = new
+    return out
+
+
+def _write(dst: Path, logs: dict[str, str], pods: list[dict] | None) -> Path:
+    dst.mkdir(parents=True)
+    for name, text in logs.items():
+        (dst / name).write_text(text)
+    if pods is not None:
+        doc = {"apiVersion": "v1", "kind": "List", "items": pods}
+        (dst / "pods.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dst
+
+
+def variants(case: Case) -> dict[str, tuple[dict[str, str], list[dict] | None]]:
+    """name -> (logs, pods) of every variant the case must keep its verdict in."""
+    logs, pods = case.logs(), case.pods()
+    out = {"as reported": (logs, pods)}
+    if pods is not None:
+        out["no pods.yaml"] = (logs, None)
+    if any(STAMP.search(t) for t in logs.values()):
+        out["no timestamps"] = ({k: STAMP.sub("", t) for k, t in logs.items()}, pods)
+    if any(RANK_PREFIX.search(t) for t in logs.values()):
+        out["no [rankN]:"] = ({k: RANK_PREFIX.sub(r"\1", t) for k, t in logs.items()}, pods)
+    if len(logs) > 1:
+        container = {
+            p["metadata"]["name"]: (p["spec"]["containers"][0].get("name") or "pytorch")
+            for p in pods or []
+        }
+        joined = []
+        for name in reversed(list(logs)):
+            pod, tail = _pod_of_file(name)
+            if tail == ".previous.log":
+                continue  # kubectl logs --prefix gives the current attempt only
+            ctr = container.get(pod, "pytorch")
+            joined += [f"[pod/{pod}/{ctr}] {x}" for x in logs[name].splitlines()]
+        previous = {k: t for k, t in logs.items() if k.endswith(".previous.log")}
+        others = list(reversed(pods)) if pods is not None else None
+        out["pods in another order"] = ({"pods.log": "\n".join(joined) + "\n", **previous}, others)
+    nodes = case.meta.get("nodes") or []
+    for op in OPERATORS:
+        if not nodes:
+            break
+        renamed = names(nodes, op)
+        new_logs = {}
+        for name, text in logs.items():
+            pod, tail = _pod_of_file(name)
+            new_logs[renamed.get(pod, pod) + tail] = text
+        new_pods = None
+        if pods is not None:
+            new_pods = json.loads(json.dumps(pods))
+            for p in new_pods:
+                p["metadata"]["name"] = renamed.get(p["metadata"]["name"], p["metadata"]["name"])
+            out[f"named as {op}"] = (new_logs, new_pods)
+        out[f"named as {op}, no pods.yaml"] = (new_logs, None)
+    return out
+
+
+def verdict_of(folder: Path) -> dict:
+    """What make repro says of the folder: its culprits, its world size, its class."""
+    rec, _, _ = repro.judge(folder)
+    v = rec["verdict"] or {}
+    return {
+        "culprits": sorted(v.get("culprits") or []),
+        "world": rec["read"]["world_size"],
+        "world_stated": rec["read"]["world_stated"],
+        "class": v.get("class"),
+        "evidence": v.get("evidence"),
+        "could_not_tell": rec["could_not_tell"],
+    }
+
+
+def score(case: Case, got: dict) -> str:
+    named, truth = got["culprits"], case.culprits
+    if any(r not in case.allowed for r in named):
+        return "wrong rank"
+    if not truth:
+        return "cannot tell, right" if not named else "named, allowed"
+    if not named:
+        return "none named"
+    if named != truth:
+        return "named, allowed"
+    return "right" if got["world"] == case.truth.get("world") else "right rank, wrong world"
+
+
+def keeps(got: dict, base: dict) -> bool:
+    """A variant keeps its case's verdict: the same culprits, and the same world size, or, where
+    the variant's lines no longer state it (no pods.yaml), a floor that does not pass it."""
+    if got["culprits"] != base["culprits"]:
+        return False
+    if got["world_stated"] or not base["world_stated"]:
+        return got["world"] == base["world"]
+    return got["world"] <= base["world"]
+
+
+def run(corpus: Path = CORPUS, only: str | None = None) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases(corpus):
+            if only and case.id != only:
+                continue
+            got = {}
+            for i, (name, (logs, pods)) in enumerate(variants(case).items()):
+                folder = _write(Path(tmp) / case.id / str(i), logs, pods)
+                got[name] = verdict_of(folder)
+                shutil.rmtree(folder)
+            base = got["as reported"]
+            kept = {k: keeps(g, base) for k, g in got.items()}
+            rows.append(
+                {
+                    "case": case.id,
+                    "source": case.meta.get("source"),
+                    "sure": case.meta.get("sure"),
+                    "truth": {"culprits": case.culprits, "world": case.truth.get("world")},
+                    "verdict": base,
+                    "score": score(case, base),
+                    "variants": {k: {**got[k], "kept": kept[k]} for k in got},
+                }
+            )
+    return rows
+
+
+def _ranks(rs: list[int]) -> str:
+    return ", ".join(map(str, rs)) or "none"
+
+
+def table(rows: list[dict]) -> str:
+    out = [
+        "| case | report | world | culprit(s) | make repro | score | variants kept |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        v, t = r["verdict"], r["truth"]
+        kept = [k for k, x in r["variants"].items() if x["kept"]]
+        lost = [k for k, x in r["variants"].items() if not x["kept"]]
+        said = f"{v['class'] or 'cannot tell'}: {_ranks(v['culprits'])} of {v['world']}"
+        out.append(
+            f"| {r['case']} | [{r['sure']}]({r['source']}) | {t['world']} | "
+            f"{_ranks(t['culprits'])} | {said} | {r['score']} | {len(kept)}/{len(r['variants'])}"
+            + (f" (not: {'; '.join(lost)})" if lost else "")
+            + " |"
+        )
+    return "\n".join(out)
+
+
+def summary(rows: list[dict]) -> str:
+    shown = [r for r in rows if r["truth"]["culprits"]]
+    blind = [r for r in rows if not r["truth"]["culprits"]]
+    count = {s: sum(r["score"] == s for r in rows) for s in {r["score"] for r in rows}}
+    variants = [x for r in rows for x in r["variants"].values()]
+    return (
+        f"{len(rows)} cases: of the {len(shown)} whose report shows the culprit, "
+        f"{sum(r['score'] == 'right' for r in shown)} named right with the world size; "
+        f"of the {len(blind)} it cannot show, {count.get('cannot tell, right', 0)} said so; "
+        f"{count.get('wrong rank', 0)} named a rank the report does not allow; "
+        f"{sum(x['kept'] for x in variants)} of {len(variants)} variants gave their case's verdict."
+    )
+
+
+# What fills a long job's log before it fails: NCCL's INFO lines, the Trainer's bar, warnings
+NOISE = (
+    "gpu-3:1201:1388 [{r}] NCCL INFO Channel 03/0 : {r}[{r}] -> {n}[{n}] via P2P/IPC/read",
+    "[rank{r}]:[W1205 01:{m:02d}:00.1 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank {r}] "
+    "using GPU {r} to perform barrier as devices used by this process are currently unknown.",
+    " {p:2d}%|##        | {s}/100000 [10:02<39:48,  2.62s/it]",
+    "{{'loss': '1.3{r}', 'grad_norm': '0.41', 'learning_rate': '1e-05', 'epoch': '0.{p}'}}",
+)
+
+
+def speed(case_id: str, mb: int) -> dict:
+    """The case's logs, each pod's padded at its front with a long job's lines to `mb` MB in
+    all, read as make repro reads them: the time, and whether the verdict held."""
+    import time
+
+    case = next(c for c in cases() if c.id == case_id)
+    logs, pods = case.logs(), case.pods()
+    per = (mb << 20) // len(logs)
+    padded = {}
+    for name, text in logs.items():
+        lines, i = [], 0
+        size = 0
+        while size < per:
+            x = NOISE[i % len(NOISE)].format(r=i % 8, n=(i + 1) % 8, m=i % 60, p=i % 100, s=i)
+            lines.append(x)
+            size += len(x) + 1
+            i += 1
+        padded[name] = "\n".join(lines) + "\n" + text
+    with tempfile.TemporaryDirectory() as tmp:
+        base = verdict_of(_write(Path(tmp) / "base", logs, pods))
+        folder = _write(Path(tmp) / "big", padded, pods)
+        total = sum(p.stat().st_size for p in folder.iterdir())
+        t0 = time.perf_counter()
+        got = verdict_of(folder)
+        took = time.perf_counter() - t0
+    held = (got["culprits"], got["world"]) == (base["culprits"], base["world"])
+    return {"case": case_id, "mb": round(total / 1e6, 1), "seconds": round(took, 2), "held": held}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=CORPUS)
+    p.add_argument("--case", help="score one case")
+    p.add_argument("--out", type=Path, help="write every verdict as JSON")
+    p.add_argument(
+        "--speed", type=int, metavar="MB", help="time the read of --case padded to MB megabytes"
+    )
+    a = p.parse_args(argv)
+    if a.speed:
+        r = speed(a.case or "ds-galactica-30b-4node-cuda-oom", a.speed)
+        print(
+            f"{r['case']}: {r['mb']} MB read in {r['seconds']} s "
+            f"({r['mb'] / r['seconds']:.1f} MB/s); verdict held: {r['held']}"
+        )
+        return 0 if r["held"] else 1
+    rows = run(a.corpus, a.case)
+    print(table(rows))
+    print()
+    print(summary(rows))
+    if a.out:
+        a.out.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
