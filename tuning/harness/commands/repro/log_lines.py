@@ -42,8 +42,8 @@ def _utc(text: str, fmt: str) -> float:
 # lines is split by one pass of the regex engine, not a Python loop of matches. The parts:
 # kubectl's RFC 3339 time; `accelerate test`'s "stdout: " / "stderr: " (accelerate/test_utils/
 # testing.py, execute_subprocess_async); torchrun's tee `[default0]:` (not `[rank3]:`); the
-# rank; c10's header (2.4+ with its time, 2.1-2.3 without) or glog's; Python's logger of torch 2.1-2.2
-# (`[2024-04-10 16:02:56,193] torch.distributed...: [WARNING] `) or DeepSpeed's
+# rank; c10's header (2.4+ with its time, 2.1-2.3 without) or glog's; Python's logger of
+# torch 2.1-2.2 (`[2024-04-10 16:02:56,193] torch.distributed...: [WARNING] `) or DeepSpeed's
 # (deepspeed/utils/logging.py: `[2024-01-01 00:00:00,123] [INFO] `).
 LINE = re.compile(
     r"^(?:(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?Z )?"
