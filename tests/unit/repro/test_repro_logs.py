@@ -254,3 +254,21 @@ def test_pods_still_running_with_nothing_failed_are_a_hang(tmp_path):
 
     said = "\n".join(write.said({**rec, "replay": None}))
     assert "kubectl debug -it sft-worker-0" in said and "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in said
+
+
+def test_torchruns_summary_holds_the_error_of_a_worker_under_record(tmp_path):
+    """torch 2.1, one pod of 4, no [rankN]: prefixes: the tracebacks in the log name no rank,
+    but torchrun's summary of a worker run under @record holds its error file's exception."""
+    summary = R.child_failed("2.1", [(2, 2, 1, "2024-12-05_02:07:08")], 2)
+    at = next(i for i, x in enumerate(summary) if x.startswith("  traceback"))
+    summary[at : at + 1] = [
+        "  traceback : Traceback (most recent call last):",
+        '    File "/src/train.py", line 88, in <module>',
+        "      main()",
+        "  ValueError: record 49 has no target",
+    ]
+    lines = [R.agent("2.1", f"Sending process {300 + i} closing signal SIGTERM") for i in range(3)]
+    rec = judged(R.write(tmp_path / "logs", {"sft-master-0": lines + summary}))
+    v = rec["verdict"]
+    assert (v["class"], v["culprits"], rec["read"]["world_size"]) == ("died", [2], 4), rec
+    assert "ValueError: record 49 has no target" in v["evidence"]

@@ -146,6 +146,9 @@ ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\):")
 FAILURE_TIME = re.compile(r"^\s+time\s+: (\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)")
 FAILURE_RANK = re.compile(r"^\s+rank\s+: (\d+) \(local_rank: (\d+)\)")
 FAILURE_EXIT = re.compile(r"^\s+exitcode\s+: (-?\d+)")
+# ... and, where the worker ran under @record, its error file's traceback indented beneath
+# "traceback :", ending in the exception: "  RuntimeError: CUDA out of memory. ..."
+FAILURE_ERROR = re.compile(r"^ {2,}(?:[a-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception)): ?(.*)$")
 # torch/distributed/elastic/agent/server/api.py SimpleElasticAgent.run: the agent itself got a
 # signal from outside ("Signals.SIGTERM" on Python <= 3.10, "15" on 3.11+)
 DEATH_SIGNAL = re.compile(r"Received (?:Signals\.)?(SIGTERM|SIGINT|SIGHUP|15|2|1) death signal")

@@ -203,7 +203,7 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
     if line.local is not None:
         c.locals_seen.add(line.local)
     # each pattern is tried only where its words are: a long log's lines are mostly progress
-    if text[:1] == " " or text[:1] == "R":
+    if text[:1] in (" ", "R", "=", "-"):
         _summary_line(c, text, failure)
     if "closing signal" in text and (m := log_lines.CLOSING.search(text)):
         c.stopped.add(m.group(1))  # by PID: a log printed twice (accelerate test) counts once
@@ -257,7 +257,16 @@ def _summary_line(c: Container, text: str, failure: dict) -> None:
             }
             if failure.get("root"):
                 c.root_cause = failure["rank"]
+        last = failure.get("rank")
         failure.clear()
+        if last is not None:
+            failure["last"] = last  # its error file's traceback may follow
+    elif "last" in failure and (m := log_lines.FAILURE_ERROR.match(text)):
+        # the worker's own exception, where it ran under @record (its error_file's traceback,
+        # indented under "traceback :")
+        c.failures[failure["last"]].setdefault("error", f"{m.group(1)}: {m.group(2)}")
+    elif text.startswith("=") or text.startswith("-"):
+        failure.pop("last", None)
 
 
 def _deepspeed_line(c: Container, line: log_lines.Line) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tuning.harness.commands.repro.read import Container, Rank
+from tuning.harness.commands.repro.read import Container, Rank, consequence
 from tuning.harness.commands.repro.source import Read
 
 # a container's exit code past 128 is 128 + the signal that ended it (the shell's, the
@@ -62,6 +62,12 @@ def inputs(got: Read) -> Inputs:
         c = container_of(got, rank)
         pod = pod_of(got, rank, c)
         seen = c.ranks.get(rank) if c else None
+        said = ((c.failures.get(rank) if c else None) or {}).get("error")
+        if said and not (seen and (seen.exception or seen.lost or seen.detail)):
+            # torchrun's summary holds the worker's own exception (@record's error file)
+            seen = seen or c.ranks.setdefault(rank, Rank(rank))
+            lost = consequence(said)
+            seen.lost, seen.exception = (lost, None) if lost else (None, said)
         if seen is None and pod is None and (c is None or c.empty):
             out.missing.append(rank)
         if seen:
