@@ -235,6 +235,11 @@ WORLD_SAID = re.compile(
     r"|\bLaunching (?:a )?training on (\d+) (?:GPUs|CPU|processes)",
     re.I,
 )
+# the words one of the world's patterns needs (a line with none is not searched for them)
+WORLD_WORDS = re.compile(
+    r"group_rank|global_|nnodes=|dist_world|orld[ _]size|Num processes|nranks|Launching|MEMBER"
+    r"|Starting with|batch size|Accumulation"
+)
 # the HF Trainer's "***** Running training *****" block (trainer.py _inner_training_loop):
 # the total batch over the per-device batch and accumulation is the world size
 HF_BATCH = re.compile(r"Instantaneous batch size per device = ([\d,]+)")

@@ -188,11 +188,13 @@ def _named(line: log_lines.Line) -> int | None:
     [Rank N] of a watchdog line (torch 2.1 prints no prefix), a trainer's "Process rank: 3"."""
     if line.rank is not None:
         return line.rank
-    if (m := log_lines.WATCHDOG.search(line.text)) and m.group(1):
-        if not log_lines.PG_NAME.search(line.text) or "default_pg" in line.text:
+    text = line.text
+    if "Watchdog" in text and (m := log_lines.WATCHDOG.search(text)) and m.group(1):
+        if not log_lines.PG_NAME.search(text) or "default_pg" in text:
             return int(m.group(1))
-    if m := log_lines.PROCESS_RANK.search(line.text) or log_lines.LIGHTNING_RANK.search(line.text):
-        return int(m.group(1))
+    if "rank" in text or "RANK" in text:
+        if m := log_lines.PROCESS_RANK.search(text) or log_lines.LIGHTNING_RANK.search(text):
+            return int(m.group(1))
     return None
 
 
@@ -219,7 +221,7 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
         code = -SIGNAL_NUMBERS.get(m.group(2), 0) if m.group(2) else int(m.group(3))
         c.locals_seen.add(int(m.group(1)))
         c.local_failures[int(m.group(1))] = {"exit": code, "t": line.t}
-    if "=" in text or ":" in text or "nranks" in text or "Launching" in text:
+    if log_lines.WORLD_WORDS.search(text):
         _world_line(c, text)
     if "NCCL WARN" in text and (m := log_lines.NCCL_WARN.search(text)):
         if peer := log_lines.NCCL_PEER.search(m.group(1)):
