@@ -301,11 +301,49 @@ def speed(case_id: str, mb: int) -> dict:
     return {"case": case_id, "mb": round(total / 1e6, 1), "seconds": round(took, 2), "held": held}
 
 
+DOCS = ROOT / "docs" / "repro.md"
+RECORDS = ROOT / "docs" / "records"
+BEGIN, END = "<!-- corpus: benchmarks/repro_corpus.py --docs -->", "<!-- end corpus -->"
+
+
+def record(rows: list[dict]) -> list[dict]:
+    """The scoring trimmed to what the table reads: docs/records/repro_corpus.json."""
+    return [
+        {
+            "case": r["case"],
+            "source": r["source"],
+            "sure": r["sure"],
+            "truth": r["truth"],
+            "verdict": {k: r["verdict"][k] for k in ("class", "culprits", "world")},
+            "score": r["score"],
+            "variants": {k: v["kept"] for k, v in r["variants"].items()},
+        }
+        for r in rows
+    ]
+
+
+def docs_section(rows: list[dict]) -> str:
+    return f"{BEGIN}\n{table(rows)}\n\n{summary(rows)}\n{END}"
+
+
+def write_docs(rows: list[dict]) -> None:
+    text = DOCS.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    DOCS.write_text(text[:start] + docs_section(rows) + text[end:])
+    RECORDS.mkdir(exist_ok=True)
+    (RECORDS / "repro_corpus.json").write_text(json.dumps(record(rows), indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=CORPUS)
     p.add_argument("--case", help="score one case")
-    p.add_argument("--out", type=Path, help="write every verdict as JSON")
+    p.add_argument("--out", type=Path, help="write every verdict (or the speed) as JSON")
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="remake docs/repro.md's table and its record, docs/records/repro_corpus.json",
+    )
     p.add_argument(
         "--speed", type=int, metavar="MB", help="time the read of --case padded to MB megabytes"
     )
@@ -316,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['case']}: {r['mb']} MB read in {r['seconds']} s "
             f"({r['mb'] / r['seconds']:.1f} MB/s); verdict held: {r['held']}"
         )
+        if a.out:
+            a.out.write_text(json.dumps(r) + "\n")
         return 0 if r["held"] else 1
     rows = run(a.corpus, a.case)
     print(table(rows))
@@ -323,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(rows))
     if a.out:
         a.out.write_text(json.dumps(rows, indent=1) + "\n")
+    if a.docs:
+        write_docs(rows)
     return 0
 
 
