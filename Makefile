@@ -34,6 +34,17 @@ FLAGS = --runs $(call quote,$(value RUNS)) \
   $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$(value $(v)))) \
   $(foreach v,$(SWITCHED),$(call option,$(v)))
 
+# Nothing typed is ignored: a variable on make's command line that no target knows, or a known
+# one set in the environment (`DRY_RUN=1 make up` would otherwise train for real), stops make
+# with one line naming the fix (spec/flag_table.py's refusal: the nearest known name).
+OWN := RUNS VENV PYTHON PYTEST_ARGS UPGRADE GPU_PYTHON
+CMDLINE := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNKNOWN := $(filter-out $(VALUES) $(SWITCHES) $(OWN),$(CMDLINE))
+FROM_ENV := $(foreach v,$(VALUES) $(SWITCHES),$(if $(filter environment,$(origin $(v))),$(v)))
+ifneq ($(strip $(UNKNOWN) $(FROM_ENV)),)
+$(error $(shell $(PYTHON) tuning/harness/spec/flag_table.py --refusal '$(UNKNOWN)' '$(FROM_ENV)'))
+endif
+
 .PHONY: help up down ps logs stacks image lock bench fault soak pool repro kube test test-gpu-image lint fmt clean fms-lock gpu-check
 .DEFAULT_GOAL := help
 

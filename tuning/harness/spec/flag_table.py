@@ -154,7 +154,11 @@ GROUPS: dict[str, tuple[Flag, ...]] = {
             "the run's id (default: a new one); down, logs, stacks: which run; pool: its runs' "
             "prefix (default pool)",
         ),
-        Flag("DRY_RUN=1", ("up", "bench", "image", "pool"), "print what would run, run nothing"),
+        Flag(
+            "DRY_RUN=1",
+            ("up", "bench", "fault", "image", "pool"),
+            "print what would run, run nothing, write nothing",
+        ),
         Flag(
             "GRACE=s",
             JOB,
@@ -294,5 +298,43 @@ def usage() -> str:
     return "\n".join(out)
 
 
+# The Makefile's own variables, besides the table's: where things are, and what some targets
+# pass through (make test PYTEST_ARGS=..., make lock UPGRADE=1, make gpu-check GPU_PYTHON=...)
+MAKE_OWN = ("RUNS", "VENV", "PYTHON", "PYTEST_ARGS", "UPGRADE", "GPU_PYTHON")
+
+
+def refusal(typed: list[str], from_env: list[str]) -> str | None:
+    """The one line make stops with, or None: a variable typed on its command line that no
+    target knows (with the nearest known name), or a known one set in the environment, which
+    make reads only when typed after it (`DRY_RUN=1 make up` would run for real)."""
+    import difflib
+
+    known = (*BY_VAR, *MAKE_OWN)
+    unknown = [v for v in typed if v not in known]
+    if unknown:
+        said = []
+        for v in unknown:
+            near = difflib.get_close_matches(v.upper(), known, n=1, cutoff=0.6)
+            said.append(f"{v}" + (f" (did you mean {near[0]}?)" if near else ""))
+        return (
+            f"unknown variable(s) {', '.join(said)}: no target takes it, and make would ignore "
+            "it; `make help` lists every variable"
+        )
+    if from_env:
+        v = from_env[0]
+        return (
+            f"{', '.join(from_env)} set in the environment, which make reads only when typed "
+            f"after it: put it after make (make <target> {v}=...), or unset it "
+            f"(env -u {v} make <target>)"
+        )
+    return None
+
+
 if __name__ == "__main__":  # `make help`, with any Python: the table needs no package
-    print(usage())
+    import sys
+
+    if sys.argv[1:2] == ["--refusal"]:  # the Makefile's guard: TYPED ENV (space-separated)
+        said = refusal(sys.argv[2].split(), sys.argv[3].split())
+        print(said or "")
+    else:
+        print(usage())

@@ -85,6 +85,7 @@ class RunFlags:
     src: str | None = None
     runs: str = "runs"
     image: str = IMAGE
+    dry_run: bool = False  # prints what would run: writes nothing, RUNS included
 
     @classmethod
     def of(cls, a: argparse.Namespace) -> RunFlags:

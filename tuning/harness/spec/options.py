@@ -171,7 +171,7 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
         for v in ("MODEL", "DATA")
     )
     layout = layout_from(f, run_id, runs_root / run_id, plan, env, model, data)
-    preflight.check_runs_dir(runs_root)
+    preflight.check_runs_dir(runs_root, create=not f.dry_run)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
     resume = bool(f.resume or f.resume_from) or layout.max_restarts > 0
     job = job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)

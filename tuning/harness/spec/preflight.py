@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -156,7 +157,17 @@ def check_accelerate_config(path: Path, image: str | None) -> None:
         raise HarnessError(f"CONFIG={path}: accelerate refuses it: {why}")
 
 
-def check_runs_dir(root: Path) -> None:
+def check_runs_dir(root: Path, create: bool = True) -> None:
+    """RUNS can hold a run; `create` False (a dry run): checked without writing anything, on
+    the nearest folder that exists (it would make the rest)."""
+    if not create:
+        there = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
+        if there.is_dir() and os.access(there, os.W_OK | os.X_OK):
+            return
+        raise HarnessError(
+            f"runs directory {root} is not writable ({there} is not a writable folder); make "
+            "it writable or point RUNS=<dir> at one that is"
+        )
     try:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=root):

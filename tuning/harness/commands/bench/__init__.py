@@ -101,8 +101,8 @@ def main(a: argparse.Namespace) -> int:
     first = checked[(names[0], "train")]
     meta = plan.meta(a, f, bench_id, names, rounds, first, threads)
     if a.dry_run:
-        if not existed:
-            bench_dir.rmdir()  # made by spec_from's check that the runs directory is writable
+        if not existed and bench_dir.exists():
+            bench_dir.rmdir()  # a dry run's specs make nothing; this is a guard
         first = [
             it for rnd in range(rounds.planned) for it in plan.runs_of(bench_id, names, rnd, whats)
         ]

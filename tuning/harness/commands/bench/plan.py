@@ -5,9 +5,12 @@ meta. `__init__.py` runs it."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,10 +99,15 @@ def workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
         return f
     if f.data:
         return replace(f, job=str(BENCH_JOB))
+    data = BENCH_DATA
+    if a.dry_run and not data.exists():  # a dry run writes nothing in the checkout: the records
+        scratch = Path(tempfile.mkdtemp(prefix="harness-bench-dry-"))  # it checks are made
+        atexit.register(shutil.rmtree, scratch, True)  # aside, and gone when it ends
+        data = scratch / BENCH_DATA.name
     host_assets.host_asset(
-        BENCH_DATA, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
+        data, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
     )
-    return replace(f, job=str(BENCH_JOB), data=str(BENCH_DATA))
+    return replace(f, job=str(BENCH_JOB), data=str(data))
 
 
 def spec(

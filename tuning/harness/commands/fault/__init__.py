@@ -22,7 +22,7 @@ from tuning.harness.commands.fault import write
 from tuning.harness.commands.fault.follow import Follow
 from tuning.harness.commands.fault.kinds import KNOBS, NAMES, TABLE
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import foreign, lifecycle
+from tuning.harness.run import foreign, lifecycle, render
 from tuning.harness.run_files import folders
 from tuning.harness.spec import options
 from tuning.harness.spec.container import RUNS_LABEL
@@ -70,10 +70,39 @@ def main(a: argparse.Namespace) -> int:
         for kind in kinds:
             run_id = base if len(kinds) == 1 else f"{base}-{kind}-{layout}"
             records.append(run_one(replace(f, layout=layout), k, kind, run_id, len(kinds) == 1))
-    if len(records) > 1:
+    if len(records) > 1 and not f.dry_run:
         out = write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
         print(f"harness: fault matrix: {out}")
     return 0 if all(r["goal_met"] is not False for r in records) else 1
+
+
+def dry_run(spec, kind, k: dict, run_id: str, reason: str | None) -> dict:
+    """DRY_RUN=1: what the fault run would do (the run, the strike, the timeouts), printed;
+    nothing written, nothing started."""
+    layout = spec.layout
+    where = f"fault {kind.name} ({layout.kind}), run {run_id}"
+    if reason:
+        print(f"# {where}: would be recorded not applicable: {reason}")
+        return {"run_id": run_id, "kind": kind.name, "goal_met": None}
+    target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
+    print(f"# {where}")
+    print(
+        f"#   the run: {layout.world_size} rank(s) in {len(layout.nodes())} container(s), "
+        f"STEPS={k['steps']}, every step paced {kind.step_sleep_s} s"
+    )
+    print(
+        f"#   the strike: {kind.name} on rank {k['rank']} (container {target}) at step "
+        f"{k['at_step']}, as docs/faults.md's `{kind.name}` says"
+    )
+    print(
+        f"#   the timeouts: the ranks' collective timeout TIMEOUT={k['timeout_s']} s, the "
+        f"rendezvous' RDZV_TIMEOUT={k['rdzv_timeout_s']} s; the harness stops the run "
+        f"{kind.deadline}"
+    )
+    expected = kind.expect.name if kind.expect else "its own rule"
+    print(f"#   expected: {expected}; a verdict of {kind.judged or '(not scored)'}")
+    render.dry_run(layout, spec.accelerate_config)
+    return {"run_id": run_id, "kind": kind.name, "goal_met": None}
 
 
 def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
@@ -137,6 +166,8 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
         status = "unsupported"
     else:
         status = "not applicable"
+    if f.dry_run:
+        return dry_run(spec, kind, k, run_id, reason)
     if reason:
         run_dir = folders.create(spec.runs_root, run_id)
         record = {
