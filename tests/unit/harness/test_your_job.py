@@ -45,8 +45,19 @@ def test_the_makefile_passes_the_tables_variables():
 
 
 def test_only_what_is_typed_on_makes_command_line_becomes_a_flag():
-    line = make_n("up", "MODEL=/m", env={"DATA": "/from/env", "SEED": "9"})
-    assert "--model '/m'" in line and "--data" not in line and "--seed" not in line
+    """A known variable in the environment never becomes a flag: make stops and says so (it
+    would be ignored otherwise); typed after make, the same name is the flag."""
+    env = {**os.environ, "DATA": "/from/env", "SEED": "9"}
+    refused = subprocess.run(
+        ["make", "-n", "--no-print-directory", "up", "MODEL=/m"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode != 0 and "put it after make" in refused.stderr
+    line = make_n("up", "MODEL=/m", "DATA=/typed", env={"DATA": "/from/env"})
+    assert "--model '/m'" in line and "--data '/typed'" in line and "--seed" not in line
     assert "--run-id 'x1'" in make_n("logs", "RUN_ID=x1")  # it once read RUN
     assert "--args" not in line and "--args 'a b'" not in make_n("up")
 
