@@ -18,7 +18,7 @@ VALUES := JOB MODEL DATA CONFIG SEED STEPS TIMEOUT TRAINER IMAGE ENTRY ARGS SRC 
   CUDA THREADS LAYOUT NETWORK MEMORY PIDS MAX_RESTARTS RESUME_FROM SAVE_EVERY \
   GPU_HOURS_PER_FAILURE RUN_ID GRACE STALL REPEAT BUDGET LAYOUTS FAULT RANK AT_STEP \
   RDZV_TIMEOUT LATE KILL MTBF DURATION KINDS FAULT_SEED PICK FROM NODES NAME KIND \
-  RESTART_POLICY OUTPUT_CLAIM DEVICE
+  RESTART_POLICY OUTPUT_CLAIM NAMESPACE OUT KUBE_UID DEVICE
 # A switch (RESUME, DRY_RUN, REHEARSE, ...) is on unless empty, 0, false, no or off.
 SWITCHES := RESUME SAVE_ADVISED DRY_RUN ALL RUN REHEARSE REBUILD
 OFF := 0 false False FALSE no No NO off Off OFF
@@ -34,15 +34,18 @@ FLAGS = --runs $(call quote,$(value RUNS)) \
   $(foreach v,$(TYPED),$(call option,$(v)) $(call quote,$(value $(v)))) \
   $(foreach v,$(SWITCHED),$(call option,$(v)))
 
-# Nothing typed is ignored: a variable on make's command line that no target knows, or a known
-# one set in the environment (`DRY_RUN=1 make up` would otherwise train for real), stops make
-# with one line naming the fix (spec/flag_table.py's refusal: the nearest known name).
+# Nothing typed is ignored: a variable on make's command line that no target knows, or one set
+# in the environment that a target typed here takes (`DRY_RUN=1 make up` would otherwise train
+# for real), stops make with one line naming the fix (spec/flag_table.py's refusal: the nearest
+# known name).
 OWN := RUNS VENV PYTHON PYTEST_ARGS UPGRADE GPU_PYTHON
 CMDLINE := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
 UNKNOWN := $(filter-out $(VALUES) $(SWITCHES) $(OWN),$(CMDLINE))
 FROM_ENV := $(foreach v,$(VALUES) $(SWITCHES),$(if $(filter environment,$(origin $(v))),$(v)))
-ifneq ($(strip $(UNKNOWN) $(FROM_ENV)),)
-$(error $(shell $(PYTHON) tuning/harness/spec/flag_table.py --refusal '$(UNKNOWN)' '$(FROM_ENV)'))
+REFUSAL := $(if $(strip $(UNKNOWN) $(FROM_ENV)),$(shell $(PYTHON) tuning/harness/spec/flag_table.py \
+  --refusal '$(UNKNOWN)' '$(FROM_ENV)' '$(or $(MAKECMDGOALS),help)'))
+ifneq ($(REFUSAL),)
+$(error $(REFUSAL))
 endif
 
 .PHONY: help up down ps logs stacks image lock bench fault soak pool repro kube test test-gpu-image lint fmt clean fms-lock gpu-check

@@ -33,7 +33,9 @@ def check_restricted(pod: dict) -> None:
         seccomp = sc.get("seccompProfile") or psc.get("seccompProfile")
         assert seccomp["type"] in ("RuntimeDefault", "Localhost")
         assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True
-        assert sc.get("runAsUser", psc.get("runAsUser")) not in (None, 0)
+        # k8s.io/pod-security-admission policy/check_runAsUser.go (1.23+): "Allowed Values:
+        # non-zero values, undefined/null" (KUBE_UID=auto leaves it to the platform)
+        assert sc.get("runAsUser", psc.get("runAsUser")) != 0
         assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
         assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
         assert not any(p.get("hostPort") for p in ctr.get("ports", []))

@@ -50,12 +50,20 @@ def check_pod(replica, config_map, gpus: int, image: str | None = None) -> None:
     assert ctr.command is None  # the image's own entrypoint (python -m tuning.launch)
     assert ctr.args == ["--config", "/job/job.yaml"]
     assert [(p.name, p.container_port) for p in ctr.ports] == [("pytorchjob-port", 23456)]
-    assert ctr.resources.limits == ({"nvidia.com/gpu": str(gpus)} if gpus else None)
-    assert set(ctr.resources.requests) == {"cpu", "memory"}
+    # limits beside requests: the same CPU, the memory and /dev/shm (a memory-backed emptyDir
+    # counts against it), GPUs in both as the device plugin takes them
+    req, lim = ctr.resources.requests, ctr.resources.limits
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    assert set(req) == {"cpu", "memory", *gpu} and req.get("nvidia.com/gpu") == gpu.get(
+        "nvidia.com/gpu"
+    )
     mounts = {m.mount_path: m for m in ctr.volume_mounts}
     volumes = {v.name: v for v in spec.volumes}
     shm = volumes[mounts["/dev/shm"].name]
-    assert shm.empty_dir.medium == "Memory" and shm.empty_dir.size_limit == "2Gi"
+    ranks = int(req["cpu"])  # a core a rank
+    assert shm.empty_dir.medium == "Memory" and shm.empty_dir.size_limit == f"{ranks}Gi"
+    gib = int(req["memory"].removesuffix("Gi"))
+    assert lim == {"cpu": req["cpu"], "memory": f"{gib + ranks}Gi", **gpu}
     job_vol = volumes[mounts["/job"].name]
     assert mounts["/job"].read_only and job_vol.config_map.name == config_map.metadata.name
     assert mounts["/output"].name in volumes
@@ -194,9 +202,13 @@ def test_manifest_is_plain_yaml_for_kubectl():
     assert job["spec"]["nprocPerNode"] == "4"  # a string, as the CRD's schema says
     assert job["spec"]["runPolicy"] == {"backoffLimit": 0, "cleanPodPolicy": "Running"}
     pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["containers"][0]["resources"]["limits"] == {
+        "cpu": "4",
+        "memory": "68Gi",  # 4 ranks' 16 GiB, and their 4 GiB of /dev/shm
+        "nvidia.com/gpu": "4",
+    }
     assert pod["volumes"][1] == {
-        "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"},
+        "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"},
         "name": "dshm",
     }
 

@@ -62,11 +62,11 @@ def test_option2_is_one_pod_with_a_container_per_gpu(tmp_path):
     assert pod["restartPolicy"] == "Never"  # the pod restarts whole, never a container alone
     assert [c["name"] for c in pod["containers"]] == ["rank0", "rank1", "rank2", "rank3"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
     for rank, ctr in enumerate(pod["containers"]):
-        assert ctr["resources"] == {
-            "limits": {"nvidia.com/gpu": "1"},
-            "requests": {"cpu": "1", "memory": "16Gi"},
+        assert ctr["resources"] == {  # each may fill the pod's shared /dev/shm
+            "limits": {"cpu": "1", "memory": "20Gi", "nvidia.com/gpu": "1"},
+            "requests": {"cpu": "1", "memory": "16Gi", "nvidia.com/gpu": "1"},
         }
         env = {e["name"]: e["value"] for e in ctr["env"]}
         assert env == {

@@ -62,8 +62,8 @@ def test_trainjob_is_our_runtime_and_the_trainer_fields(tmp_path):
     assert (t.num_nodes, t.num_proc_per_node, t.image) == (2, 4, "tuning-harness:gpu")
     assert (t.command, t.args) == (["python", "-m", "tuning.launch"], ["--config", "/job/job.yaml"])
     assert t.resources_per_node.to_dict() == {
-        "limits": {"nvidia.com/gpu": "4"},
-        "requests": {"cpu": "4", "memory": "64Gi"},
+        "limits": {"cpu": "4", "memory": "68Gi", "nvidia.com/gpu": "4"},
+        "requests": {"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": "4"},
     }
     assert [(e.name, e.value) for e in t.env] == [
         ("ACCELERATE_CONFIG", "/job/accelerate.yaml"),
@@ -79,7 +79,7 @@ def test_trainjob_is_our_runtime_and_the_trainer_fields(tmp_path):
     assert pod.restart_policy == "Never" and [c.name for c in pod.containers] == ["node"]
     volumes = {v.name: v for v in pod.volumes}
     assert volumes["job"].config_map.name == "ft-job"
-    assert volumes["dshm"].empty_dir.to_dict() == {"medium": "Memory", "sizeLimit": "2Gi"}
+    assert volumes["dshm"].empty_dir.to_dict() == {"medium": "Memory", "sizeLimit": "4Gi"}
 
 
 @pytest.mark.parametrize("gpus", [4, 0])

@@ -72,7 +72,12 @@ def test_a_module_in_src_or_in_your_image():
         ("/in/the/image.py", None, None, "no such script on this machine"),  # not in our image
         ("no_such_module", "SCRIPTS", None, "ENTRY=no_such_module: no such module in SRC="),
         ("my-trainer", "SCRIPTS", None, "is neither a module (my_pkg.train) nor a script"),
-        ("train_sft.py", "/no/such/dir", None, "SRC=/no/such/dir: no such folder on this machine"),
+        (
+            "train_sft.py",
+            "/no/such/dir",
+            None,
+            "SRC=/no/such/dir: no such folder or file on this machine",
+        ),
         (
             "train_sft.py",
             "SCRIPTS",

@@ -23,11 +23,18 @@ from tuning.harness.spec.container import (
 from tuning.harness.spec.job_layout import JobLayout
 from tuning.harness.spec.ranks_user import ids
 
-SHM_LIMIT = "2Gi"  # as compose.SHM_SIZE: NCCL needs more than the default 64 MB /dev/shm
+# /dev/shm per rank of a pod: NCCL's shared-memory transport and the data loaders' workers
+# need more than the default 64 MB (NCCL's advice: 1 GiB a container). A memory-backed
+# emptyDir counts against the pod's memory limit, so the limit holds it too.
+SHM_PER_RANK = 1  # GiB
 # Requests per rank, so the scheduler places a pod where its ranks fit: a core each, and
 # host memory for a rank's copy of the model while it loads (the tiny demo needs far less).
+# Limits beside them (the Pod Security "restricted" profile asks none; LimitRanges and quotas
+# often do): the same CPU, the memory plus /dev/shm, and GPUs as the device plugin takes them
+# (an extended resource's request, where given, must equal its limit).
 CPU_PER_RANK = 1
 MEMORY_PER_RANK = {"gpu": 16, "cpu": 2}  # GiB
+MAX_RANKS_PER_POD = 128  # one core a rank: more than the largest common node has
 COMMAND = ["python", "-m", "tuning.launch"]  # the harness image's ENTRYPOINT, said out loud
 
 
@@ -112,13 +119,37 @@ def resources(layout: JobLayout, ranks: int | None = None, gpus: int | None = No
     c = k8s()
     ranks = layout.per_pod if ranks is None else ranks
     gpus = layout.gpus_per_pod if gpus is None else gpus
+    memory = MEMORY_PER_RANK[layout.device] * ranks
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return c.V1ResourceRequirements(
-        requests={
+        requests={"cpu": str(CPU_PER_RANK * ranks), "memory": f"{memory}Gi", **gpu},
+        limits={
             "cpu": str(CPU_PER_RANK * ranks),
-            "memory": f"{MEMORY_PER_RANK[layout.device] * ranks}Gi",
+            "memory": f"{memory + shm_gib(layout)}Gi",
+            **gpu,
         },
-        limits={"nvidia.com/gpu": str(gpus)} if gpus else None,
     )
+
+
+def shm_gib(layout: JobLayout) -> int:
+    """/dev/shm of a pod, by its ranks."""
+    return SHM_PER_RANK * max(1, layout.per_pod)
+
+
+def pull_policy(image: str) -> str:
+    """Always for a tag that moves (`:latest`, or none: a node's old copy would run), else
+    IfNotPresent: Kubernetes' own default, said."""
+    last = image.rsplit("/", 1)[-1]
+    tag = last.partition("@")[0].partition(":")[2]
+    return "IfNotPresent" if "@" in last or (tag and tag != "latest") else "Always"
+
+
+def local_tag(image: str) -> bool:
+    """The image names no registry (`tuning-harness:latest`): the docker engine's local tag,
+    which a cluster's nodes cannot pull. A registry is a first component with a '.' or a ':'
+    (a host, a port) or `localhost`."""
+    first, slash, _ = image.partition("/")
+    return not slash or not ("." in first or ":" in first or first == "localhost")
 
 
 def env(layout: JobLayout) -> list:
@@ -183,11 +214,13 @@ def container(layout: JobLayout, name: str, tmp: str = "tmp", **kw):
     """A training container: the launcher with the job's arguments (None: the image's own
     ENTRYPOINT, python -m tuning.launch, as under Compose); `kw` replaces any field."""
     c = k8s()
-    uid, gid = ids(layout.user)
+    # KUBE_UID=auto: the platform assigns the uid (OpenShift's restricted SCC, from the
+    # namespace's range, in group 0): nothing of it is set here
+    uid, gid = (None, None) if layout.uid_auto else ids(layout.user)
     fields = dict(
         name=name,
         image=layout.image,
-        image_pull_policy="IfNotPresent",
+        image_pull_policy=pull_policy(layout.image),
         command=launch_command(layout),
         args=layout.trainer_args or None,
         env=env(layout),
@@ -218,7 +251,8 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
     out = [
         c.V1Volume(name="job", config_map=c.V1ConfigMapVolumeSource(name=config_map_name(layout))),
         c.V1Volume(
-            name="dshm", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=SHM_LIMIT)
+            name="dshm",
+            empty_dir=c.V1EmptyDirVolumeSource(medium="Memory", size_limit=f"{shm_gib(layout)}Gi"),
         ),
         # Checkpoints and metrics: an existing claim (OUTPUT_CLAIM) that outlives the pod, or
         # an emptyDir that goes with it (a restart then starts from step 0: kube/ says so).
@@ -259,7 +293,12 @@ def pod_template(
     # A claim's files belong to whoever made them: fsGroup makes the kubelet give a claim that
     # supports ownership (most block and CSI volumes; not NFS, whose export must let the gid
     # in) to the group of the image's user, so uid 1000 writes /output and reads MODEL/DATA.
-    claimed = {"fs_group": gid, "fs_group_change_policy": "OnRootMismatch"} if layout.claims else {}
+    # KUBE_UID=auto: the platform sets fsGroup as it sets the uid.
+    claimed = (
+        {"fs_group": gid, "fs_group_change_policy": "OnRootMismatch"}
+        if layout.claims and not layout.uid_auto
+        else {}
+    )
     return c.V1PodTemplateSpec(
         metadata=c.V1ObjectMeta(labels=pod_labels or labels(layout)),
         spec=c.V1PodSpec(

@@ -2,11 +2,13 @@
 Compose binds it. A ConfigMap key holds no '/', so each file gets a key of its own and the
 volume's `items` put it back at its path in the folder (kube_pod.volumes).
 
-What travels is every file of the folder but version control's folders and Python's bytecode
-(`.git`, `__pycache__`, `*.pyc`: what a cluster neither needs nor should get); a file a link
-names travels as the file. A ConfigMap is one API object: with its keys and base64 it holds at
-most 1 MiB (Kubernetes' limit on an object in etcd), so a larger folder is refused with the
-fix, before anything is written.
+What travels is every file of the folder (or the one file SRC names) but version control's
+folders and Python's bytecode (`.git`, `__pycache__`, `*.pyc`: what a cluster neither needs nor
+should get), dotfiles (`.env`, `.netrc`, ...) and what names a secret (keys, certificates,
+tokens, credentials: a ConfigMap is readable by anyone who can read the namespace); the render
+says which it left out. A file a link names travels as the file. A ConfigMap is one API
+object: with its keys and base64 it holds at most 1 MiB (Kubernetes' limit on an object in
+etcd), so a larger folder is refused with the fix, before anything is written.
 """
 
 from __future__ import annotations
@@ -24,18 +26,41 @@ SKIP_SUFFIXES = (".pyc", ".pyo")
 _KEY_CHARS = re.compile(r"[^-._a-zA-Z0-9]")  # a ConfigMap key is [-._a-zA-Z0-9]+
 
 
+# what names a secret: private keys, certificates' keys, keystores, tokens, credentials
+SECRET = re.compile(
+    r"(?i)(^id_(rsa|dsa|ecdsa|ed25519)|\.(pem|key|p12|pfx|jks|keystore|kdbx)$|secret|token(?!iz)"
+    r"|credential|passw)"
+)
+
+
+def left_out(folder: str | Path) -> list[str]:
+    """The paths in SRC that never travel: dotfiles and dot-folders, and what names a secret."""
+    return [rel for rel, _, keep in _walk(folder) if not keep]
+
+
 def files(folder: str | Path) -> list[tuple[str, Path]]:
     """(path in SRC, the file) for every file that travels, in a fixed order."""
+    return [(rel, path) for rel, path, keep in _walk(folder) if keep]
+
+
+def _walk(folder: str | Path):
+    """(path in SRC, the file, whether it travels) of every file; SRC may be one file."""
     top = Path(folder)
-    out = []
+    if top.is_file():
+        yield top.name, top, not _secret(top.name)
+        return
     for here, dirs, names in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(names):
             path = Path(here, name)
             if name.endswith(SKIP_SUFFIXES) or not path.is_file():
                 continue
-            out.append((path.relative_to(top).as_posix(), path))
-    return out
+            rel = path.relative_to(top).as_posix()
+            yield rel, path, not any(_secret(part) for part in rel.split("/"))
+
+
+def _secret(name: str) -> bool:
+    return name.startswith(".") or bool(SECRET.search(name))
 
 
 def key(index: int, rel: str) -> str:

@@ -269,6 +269,19 @@ GROUPS: dict[str, tuple[Flag, ...]] = {
             "an existing PersistentVolumeClaim mounted at /output (checkpoints outlive a pod; "
             "MAX_RESTARTS resumes from them)",
         ),
+        Flag("NAMESPACE=ns", ("kube",), "the namespace of every object (default: kubectl's)"),
+        Flag(
+            "OUT=file",
+            ("kube",),
+            "where the objects go: a file (default runs/<id>/<manifest>), or - for stdout "
+            "(kubectl apply -f -)",
+        ),
+        Flag(
+            "KUBE_UID=uid:gid",
+            ("kube",),
+            "the pods' user (default the image's 1000:1000); auto leaves it to the platform "
+            "(OpenShift assigns one, in group 0)",
+        ),
         Flag("REHEARSE=1", ("kube",), "also run the job's pods here, as Compose services"),
     ),
     "image": (
@@ -303,12 +316,14 @@ def usage() -> str:
 MAKE_OWN = ("RUNS", "VENV", "PYTHON", "PYTEST_ARGS", "UPGRADE", "GPU_PYTHON")
 
 
-def refusal(typed: list[str], from_env: list[str]) -> str | None:
+def refusal(typed: list[str], from_env: list[str], goals: list[str] = ()) -> str | None:
     """The one line make stops with, or None: a variable typed on its command line that no
-    target knows (with the nearest known name), or a known one set in the environment, which
-    make reads only when typed after it (`DRY_RUN=1 make up` would run for real)."""
+    target knows (with the nearest known name), or one set in the environment that a target
+    in `goals` takes, which make reads only when typed after it (`DRY_RUN=1 make up` would run
+    for real; an OUT in the environment means nothing to `make gpu-check`)."""
     import difflib
 
+    from_env = [v for v in from_env if set(BY_VAR[v].commands) & set(goals)]
     known = (*BY_VAR, *MAKE_OWN)
     unknown = [v for v in typed if v not in known]
     if unknown:
@@ -333,8 +348,8 @@ def refusal(typed: list[str], from_env: list[str]) -> str | None:
 if __name__ == "__main__":  # `make help`, with any Python: the table needs no package
     import sys
 
-    if sys.argv[1:2] == ["--refusal"]:  # the Makefile's guard: TYPED ENV (space-separated)
-        said = refusal(sys.argv[2].split(), sys.argv[3].split())
+    if sys.argv[1:2] == ["--refusal"]:  # the Makefile's guard: TYPED ENV GOALS (each a list)
+        said = refusal(sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split())
         print(said or "")
     else:
         print(usage())

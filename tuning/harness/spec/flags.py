@@ -179,6 +179,8 @@ def _trainer_preset(f: RunFlags) -> RunFlags:
             f"folder that holds it> (the harness image {IMAGE} then runs it, with torch, "
             f"transformers, accelerate, peft and datasets), or TRAINER=fms"
         )
+    if f.src and not entry and Path(f.src).expanduser().is_file():
+        entry = Path(f.src).name  # SRC of one file: it is the script (own_trainer: its folder)
     for var, value in (("ARGS", f.args), ("SRC", f.src)):
         if value and not entry:
             raise HarnessError(

@@ -59,6 +59,8 @@ class JobLayout(Layout):
     claims: tuple[ClaimMount, ...] = ()
     rdzv_timeout: int | None = None  # RDZV_TIMEOUT: the static rendezvous's (None: torchrun's)
     grace_s: int | None = None  # GRACE: terminationGracePeriodSeconds (None: Kubernetes' 30)
+    namespace: str | None = None  # NAMESPACE: every object's (None: kubectl's current one)
+    uid_auto: bool = False  # KUBE_UID=auto: the platform assigns the pods' uid (OpenShift)
 
     def __post_init__(self) -> None:
         # The layout model's own checks, on the fields it knows; then the job's.

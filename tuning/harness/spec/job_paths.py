@@ -146,17 +146,29 @@ def for_run(
     )
 
 
-def for_cluster(var: str, flag: str | None, job: dict, job_file: Path | None) -> Source:
+def for_cluster(
+    var: str, flag: str | None, job: dict, job_file: Path | None, own_image: bool = False
+) -> Source:
     """MODEL or DATA for a cluster's pods (kube): a claim or a path inside the image. One rule
     for the flag and the job file's own path: a path on this machine is refused (a pod cannot
-    see it), with the fixes."""
+    see it), with the fixes; so is a path inside the harness's own image (`own_image`) other
+    than its demo's, which that image does not have."""
     if flag:
-        return _cluster_source(var, flag, var, Path(flag).expanduser())
-    value = _job_value(job, var)
-    if value is None:
-        return Source(var, "demo", IMAGE_ASSETS[var], "the demo: JOB and " + var + " name none")
-    said = f"JOB={job_file}'s {KEYS[var]}"
-    return _cluster_source(var, value, said, in_job(value, job_file))
+        src = _cluster_source(var, flag, var, Path(flag).expanduser())
+    else:
+        value = _job_value(job, var)
+        if value is None:
+            return Source(var, "demo", IMAGE_ASSETS[var], "the demo: JOB and " + var + " name none")
+        said = f"JOB={job_file}'s {KEYS[var]}"
+        src = _cluster_source(var, value, said, in_job(value, job_file))
+    if own_image and src.where == "image" and src.path != IMAGE_ASSETS[var]:
+        raise HarnessError(
+            f"{src.said_by}={src.path}: on neither this machine nor a claim, and the harness's "
+            f"own image holds only the demo's ({IMAGE_ASSETS[var]}): put it on a "
+            f"PersistentVolumeClaim ({var}={CLAIM_PREFIX}<claim>/<path>), or bake it into "
+            f"your image and name both (IMAGE=<registry>/<image> {var}={IMAGE_PREFIX}<path>)"
+        )
+    return src
 
 
 def _cluster_source(var: str, value: str, said_by: str, here: Path) -> Source:

@@ -121,10 +121,12 @@ def resolve(entry: str, src: str | None, raw_args: str | None, image: str) -> Ow
 
 def _folder(src: str) -> Path:
     folder = Path(src).expanduser().resolve()
+    if folder.is_file():  # SRC of one file: its folder here (make kube ships the file alone)
+        return folder.parent
     if not folder.is_dir():
         raise HarnessError(
-            f"SRC={src}: no such folder on this machine (your code's folder, "
-            "bound read-only at /src)"
+            f"SRC={src}: no such folder or file on this machine (your code's folder, or one "
+            "script, bound read-only at /src)"
         )
     return folder
 

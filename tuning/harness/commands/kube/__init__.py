@@ -20,6 +20,10 @@ The SDKs are imported only in the backends, lazily: the rest of the CLI works wi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +37,7 @@ from tuning.harness.backends import (
 )
 from tuning.harness.commands.kube import said
 from tuning.harness.errors import HarnessError
-from tuning.harness.machine import devices, nvidia
+from tuning.harness.machine import devices, image_recipes, nvidia
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES
 from tuning.harness.spec import (
@@ -46,7 +50,7 @@ from tuning.harness.spec import (
     save_interval,
     timeouts,
 )
-from tuning.harness.spec.container import CONTAINER_UID, OUTPUT_DIR
+from tuning.harness.spec.container import CONTAINER_UID, OUTPUT_DIR, SRC_DIR
 from tuning.harness.spec.job_layout import ClaimMount, JobLayout
 from tuning.harness.spec.layout import IMAGE, JOB_KINDS, LayoutError, Node
 
@@ -175,9 +179,17 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    if a.out == "-":  # the objects alone on stdout (kubectl apply -f -); all else on stderr
+        objects_to = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            return _main(a, objects_to)
+    return _main(a, None)
+
+
+def _main(a: argparse.Namespace, objects_to) -> int:
     from tuning.harness.commands.kube import rehearse
 
-    kind = a.kind or JOB_KINDS[0]
+    kind = (a.kind or JOB_KINDS[0]).lower()  # KIND=PyTorchJob, as the API spells it
     if kind not in KINDS:
         raise HarnessError(f"KIND={kind} is unknown; use one of {', '.join(KINDS)}")
     if a.restart_policy and a.restart_policy not in kube_restarts.V1_POLICIES:
@@ -194,7 +206,20 @@ def main(a: argparse.Namespace) -> int:
     nodes = flags.int_arg("NODES", a.nodes, 1) or 1
     # GPUS per pod, on a cluster; unset: as many as this host shows
     gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus
+    if gpus and a.nproc:
+        raise HarnessError(
+            f"NPROC={a.nproc} is CPU ranks per pod; with GPUS={gpus} a pod runs one rank a GPU: "
+            "drop NPROC, or GPUS=0 for CPU ranks"
+        )
     nproc = f.nproc if a.nproc else (2 if nodes == 1 else 1)  # CPU ranks per pod
+    if max(nproc, gpus) > kube_pod.MAX_RANKS_PER_POD:
+        raise HarnessError(
+            f"{'GPUS' if gpus else 'NPROC'}={max(nproc, gpus)} ranks in one pod: more than a "
+            f"node can hold ({kube_pod.MAX_RANKS_PER_POD} here, a core a rank); spread them "
+            "over pods with NODES=<n>"
+        )
+    namespace = check_namespace(a.namespace)
+    uid_auto, user = kube_user(a.kube_uid)
     if a.restart_policy and kind != "pytorchjob":
         raise HarnessError(f"RESTART_POLICY is a PyTorchJob's; {RESTARTS[kind]}")
     kill = flags.int_arg("KILL", a.kill, 0)
@@ -215,11 +240,12 @@ def main(a: argparse.Namespace) -> int:
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     base = {} if with_args else job_files.load_job(Path(f.job))
+    own_image = image_recipes.named(f.image) is not None
     model, data = (
-        job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job))
+        job_paths.for_cluster(v, getattr(f, v.lower()), base, Path(f.job), own_image)
         for v in ("MODEL", "DATA")
     )
-    own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
+    own = own_trainer_of(f)
     layout = job_layout(
         gpus,
         nproc,
@@ -230,7 +256,9 @@ def main(a: argparse.Namespace) -> int:
         image=f.image,
         run_id=run_id,
         run_dir=str(runs_root / run_id),
-        user=CONTAINER_UID,
+        user=user,
+        uid_auto=uid_auto,
+        namespace=namespace,
         entry=own and own.entry,
         src=own and own.src,
         args=own and own.args,
@@ -254,20 +282,32 @@ def main(a: argparse.Namespace) -> int:
         job, layout.gpus or layout.world_size, measured_in, rate, a.save_advised
     )
     objects = render(layout, job, accelerate_config.read_text(), f.max_restarts, a.restart_policy)
-    text = dump(*objects)
+    for obj in objects:  # NAMESPACE: every object's, the runtime's and ConfigMaps' included
+        obj.metadata.namespace = namespace
+    warnings = said.warnings(layout)
+    text = "".join(f"# {w}\n" for w in warnings) + dump(*objects)
     # the rehearsal's stand-ins for the claims, checked before anything is written
     here = rehearse.claims_here(layout, runs_root) if a.rehearse else {}
-
-    # a rehearsal is a run: `latest` moves, as for `up`
-    run_dir = folders.create(runs_root, run_id, starts=bool(a.rehearse))
-    manifest = run_dir / MANIFESTS[kind]
-    manifest.write_text(text)
+    if objects_to is not None and a.rehearse:
+        raise HarnessError(
+            "OUT=- prints the objects for kubectl; REHEARSE=1 runs them here: one or the other"
+        )
     for line in said.said(layout, objects, model, data, accelerate_config, f.max_restarts):
         print(f"harness: {line}")
+    for w in warnings:
+        print(f"harness: warning: {w}")
     if measured_in:  # what the job measured here, against the cluster's timeouts
         grace = layout.grace_s if layout.grace_s is not None else timeouts.K8S_GRACE_S
         t = timeouts.Timeouts.of(job, layout.rdzv_timeout, grace_period_s=grace)
         timeouts.say(timeouts.check(t, timeouts.measured(measured_in)), "on the cluster")
+    if objects_to is not None:  # nothing written: the same objects, on stdout
+        objects_to.write(text)
+        objects_to.flush()
+        return 0
+    # a rehearsal is a run: `latest` moves, as for `up`
+    run_dir = folders.create(runs_root, run_id, starts=bool(a.rehearse))
+    manifest = Path(a.out).expanduser().resolve() if a.out else run_dir / MANIFESTS[kind]
+    manifest.write_text(text)
     print(f"harness: apply with `kubectl apply -f {manifest}` ({WHAT[kind]})")
     print(manifest, flush=True)
     if not a.rehearse:
@@ -281,6 +321,53 @@ def main(a: argparse.Namespace) -> int:
     return rehearse.rehearse_kill(
         a, f, layout, run_dir, objects, made, accelerate_config, kill, here
     )
+
+
+def check_namespace(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not (len(raw) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", raw)):
+        raise HarnessError(
+            f"NAMESPACE={raw!r}: a namespace is lower-case letters, digits and '-', starts and "
+            "ends with a letter or digit, at most 63 characters (a DNS label); e.g. "
+            "NAMESPACE=team-ml"
+        )
+    return raw
+
+
+def kube_user(raw: str | None) -> tuple[bool, str]:
+    """(the platform assigns the uid, the uid:gid the rehearsal's containers run as). auto:
+    none is set in the pods; the rehearsal runs them as OpenShift would, an arbitrary uid in
+    group 0 (the image works so: docs/kubernetes.md)."""
+    if raw is None:
+        return False, CONTAINER_UID
+    if raw.lower() == "auto":
+        return True, ARBITRARY_UID
+    if not re.fullmatch(r"[1-9]\d*:\d+", raw):
+        raise HarnessError(
+            f"KUBE_UID={raw!r}: a non-root uid:gid (KUBE_UID=1001:0), or auto to leave it to "
+            "the platform (OpenShift's restricted SCC assigns one)"
+        )
+    return False, raw
+
+
+def own_trainer_of(f):
+    """ENTRY, SRC and ARGS checked; SRC may be one file (the ConfigMap holds just it; ENTRY is
+    that file where none is given)."""
+    if f.src and Path(f.src).expanduser().is_file():
+        one = Path(f.src).expanduser().resolve()
+        entry = f.entry or one.name
+        own = own_trainer.resolve(entry, str(one.parent), f.args, f.image)
+        if own.entry != f"{SRC_DIR}/{one.name}":
+            raise HarnessError(
+                f"SRC={f.src} is one file, and ENTRY={f.entry} is not it: ENTRY={one.name}, or "
+                "SRC=<the folder of both>"
+            )
+        return dataclasses.replace(own, src=str(one))
+    return own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
+
+
+ARBITRARY_UID = "1000770000:0"  # an OpenShift namespace's first uid, in the root group
 
 
 RESTARTS = {  # how each object restarts (kube_restarts.py), for a refused RESTART_POLICY

@@ -11,6 +11,27 @@ from tuning.harness.spec.container import LAUNCH_DIR, OUTPUT_DIR, SRC_DIR
 from tuning.harness.spec.job_layout import JobLayout
 
 
+def warnings(layout: JobLayout) -> list[str]:
+    """What would keep a cluster from running the objects as rendered: said on the terminal
+    and at the top of the manifest."""
+    out = []
+    if kube_pod.local_tag(layout.image):
+        out.append(
+            f"IMAGE {layout.image} is this machine's local tag: a cluster's nodes cannot pull "
+            "it (ImagePullBackOff). Build it (make image), push it (docker tag "
+            f"{layout.image} <registry>/<name>:<tag> && docker push <registry>/<name>:<tag>), "
+            "and render with IMAGE=<registry>/<name>:<tag>"
+        )
+    if layout.src:
+        gone = kube_src.left_out(layout.src)
+        if gone:
+            out.append(
+                f"SRC={layout.src}: left out of the ConfigMap (dotfiles, keys, tokens, "
+                f"credentials): {', '.join(gone[:10])}" + (" ..." if len(gone) > 10 else "")
+            )
+    return out
+
+
 def said(
     layout: JobLayout, objects: tuple, model, data, accelerate_config: Path, max_restarts: int
 ) -> list[str]:
@@ -68,9 +89,9 @@ def said(
         )
         resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
         made = "made beforehand: docs/kubernetes.md"
+        group = "the platform's" if layout.uid_auto else layout.user.split(":")[1]
         lines.append(
-            f"output: claim {claim} at {OUTPUT_DIR} ({made}), "
-            f"fsGroup {layout.user.split(':')[1]}; {access}{resumes}"
+            f"output: claim {claim} at {OUTPUT_DIR} ({made}), fsGroup {group}; {access}{resumes}"
         )
     elif max_restarts:
         lines.append(
