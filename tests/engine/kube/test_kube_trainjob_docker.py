@@ -16,13 +16,18 @@ from tuning.harness.run_files import folders
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.parametrize(("nodes", "nproc"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+@pytest.mark.parametrize(
+    ("nodes", "nproc", "uid"), [(2, 1, None), (1, 2, "auto")], ids=["2x1", "1x2-uid-auto"]
+)
 def test_trainjob_rehearsal_trains_with_trainer_v2_environment(
-    harness_image, tmp_path, nodes, nproc
+    harness_image, tmp_path, nodes, nproc, uid
 ):
+    """1x2 with KUBE_UID=auto: the pods set no uid, and the rehearsal runs them as OpenShift's
+    restricted SCC would, an arbitrary uid in group 0: the image trains so."""
     run_id = f"tjob-{nodes}x{nproc}-" + folders.new_run_id()
     out = harness(
         "kube",
+        *(("--kube-uid", uid) if uid else ()),
         "--kind",
         "trainjob",
         "--rehearse",
@@ -61,6 +66,11 @@ def test_trainjob_rehearsal_trains_with_trainer_v2_environment(
             assert svc["hostname"] == pod.name and svc["environment"] == pod.env
             assert not {"MASTER_ADDR", "WORLD_SIZE", "RANK"} & set(svc["environment"])
             assert svc["networks"] == {"train": {"aliases": [f"{pod.name}.tj"]}}
+        if uid == "auto":
+            assert {svc["user"] for svc in services.values()} == {"1000770000:0"}
+            template = runtime.spec.template.spec.replicated_jobs[0].template.spec.template
+            (ctr,) = template.spec.containers
+            assert ctr.security_context.run_as_user is None
         for pod in pods:  # every pod met the master under its Trainer v2 name
             log = (run_dir / f"logs/{pod}.log").read_text()
             assert "--main_process_ip tj-node-0-0.tj --main_process_port 29500" in log

@@ -16,6 +16,7 @@ the harness follows the run by them (on a cluster they are in /output with the r
 from __future__ import annotations
 
 import base64
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -142,8 +143,12 @@ def rehearse(
     launch = layout.entry and lay_out(objects, kube_pod.launch_map_name(layout), run_dir / "launch")
     src = layout.src and lay_out(objects, kube_pod.src_map_name(layout), run_dir / "src", "src")
     # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
-    # the rendered uid 1000 under root; as the user who rehearses it otherwise, who could not
-    # give uid 1000 the output folder, nor delete what it wrote there (spec/ranks_user.py)
+    # the rendered uid under root (1000, KUBE_UID's, or with KUBE_UID=auto an arbitrary one in
+    # group 0, as OpenShift assigns); as the user who rehearses it otherwise, who could not
+    # give that uid the output folder, nor delete what it wrote there (spec/ranks_user.py)
+    runs_as = ranks_user.for_ranks(layout.kind)
+    if os.geteuid() == 0:
+        runs_as = {"user": layout.user, "login": None}
     layout = replace(
         layout,
         image=made.image,
@@ -153,7 +158,7 @@ def rehearse(
         src=src and str(src),
         model=here.get("model"),
         data=here.get("data"),
-        **ranks_user.for_ranks(layout.kind),
+        **runs_as,
     )
     files = dict(kube_manifest.job_config_map(objects).data or {})
     names = ", ".join(p.name for p in pods)
