@@ -47,10 +47,33 @@ def parser() -> argparse.ArgumentParser:
     )
     for command in commands:
         command.register(sub)  # each adds its subcommand and the flags that are its own alone
+    said = {a.dest: a.help for a in sub._choices_actions}  # each subcommand's one line
     for name, s in sub.choices.items():
         # every flag everywhere, its help only where taken: one a command cannot take is refused
         flag_args.add(s, name, runs=str(options.RUNS))
+        # --help opens with what the command does and one example, as a user types it
+        s.description = f"{said.get(name, '')}.\n\nexample:\n  {EXAMPLES[name]}"
+        s.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+# One example a command, as typed (the README's and the docs' own)
+EXAMPLES = {
+    "up": "make up GPUS=0 NPROC=2 LAYOUT=per-rank STEPS=20",
+    "bench": "make bench GPUS=0 NPROC=2 REPEAT=auto JOB=myjob.yaml",
+    "fault": "make fault FAULT=kill LAYOUT=per-rank RANK=1 AT_STEP=12",
+    "soak": "make soak MTBF=3m DURATION=20m KINDS=kill,save-kill",
+    "pool": "make pool SEED=3",
+    "repro": "make repro FROM=sft-logs RUN=1 JOB=myjob.yaml",
+    "kube": "make kube GPUS=8 NODES=2 IMAGE=quay.io/me/tuning:1 MODEL=pvc:models/granite OUT=-",
+    "examples": "python -m tuning.harness examples",
+    "gpus": "python -m tuning.harness gpus --check-driver",
+    "down": "make down RUN_ID=20261207-071859-6191",
+    "ps": "make ps ALL=1",
+    "logs": "make logs RUN_ID=20261207-071859-6191",
+    "image": "make image DEVICE=gpu CUDA=12.8",
+    "stacks": "make stacks",
+}
 
 
 def glued(argv: list[str]) -> list[str]:

@@ -1,99 +1,59 @@
-"""Each command's --help (spec/flag_args.py from spec/flag_table.py): it renders, exit 0 (a '%'
-in a help argparse cannot expand once broke every command's); it lists exactly the table's flags
-the command takes, each under its group's heading, the groups in the table's order; a flag the
-command does not take is absent, yet still accepted, so that it is refused by name."""
+"""Help that teaches (issue 50): each command's --help opens with what it does and one example,
+marks what it needs, shows no other command's text, and `make fault --help` lists the kinds; the
+glossary's words link to it where the README first uses them."""
 
 from __future__ import annotations
 
-import argparse
 import re
 
 import pytest
 
+from support.paths import ROOT
 from tuning.harness import cli
-from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_args
-from tuning.harness.spec.flag_table import BY_VAR, GROUPS, RUN_GROUP, TABLE, usage
+from tuning.harness.commands.fault.kinds import NAMES
+from tuning.harness.spec import flag_args, flag_table
 
 PARSER = cli.parser()
-SUBPARSERS = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
-COMMANDS = tuple(SUBPARSERS.choices)
+SUBS = next(a for a in PARSER._actions if a.dest == "command").choices
 
 
-def help_of(command: str, capsys) -> str:
-    with pytest.raises(SystemExit) as stop:
-        cli.parser().parse_args([command, "--help"])
-    out, err = capsys.readouterr()
-    assert stop.value.code == 0, err
-    return out
+@pytest.mark.parametrize("name", sorted(SUBS))
+def test_help_opens_with_what_it_does_and_an_example(name):
+    text = SUBS[name].format_help()
+    head = text.split("\n\n")
+    assert head[1].strip().endswith(".") and len(head[1].strip()) > 10, head[:3]
+    assert head[2].startswith("example:\n  "), head[:3]
+    example = head[2].split("\n")[1].strip()
+    assert example.startswith(("make ", "python -m tuning.harness ")) and name in example
 
 
-def sections(text: str) -> dict[str, list[str]]:
-    """Each heading of a help text (`the job:`), in order, with the options listed under it."""
-    out: dict[str, list[str]] = {}
-    options = None
-    for line in text.splitlines():
-        if re.fullmatch(r"\S[^:]*:", line):
-            options = out.setdefault(line[:-1], [])
-        elif options is not None and (m := re.match(r"  (-[-\w]+)", line)):
-            options.append(m[1])
-    return out
-
-
-def shows(text: str, option: str) -> bool:
-    """--run, not --runs nor --run-id."""
-    return re.search(rf"{re.escape(option)}(?![-\w])", text) is not None
-
-
-def test_every_command_of_the_table_is_a_command_and_every_flag_shows_somewhere():
-    """So that rendering every command's help expands every flag's help (a hidden one is not)."""
-    for f in TABLE:
-        assert f.commands and set(f.commands) <= set(COMMANDS), f.var
-    assert len({f.var for f in TABLE}) == len(TABLE)
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_a_commands_help_lists_the_flags_it_takes_by_group(command, capsys):
-    text = help_of(command, capsys)
-    want = {}
-    for title, flags in GROUPS.items():
-        taken = [f.option for f in flags if command in f.commands]
-        taken += ["--runs"] if title == RUN_GROUP else []
-        if taken:
-            want[title] = taken
-    shown = sections(text)
-    own = shown.pop("options")  # -h and the command's own, not the table's (bench's probe)
-    assert own[0] == "-h" and not {f.option for f in TABLE} & set(own)
-    assert list(shown) == list(want)  # the groups, in the table's order
-    assert shown == want
-    for f in TABLE:
-        assert shows(text, f.option) == (command in f.commands), f.var
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_a_flag_a_command_does_not_take_is_accepted_and_refused_by_name(command):
-    for f in TABLE:
-        if command in f.commands:
+@pytest.mark.parametrize("name", sorted(SUBS))
+def test_no_command_shows_another_commands_text(name):
+    for f in flag_table.TABLE:
+        if name not in f.commands:
             continue
-        a = PARSER.parse_args([command, f.option, *([] if f.switch else ["v"])])
-        with pytest.raises(HarnessError, match=rf"^{f.var}=\S+ does not apply to `make {command}`"):
-            flag_args.refuse_unused(a, command)
+        shown = flag_args.help_for(f, name)
+        for other in flag_args.COMMANDS:
+            if other != name:
+                assert not re.search(rf"(^|; ){other}(, \w+)*: ", shown), (f.var, name, shown)
 
 
-def test_make_help_lists_every_variable_once_under_its_group():
-    text = usage()
-    shown = {}
-    title = None
-    for line in text.splitlines()[1:]:
-        if line.startswith("  ") and not line.startswith("    "):
-            title = line.strip().removesuffix(":")
-        else:
-            shown.setdefault(title, []).append(line.split()[0].split("=")[0])
-    want = {t: [f.var for f in fs] for t, fs in GROUPS.items()}
-    want[RUN_GROUP].append("RUNS")
-    assert shown == want
+def test_required_flags_are_marked_and_fault_lists_its_kinds():
+    fault = SUBS["fault"].format_help()
+    assert re.search(r"--fault FAULT\s+\(required\)", fault)
+    assert re.search(r"--from FROM\s+\(required\)", SUBS["repro"].format_help())
+    listed = fault.split("FAULT is one of: ")[1].split(";")[0].split(", ")
+    assert listed == list(NAMES)
 
 
-def test_no_reason_for_refusing_a_flag_names_a_command_that_takes_it():
-    for var, why in flag_args.WHY_NOT.items():
-        assert not set(BY_VAR[var].commands) & set(why), var
+def test_the_glossary_words_link_to_it_where_the_readme_first_uses_them():
+    glossary = (ROOT / "docs/glossary.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^## (.+)$", glossary, re.M)
+    }
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\(docs/glossary\.md#([^)]+)\)", readme))
+    assert anchors <= linked, anchors - linked
+    for anchor in linked:
+        assert anchor in anchors, anchor

@@ -50,13 +50,38 @@ def add(p: argparse.ArgumentParser, command: str, runs: str) -> None:
     for title, flags in GROUPS.items():
         group = p.add_argument_group(title)
         for f in flags:
-            shown = f.help if command in f.commands else argparse.SUPPRESS
+            shown = help_for(f, command) if command in f.commands else argparse.SUPPRESS
             if f.switch:
                 group.add_argument(f.option, dest=f.dest, action="store_true", help=shown)
             else:
                 group.add_argument(f.option, dest=f.dest, metavar=f.var, help=shown)
         if title == RUN_GROUP:
             group.add_argument("--runs", default=runs, help=RUNS_HELP)
+
+
+REQUIRED = {"fault": {"FAULT"}, "repro": {"FROM"}}  # no default: the command needs them
+
+
+def help_for(f: Flag, command: str) -> str:
+    """A flag's help as `command` shows it: the table's text, less the parts for other commands
+    (a part "; kube: N per pod" shows under kube alone, without its label), and marked where
+    the command needs it."""
+    parts = f.help.split("; ")
+    kept = []
+    for part in parts:
+        label, colon, rest = part.partition(": ")
+        names = [n.strip() for n in label.split(",")] if colon else []
+        if names and all(n in COMMANDS for n in names):
+            if command in names:
+                kept.append(rest)
+            continue
+        kept.append(part)
+    text = "; ".join(kept)
+    return f"(required) {text}" if f.var in REQUIRED.get(command, ()) else text
+
+
+COMMANDS = ("up", "bench", "fault", "soak", "pool", "repro", "kube", "image", "down", "logs")
+COMMANDS += ("ps", "stacks", "gpus", "examples")
 
 
 def typed(a: argparse.Namespace) -> list[Flag]:

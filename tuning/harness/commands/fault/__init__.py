@@ -47,7 +47,12 @@ ARGS_NOTE = (
 def register(sub) -> None:
     # FAULT, RANK, AT_STEP, RDZV_TIMEOUT and the kinds' knobs (LATE): flag_table (defaults:
     # DEFAULTS, kinds.KNOBS)
-    p = sub.add_parser("fault", help="reproduce a cluster failure and record it")
+    p = sub.add_parser(
+        "fault",
+        help="reproduce a cluster failure and record it",
+        epilog=f"FAULT is one of: {', '.join(KINDS)}; or all (each kind in each layout). "
+        "docs/faults.md says what each does.",
+    )
     p.set_defaults(fn=main)
 
 
