@@ -100,7 +100,13 @@ def watch_process_group(record: Record) -> None:
     def init_process_group(*args, **kwargs):
         result = original(*args, **kwargs)
         record.world_size = dist.get_world_size()
-        record.write("phase", name="rendezvous", backend=str(dist.get_backend()))
+        backend = str(dist.get_backend())
+        # the group's collective timeout, as the trainer gave it (HF TrainingArguments'
+        # ddp_timeout reaches here through accelerate's PartialState), else torch's default
+        timeout = kwargs.get("timeout") or (args[2] if len(args) > 2 else None)
+        if timeout is None:
+            timeout = dist.distributed_c10d._get_default_timeout(backend)
+        record.write("phase", name="rendezvous", backend=backend, timeout_s=timeout.total_seconds())
         return result
 
     dist.init_process_group = init_process_group

@@ -65,7 +65,7 @@ def test_pytorchjob_pods_say_they_are_gpu_ranks():
         assert pod.env["HARNESS_DEVICE"] == "gpu"
     pod = job.spec.pytorch_replica_specs["Worker"].template.spec
     ctr = pod.containers[0]
-    assert ctr.image == "tuning-harness:gpu" and ctr.resources.limits == {"nvidia.com/gpu": "4"}
+    assert ctr.image == "tuning-harness:gpu" and ctr.resources.limits["nvidia.com/gpu"] == "4"
     (dshm,) = [v.empty_dir for v in pod.volumes if v.name == "dshm"]
     assert (dshm.medium, dshm.size_limit) == ("Memory", "2Gi")  # NCCL's /dev/shm
     cpu = kube.job_layout(0, 2, 1, name="tj", run_id="r1", run_dir="/tmp/r1")

@@ -73,8 +73,10 @@ def test_a_rank_stuck_in_rendezvous_stalls_whatever_c10d_prints():
     assert w.due(metrics, RUNNING) is None
     clock.now += 61  # the nodes' logs grow meanwhile; the watch does not read them
     assert w.due(metrics, RUNNING) == 61.0
-    clock.now += 100
-    assert w.due(metrics, RUNNING) is None  # one dump per quiet spell
+    clock.now += 30
+    assert w.due(metrics, RUNNING) is None  # the next look a stall time after this one
+    clock.now += 31
+    assert w.due(metrics, RUNNING) == 122.0  # (a verdict that changed is said again)
 
 
 def test_a_node_that_exited_does_not_turn_the_watch_off():

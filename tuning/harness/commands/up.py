@@ -7,10 +7,11 @@ import argparse
 import yaml
 
 from tuning.harness.commands import stall
+from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle, render
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
-from tuning.harness.spec import flags, options, preflight, timeouts
+from tuning.harness.spec import flags, options, own_trainer, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
 
 
@@ -36,8 +37,26 @@ def main(a: argparse.Namespace) -> int:
         )
         print(yaml.safe_dump(spec.job, sort_keys=False), end="")
         return 0
-    # A stalled run prints where every rank is (commands/stall.py); it goes on, as it would without.
-    watch = stall.StallWatch(after, spec.summary_extra) if after != 0 else None
+    # A stalled run prints where every rank is (commands/stall.py); one stuck past the job's
+    # own collective timeout is ended there (HANG=wait: it goes on, as it would without)
+    hang = (a.hang or "end").lower()
+    if hang not in ("end", "wait"):
+        raise HarnessError(
+            f"HANG={a.hang}: end (the default: a hang past its timeout ends) or wait"
+        )
+    timeout_s, said = job_timeout(spec)
+    watch = (
+        stall.StallWatch(
+            after,
+            spec.summary_extra,
+            timeout_s=timeout_s,
+            timeout_said=said,
+            hang=hang,
+            backend="nccl" if spec.layout.gpus else "gloo",
+        )
+        if after != 0
+        else None
+    )
     limit = after if after is not None else stall.FLOOR_S
     timeouts.say(
         timeouts.check(timeouts.Timeouts.of(spec.job, stall_s=limit or None), None),
@@ -57,6 +76,21 @@ def main(a: argparse.Namespace) -> int:
         timeouts.say(found, "what this run measured")
         folders.write_json(run_dir / "summary.json", {**summary, "timeouts": found})
     return EXIT_CODES.get(summary["status"], 1)
+
+
+def job_timeout(spec) -> tuple[float | None, str]:
+    """The job's collective timeout where its files state one: ARGS' --ddp_timeout, the job's
+    ddp_timeout (TIMEOUT: ours and fms's); else None (the stall watch reads what the ranks'
+    process groups got: a script may set it in its code)."""
+    words = spec.layout.args if spec.layout.entry else None  # ARGS as words (own_trainer)
+    if words is not None:
+        raw = own_trainer.value_in(words, "ddp_timeout")
+        if raw and raw.replace(".", "", 1).isdigit():
+            return float(raw), "ARGS' --ddp_timeout"
+        return None, ""
+    if spec.job.get("ddp_timeout"):
+        return float(spec.job["ddp_timeout"]), "the job's ddp_timeout (TIMEOUT)"
+    return None, ""
 
 
 def verdict_from_logs(run_dir, summary: dict) -> dict:

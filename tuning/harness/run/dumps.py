@@ -238,16 +238,18 @@ def markdown(taken: dict) -> list[str]:
     return lines
 
 
-def take(nodes, why: str) -> dict | None:
+def take(nodes, why: str, say: bool = True) -> dict | None:
     """dump() for a run the harness is driving (lifecycle's backend); never raises: a run's
-    end must not fail over a diagnostic (None, and why on stderr, where it could not)."""
+    end must not fail over a diagnostic (None, and why on stderr, where it could not). `say`
+    False: the summaries are kept, not printed (the stall watch's looks after its first)."""
     try:
         world = nodes.layout.world_size  # ranks with no node yet (no-show) are said too
         taken = dump(nodes.run_dir / "output", nodes_of(nodes), why, world)
     except Exception as e:
         print(f"harness: could not dump the ranks' stacks: {e}", file=sys.stderr)
         return None
-    print(f"harness: stacks ({why}); every thread's in {nodes.run_dir / 'output/stacks'}:")
-    for line in taken["summaries"]:
-        print(f"  {line}")
+    if say:
+        print(f"harness: stacks ({why}); every thread's in {nodes.run_dir / 'output/stacks'}:")
+        for line in taken["summaries"]:
+            print(f"  {line}")
     return taken

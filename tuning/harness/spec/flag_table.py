@@ -168,8 +168,14 @@ GROUPS: dict[str, tuple[Flag, ...]] = {
         Flag(
             "STALL=s",
             ("up",),
-            "dump every rank's stack after s s without progress (default max(60, 10 x step); "
-            "0: off)",
+            "dump every rank's stack after s s without progress (default max(15, 10 x step), "
+            "60 before the steps are known; 0: off)",
+        ),
+        Flag(
+            "HANG=end",
+            ("up",),
+            "end (default): a run whose every rank is stuck 30 s past the job's collective "
+            "timeout is ended, its stacks kept; wait: left running (a debugger to attach)",
         ),
         Flag(
             "ALL=1",
