@@ -67,7 +67,7 @@ def test_pytorchjob_pods_say_they_are_gpu_ranks():
     ctr = pod.containers[0]
     assert ctr.image == "tuning-harness:gpu" and ctr.resources.limits["nvidia.com/gpu"] == "4"
     (dshm,) = [v.empty_dir for v in pod.volumes if v.name == "dshm"]
-    assert (dshm.medium, dshm.size_limit) == ("Memory", "2Gi")  # NCCL's /dev/shm
+    assert (dshm.medium, dshm.size_limit) == ("Memory", "4Gi")  # NCCL's /dev/shm, 1 GiB a rank
     cpu = kube.job_layout(0, 2, 1, name="tj", run_id="r1", run_dir="/tmp/r1")
     _, job = kube.render(cpu, {"max_steps": 1}, "x: 1\n")
     assert kube.operator_pods(job)[0].env["HARNESS_DEVICE"] == "cpu"
