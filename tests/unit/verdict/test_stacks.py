@@ -166,7 +166,7 @@ def test_parse_reads_faulthandler_text_from_a_real_dump(tmp_path):
 
 def test_default_stall_time_is_a_multiple_of_the_step_time_with_a_floor():
     assert stall.default_limit([]) == 60.0  # before the steps' times are known
-    assert stall.default_limit([0.5, 0.4, 9.0]) == 15.0  # steps of a second or less: 15 s
+    assert stall.default_limit([0.5, 0.4, 9.0]) == 12.0  # steps of a second or less: 12 s
     assert stall.default_limit([1.0, 2.0, 3.0]) == 20.0
     assert stall.default_limit([8.0, 7.0, 30.0]) == 80.0
 

@@ -119,3 +119,43 @@ def test_a_dump_during_a_long_save_names_the_save(tmp_path):
     assert stack_text.slow_phases(taken) == (
         f"rank 0 saving a checkpoint (in _save_checkpoint at {script}:{line})"
     )
+
+
+def test_the_job_timeout_is_the_jobs_own_and_says_what_the_groups_got():
+    groups = {r: [{"event": "phase", "name": "rendezvous", "timeout_s": 1800.0}] for r in (0, 1)}
+    assert stall.collective_timeout(groups, 120.0, "ARGS' --ddp_timeout") == (
+        120.0,
+        "ARGS' --ddp_timeout; the ranks' process group got 1800 s",
+    )
+    assert stall.collective_timeout(groups, None, "") == (1800.0, "the ranks' process group")
+    assert stall.collective_timeout({0: []}, None, "") == (1800.0, "torch's default")
+
+
+class Nodes:
+    """What the watch's ending hands dumps.take: no rank can be dumped here (None)."""
+
+
+def test_a_hang_is_ended_past_the_timeout_and_grace_unless_hang_wait(monkeypatch):
+    """Once the stall is said, every rank still without progress at the timeout + 30 s: the
+    watch returns "stop" with the reason, and records the hang; a node that exited, or
+    HANG=wait, leaves the run to the follow."""
+    monkeypatch.setattr(dumps, "take", lambda *a, **k: None)
+    for hang, state, stops in (
+        ("end", RUNNING, True),
+        ("wait", RUNNING, False),
+        ("end", {"rank0": None, "rank1": 1}, False),
+    ):
+        clock = Clock()
+        extra: dict = {}
+        w = stall.StallWatch(None, extra, clock=clock, timeout_s=20.0, timeout_said="x", hang=hang)
+        metrics = {0: steps(0, [1, 2, 3])}
+        assert w(metrics, state, Nodes()) is None
+        w.reported = True  # the stall said (its dump is test_stacks.py's)
+        clock.now += 49
+        assert w(metrics, state, Nodes()) is None
+        clock.now += 2
+        got = w(metrics, state, Nodes())
+        assert (got == "stop") == stops, (hang, state)
+        if stops:
+            assert w.stop_reason.startswith("hung past its timeout (20 s, x)")
+            assert extra["hang"]["ended_after_timeout_s"] == 31.0

@@ -8,7 +8,8 @@ phase before the first step); a node's log output is not (c10d prints rendezvous
 a peer is missing). Exited nodes are past watching; the live ones stay watched.
 
 The stall time: where the ranks log steps, 10 times the median time between logged steps, at
-least 15 s (a hang in a run of one-second steps is named within 15 s); before the second step,
+least 12 s (a hang in a run of one-second steps is named within 15 s of its stall, the dump
+and the verdict included); before the second step,
 or for a script that logs none, 60 s (the first step, a model's load, a script's own loop run
 that long unwatched). STALL=s sets it. A dump that finds the ranks in a slow phase (a save, an
 evaluation, a model's load, the data) with no rank waiting on another outside one is no stall:
@@ -33,7 +34,9 @@ from tuning.harness.run_files import metric_lines
 from tuning.harness.verdict import live
 
 FLOOR_S = 60.0  # the stall time before the ranks' step times are known
-FAST_FLOOR_S = 15.0  # ... and once they are: the floor of 10 x the median step
+# ... and once they are: the floor of 10 x the median step, 12 s so that the dump and the
+# verdict (1-3 s on 2 cores) are said within 15 s of the stall
+FAST_FLOOR_S = 12.0
 STEPS_PER_STALL = 10  # the stall time is this many median gaps between logged steps
 HANG_GRACE_S = 30.0  # after the job's collective timeout, before the harness ends a hang
 # the phases a dump may find a rank in that are slow but healthy (stack_text.PHASES)

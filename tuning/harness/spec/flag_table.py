@@ -168,7 +168,7 @@ GROUPS: dict[str, tuple[Flag, ...]] = {
         Flag(
             "STALL=s",
             ("up",),
-            "dump every rank's stack after s s without progress (default max(15, 10 x step), "
+            "dump every rank's stack after s s without progress (default max(12, 10 x step), "
             "60 before the steps are known; 0: off)",
         ),
         Flag(
