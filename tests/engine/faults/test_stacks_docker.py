@@ -102,7 +102,8 @@ def test_a_stalled_up_prints_the_stacks_by_itself_and_stacks_on_demand(hang_imag
     assert summary["status"] == "interrupted", rest
     stall = summary["stall"]
     assert stall["summaries"] == printed and stall["stall_s"] == 20.0 and stall["spells"] == 1
-    assert (run / "output/stacks/rank0.txt").read_text().count("=== stacks of rank 0") == 2
+    # the watch's first look, `make stacks`, and a look again each stall time (quietly)
+    assert (run / "output/stacks/rank0.txt").read_text().count("=== stacks of rank 0") >= 2
     assert leftovers(run_id) == []
     gone = harness("stacks", "--run-id", run_id, runs=tmp_path)
     assert gone.returncode == 2 and "is not running (it ended" in gone.stderr
