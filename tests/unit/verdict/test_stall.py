@@ -159,3 +159,30 @@ def test_a_hang_is_ended_past_the_timeout_and_grace_unless_hang_wait(monkeypatch
         if stops:
             assert w.stop_reason.startswith("hung past its timeout (20 s, x)")
             assert extra["hang"]["ended_after_timeout_s"] == 31.0
+
+
+def test_a_long_save_is_a_slow_phase_not_a_stall(tmp_path, monkeypatch, capsys):
+    """Steps of a second, then a save of minutes: the watch looks at 12 s, the real stack of
+    the saving rank says it saves, and nothing is reported or recorded as a stall."""
+    script, out = tmp_path / "saving.py", tmp_path / "out"
+    script.write_text(SAVING.format(root=str(ROOT), out=str(out)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
+    finally:
+        proc.kill()
+        proc.wait()
+    monkeypatch.setattr(dumps, "take", lambda *a, **k: taken)
+    nobody = {"class": "unknown", "culprits": [], "evidence": "no rank stands out", "rule": "none"}
+    monkeypatch.setattr(stall.live, "judge_live", lambda *a: nobody)
+    clock = Clock()
+    extra: dict = {}
+    w = stall.StallWatch(None, extra, clock=clock, timeout_s=1800.0, timeout_said="x")
+    metrics = {0: steps(0, range(1, 30))}
+    assert w(metrics, RUNNING, Nodes()) is None
+    clock.now += 13
+    assert w(metrics, RUNNING, Nodes()) is None
+    said = capsys.readouterr().out
+    assert "in a slow phase, not a hang: rank 0 saving a checkpoint" in said
+    assert "no rank has logged progress" not in said and "stall" not in extra
