@@ -140,7 +140,10 @@ class StallWatch:
         Exited nodes are past watching; the live ones are watched still."""
         now = self.clock()
         alive = [n for n, code in state.items() if code is None]
-        if self.progressed(metrics) or not alive:
+        # every rank's trainer returned: the launchers are leaving (the follow's GRACE watches
+        # a process hung on its way out), no rank is to be found stuck
+        done = len(metric_lines.returned_now(metrics)) == len(metrics) > 0
+        if self.progressed(metrics) or not alive or done:
             self.last, self.looked, self.reported, self.slow_said = now, None, False, False
             return None
         quiet = now - self.last
