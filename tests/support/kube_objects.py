@@ -62,4 +62,6 @@ SRC_ARGS = {
     "rdzv_timeout": 77,
     "grace_s": 45,
 }
-EXTRAS = {"plain": None, "claims+entry": FULL, "src+args": SRC_ARGS}
+# KUBE_UID=auto with claims: no runAsUser, no fsGroup (OpenShift assigns both)
+UID_AUTO = {"claims": CLAIMS, "uid_auto": True, "user": "1000770000:0"}
+EXTRAS = {"plain": None, "claims+entry": FULL, "src+args": SRC_ARGS, "uid-auto": UID_AUTO}

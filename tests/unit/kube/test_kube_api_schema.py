@@ -98,7 +98,9 @@ def invalid(doc: dict, version: str) -> str | None:
 def test_core_objects_and_pods_validate_against_the_kubernetes_api(kind, gpus, nodes, nproc, extra):
     docs = objects(kind, gpus, nodes, nproc, EXTRAS[extra])
     core = [d for d in docs if d["kind"] in ("ConfigMap", "Job")]
-    maps = {"plain": 1, "claims+entry": 2, "src+args": 3}[extra]  # job; launcher; SRC
+    maps = {"plain": 1, "claims+entry": 2, "src+args": 3, "uid-auto": 1}[
+        extra
+    ]  # job; launcher; SRC
     assert len(core) == maps + (kind == "job")
     templates = [t for d in docs for t in pod_templates(d)]
     assert templates
