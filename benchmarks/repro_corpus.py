@@ -168,7 +168,7 @@ def verdict_of(folder: Path) -> dict:
     return {
         "culprits": sorted(v.get("culprits") or []),
         "world": rec["read"]["world_size"],
-        "world_stated": rec["read"]["world_stated"],
+        "world_stated": rec["read"].get("world_stated", True),
         "class": v.get("class"),
         "evidence": v.get("evidence"),
         "could_not_tell": rec["could_not_tell"],
