@@ -104,17 +104,22 @@ _save_checkpoint(None, None)
 """
 
 
-def test_a_dump_during_a_long_save_names_the_save(tmp_path):
-    """A slow phase that is still progressing is said as that phase, not as a stall."""
+def saving_dump(tmp_path):
+    """(the dump, the script) of a real process in the HF Trainer's _save_checkpoint."""
     script, out = tmp_path / "saving.py", tmp_path / "out"
     script.write_text(SAVING.format(root=str(ROOT), out=str(out)))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
-        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
+        return dumps.dump(out, [dumps.Node("host", [0])], "test"), script
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_dump_during_a_long_save_names_the_save(tmp_path):
+    """A slow phase that is still progressing is said as that phase, not as a stall."""
+    taken, script = saving_dump(tmp_path)
     line = next(i for i, x in enumerate(script.read_text().splitlines(), 1) if "# SAVING" in x)
     assert stack_text.slow_phases(taken) == (
         f"rank 0 saving a checkpoint (in _save_checkpoint at {script}:{line})"
@@ -164,15 +169,7 @@ def test_a_hang_is_ended_past_the_timeout_and_grace_unless_hang_wait(monkeypatch
 def test_a_long_save_is_a_slow_phase_not_a_stall(tmp_path, monkeypatch, capsys):
     """Steps of a second, then a save of minutes: the watch looks at 12 s, the real stack of
     the saving rank says it saves, and nothing is reported or recorded as a stall."""
-    script, out = tmp_path / "saving.py", tmp_path / "out"
-    script.write_text(SAVING.format(root=str(ROOT), out=str(out)))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline() == "ready\n"
-        taken = dumps.dump(out, [dumps.Node("host", [0])], "test")
-    finally:
-        proc.kill()
-        proc.wait()
+    taken, _ = saving_dump(tmp_path)
     monkeypatch.setattr(dumps, "take", lambda *a, **k: taken)
     nobody = {"class": "unknown", "culprits": [], "evidence": "no rank stands out", "rule": "none"}
     monkeypatch.setattr(stall.live, "judge_live", lambda *a: nobody)
