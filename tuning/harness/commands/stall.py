@@ -160,8 +160,9 @@ class StallWatch:
         quiet = self.due(metrics, state)
         if quiet is None:
             return None
-        # the first look of a spell says the stacks; later ones speak only if the verdict moved
-        taken = dumps.take(nodes, f"no progress for {quiet:.0f} s", say=not self.reported)
+        # taken quietly: said as a stall (its line, then the stacks), as a slow phase, or, on a
+        # later look of the spell, not at all unless the verdict moved
+        taken = dumps.take(nodes, f"no progress for {quiet:.0f} s", say=False)
         if taken is None:
             return None
         found = live.judge_live(nodes, metrics, taken)  # may take a while (fr_check)
@@ -173,7 +174,7 @@ class StallWatch:
                 )
             self.slow_said = True
         elif not self.reported:
-            self._report(quiet, self.limit(metrics), taken, found, busy, metrics)
+            self._report(quiet, self.limit(metrics), taken, found, busy, metrics, nodes)
         elif found.get("culprits") != (self.extra.get("verdict") or {}).get("culprits"):
             print(f"harness: {quiet:.0f} s without progress; the verdict changed:")
             print("\n".join(live.said(found)))
@@ -193,7 +194,7 @@ class StallWatch:
         culprits = set(found.get("culprits") or [])
         return bool(slow) and (culprits <= slow if culprits else True)
 
-    def _report(self, quiet, limit, taken, found, busy, metrics) -> None:
+    def _report(self, quiet, limit, taken, found, busy, metrics, nodes) -> None:
         how = (
             "set by STALL"
             if self.limit_s is not None
@@ -219,6 +220,7 @@ class StallWatch:
             f"{how}); the ranks' stacks follow. The job's collective timeout is {timeout:.0f} s "
             f"({said}): {who}; {ends}."
         )
+        dumps.said(taken, nodes.run_dir / "output/stacks")
         if busy:
             print(f"harness: a slow phase, not necessarily a hang: {busy}")
         first = self.extra.get("stall")

@@ -249,7 +249,12 @@ def take(nodes, why: str, say: bool = True) -> dict | None:
         print(f"harness: could not dump the ranks' stacks: {e}", file=sys.stderr)
         return None
     if say:
-        print(f"harness: stacks ({why}); every thread's in {nodes.run_dir / 'output/stacks'}:")
-        for line in taken["summaries"]:
-            print(f"  {line}")
+        said(taken, nodes.run_dir / "output/stacks")
     return taken
+
+
+def said(taken: dict, stacks_dir) -> None:
+    """A dump's lines on the terminal: where every thread is kept, each rank's summary."""
+    print(f"harness: stacks ({taken['why']}); every thread's in {stacks_dir}:")
+    for line in taken["summaries"]:
+        print(f"  {line}")

@@ -226,11 +226,13 @@ def _exit(rank: int, seen: Rank | None, pod, c: Container | None) -> dict:
     launcher_failed = bool(c and c.agent_error)  # the pod's exit is its launcher's own
     if pod is not None and pod.exit_code is not None and not stopped and not launcher_failed:
         # the pod's exit is its launcher's, shared by its ranks: it is one rank's only where
-        # the pod holds that one rank and it printed something; the kernel's OOM killer in
-        # the container (OOMKilled) ended every rank of it that had no end of its own
+        # the pod holds that one rank and it printed something. A SIGKILL of the pod (137: the
+        # kubelet, the kernel's OOM killer, a node lost) ends every process in it at once, so
+        # every rank that had no end of its own; another signal (134, 139) is one process's
+        # own crash, which of them not said
         killed = pod.exit_code > 128 or pod.signal
         sig = pod.signal or (pod.exit_code - 128 if pod.exit_code > 128 else None)
-        if pod.reason == "OOMKilled" and not own and code is None:
+        if (pod.reason == "OOMKilled" or sig == 9) and not own and code is None:
             code, signal = pod.exit_code, sig or 9
         elif code is None and alone and seen is not None:
             code, signal = pod.exit_code, sig if killed else None
