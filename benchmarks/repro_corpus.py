@@ -190,9 +190,13 @@ def score(case: Case, got: dict) -> str:
 
 def keeps(got: dict, base: dict) -> bool:
     """A variant keeps its case's verdict: the same culprits, and the same world size, or, where
-    the variant's lines no longer state it (no pods.yaml), a floor that does not pass it."""
+    the variant's lines no longer state it (no pods.yaml), a floor that does not pass it, or
+    "cannot tell" that says the verdict takes the world size."""
     if got["culprits"] != base["culprits"]:
-        return False
+        # a verdict that counted the world's other ranks: without the world, saying that it
+        # takes the world size (and where to find it) keeps it
+        untold = any("takes the world size" in x for x in got["could_not_tell"])
+        return untold and not got["culprits"] and base["world_stated"] and not got["world_stated"]
     if got["world_stated"] or not base["world_stated"]:
         return got["world"] == base["world"]
     return got["world"] <= base["world"]

@@ -272,3 +272,36 @@ def test_torchruns_summary_holds_the_error_of_a_worker_under_record(tmp_path):
     v = rec["verdict"]
     assert (v["class"], v["culprits"], rec["read"]["world_size"]) == ("died", [2], 4), rec
     assert "ValueError: record 49 has no target" in v["evidence"]
+
+
+def _running(pods: list[dict]) -> list[dict]:
+    for p in pods:
+        p["status"]["containerStatuses"][0]["state"] = {
+            "running": {"startedAt": "2024-12-05T01:00:00Z"}
+        }
+        p["status"]["phase"] = "Running"
+    return pods
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.4", "2.6"])
+@pytest.mark.parametrize("aborted", [False, True])
+def test_a_rank_that_timed_out_alone_in_a_job_that_ran_on(version, aborted, tmp_path):
+    """Rank 3 of 4 times out; ranks 0, 1, 2 print no timeout; the pods still run. Where its
+    process was not taken down (pytorch#97191), the others did not wait in that collective:
+    rank 3 is the odd one. Where it was (std::terminate's what():), the job's end may have come
+    before the others' timeouts: nothing is named."""
+    lines = [x for x in R.watchdog(version, 3, 42) if aborted or "what()" not in x]
+    lines = [x for x in lines if aborted or not x.startswith("terminate called")]
+    logs = {"sft-master-0": ["[rank0]: " + R.tqdm(7, 100)], "sft-worker-0": lines}
+    pods = _running([R.pod("sft-master-0", 0, 2, 2, 1), R.pod("sft-worker-0", 1, 2, 2, 1)])
+    rec = judged(R.write(tmp_path / "logs", logs, pods))
+    v = rec["verdict"]
+    if aborted:
+        assert v["culprits"] == [], v
+        return
+    assert (v["class"], v["culprits"]) == ("desync", [3]), v
+    assert "waited alone in all_reduce #42" in v["evidence"], v["evidence"]
+    assert any("before the others' own timeouts" in x for x in rec["caveats"]), rec
+    rec = judged(R.write(tmp_path / "bare", logs))  # no pods.yaml: ranks 1 and 2 not known
+    assert rec["verdict"]["culprits"] == [], rec["verdict"]
+    assert any("no log and no object of rank(s) 1, 2" in x for x in rec["could_not_tell"]), rec

@@ -76,6 +76,8 @@ def gather(
             _at_failure(x, failed[r]["collectives"], (end or {}).get("error") or "")
             if not x.get("waiting") and failed[r].get("busy"):  # a log's word (make repro)
                 x["busy"] = failed[r]["busy"]
+            if failed[r].get("passed"):  # ... or that it did not wait where others timed out
+                x["passed"] = failed[r]["passed"]
         x["error"] = (end or {}).get("error") or ""
         x["completed"] = (end or {}).get("status") == "completed"
         _ended(x, (exits or {}).get(r), end)

@@ -70,6 +70,7 @@ def judge(facts: dict) -> dict:
         or (_slow(ranks) if facts.get("progressing") else None)
         # in a run that still steps, a rank between collectives is no culprit
         or (None if facts.get("progressing") else _busy(ranks))
+        or _alone(ranks)
         or _left(ranks)
         or verdict("unknown", [], _nothing(ranks), "none")
     )
@@ -251,6 +252,27 @@ def _busy(ranks) -> dict | None:
     return None
 
 
+def _alone(ranks) -> dict | None:
+    """Fewer ranks waited in a collective, to their timeout, than did not wait in it at all
+    (make repro's "passed": a job that ran on with nothing ended): the waiting ranks called a
+    collective the others finished with other sizes, or never called."""
+    waiting = _waiters(ranks)
+    passed = [r for r, x in ranks.items() if x.get("passed") and not x.get("waiting")]
+    if not waiting or len(waiting) >= len(passed):
+        return None
+    p = ranks[waiting[0]]["waiting"]
+    what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+    return verdict(
+        "desync",
+        waiting,
+        f"{ranks_text(waiting)} waited alone in {what} until the timeout; of "
+        f"{ranks_text(passed)}, {ranks[passed[0]]['passed']}: {ranks_text(waiting)} called a "
+        "collective they finished with other sizes, or never called",
+        "hand",
+        seq=p.get("seq"),
+    )
+
+
 def _left(ranks) -> dict | None:
     done = [r for r, x in ranks.items() if x.get("completed")]
     waiting = _waiters(ranks, done)
@@ -267,7 +289,7 @@ def _left(ranks) -> dict | None:
 def _nothing(ranks) -> str:
     waiting = _waiters(ranks)
     ops = {(ranks[r]["waiting"].get("op"), ranks[r]["waiting"].get("seq")) for r in waiting}
-    if waiting and len(waiting) == len(ranks) and len(ops) == 1:
+    if len(waiting) > 1 and len(waiting) == len(ranks) and len(ops) == 1:
         p = ranks[waiting[0]]["waiting"]
         what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
         return (

@@ -221,7 +221,12 @@ def limits(v: dict, inp: seen.Inputs, got: source.Read) -> list[str]:
             "no flight recorder dump: a rank that never entered a collective cannot be "
             "told from one in another collective (a desync) by the logs alone"
         )
-    out += launchers(got)
+    if any(f.get("passed") for f in inp.failed.values()):
+        out.append(
+            "the job had not ended when these logs were taken: logs taken before the others' "
+            "own timeouts came would read the same (take them again, or each rank's stack)"
+        )
+    out += inp.untold + launchers(got)
     if not inp.step:
         out.append("no progress bar in the logs: the step it happened at is not known")
     return out

@@ -88,6 +88,12 @@ WATCHDOG = re.compile(
     r"(?:\[(?:PG [^\]]*?)?Rank (\d+)\]\s*)?Watchdog caught collective operation timeout: "
     r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
 )
+# ... rethrown on the watchdog's thread (ProcessGroupNCCL, torch 1.13-2.x, where async error
+# handling tears down): std::terminate, whose handler (libstdc++'s __verbose_terminate_handler)
+# prints "terminate called after throwing an instance of '...'" and "  what():  <the message>",
+# then SIGABRT ends the process; its heartbeat monitor's (2.3+) "Terminating the process after
+# attempting to dump debug info" ends it too
+TERMINATED = re.compile(r"^\s*what\(\):\s|Terminating the process after attempting to dump")
 # c10d's OpType names (torch/csrc/distributed/c10d/Types.hpp) as the Python calls that issue them
 OPS = {
     "ALLREDUCE": "all_reduce",

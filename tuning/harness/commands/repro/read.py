@@ -48,6 +48,7 @@ class Rank:
     clock: str | None = None  # ... or a header's "MMDD HH:MM:SS"
     call: str | None = None  # the torch.distributed call its traceback ended in
     enqueued: int | None = None  # its process group's last enqueued work (2.3+)
+    aborted: bool = False  # its watchdog's exception reached std::terminate: its process ended
     _in_traceback: bool = False
     _agent: bool = False  # the traceback is torchrun's agent's, not this rank's
 
@@ -356,6 +357,8 @@ def _rank_line(c: Container, r: Rank, line: log_lines.Line) -> None:
             "pg": (pg.group(2) or pg.group(1)) if pg else None,
         }
         _when(r, line)
+    if "what()" in text or "Terminating" in text:
+        r.aborted = r.aborted or bool(log_lines.TERMINATED.search(text))
     if m := log_lines.PG_STATUS.search(text):
         r.enqueued, r.last_completed = int(m.group(1)), int(m.group(2))
     if log_lines.DETAIL.search(text):

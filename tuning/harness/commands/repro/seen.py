@@ -26,6 +26,7 @@ class Inputs:
     step: int | None = None  # the last step any rank's progress showed
     max_steps: int | None = None
     known: int = 0  # lines a producer's pattern read (0: not torch's logs)
+    untold: list[str] = field(default_factory=list)  # what a rule lacked to name a rank
 
 
 def container_of(got: Read, rank: int) -> Container | None:
@@ -90,6 +91,7 @@ def inputs(got: Read) -> Inputs:
         for rank in silent:
             del out.failed[rank]
     out.known = sum(c.known for c in got.containers)
+    _alone(got, out)
     _behind(got, out)
     _outside_stops(got, out)
     _late(got, out)
@@ -118,6 +120,58 @@ def _behind(got: Read, out: Inputs) -> None:
                 "busy": f"behind: it timed out in {w['op']} #{w['seq']}, a collective the "
                 f"others had finished (they wait in {ahead['op']} #{ahead['seq']})",
             }
+
+
+def _alone(got: Read, out: Inputs) -> None:
+    """Fewer ranks timed out in a collective than ran on with nothing ended: the others did not
+    wait in it. NCCL's watchdog times out every rank waiting in a collective on the process
+    group's one timeout (ProcessGroupNCCL, torch 1.10 to 2.6), and a waiting rank's timeout says
+    its whole world joined the group. Where no rank, launcher or pod ended, not one of the others
+    printed a timeout that the same timeout gave them too: they finished that collective (with
+    other sizes) or never called it. The fewer side is the odd one, as with ranks behind
+    (_behind). Logs taken before the others' timeouts came would read the same: said. Counting
+    the others takes the world size: where no line or object states it, that is said instead."""
+    waiting = [r for r, f in out.failed.items() if f.get("collectives")]
+    if not waiting or len(out.failed) > len(waiting) or out.missing:
+        return
+    if any(out.failed[r]["collectives"][0]["seq"] is None for r in waiting):
+        return  # a gloo call's timeout: its own timeout per call, no world joined said
+    ended = any(
+        c.failures
+        or c.stopped
+        or c.stopped_all
+        or c.node_failed
+        or c.agent_error
+        or any(r.aborted for r in c.ranks.values())
+        for c in got.containers
+    )
+    ended = ended or any(p.exit_code is not None or p.finished for p in got.pods.values())
+    others = [r for r in range(got.world) if r not in waiting]
+    if ended or any(_ended(out, r) for r in others):
+        return
+    first = out.failed[waiting[0]]["collectives"][0]
+    what = f"{first['op']} #{first['seq']}"
+    if not got.world_stated:
+        out.untold.append(
+            f"rank(s) {', '.join(map(str, waiting))} timed out in {what} with nothing of the job "
+            "ended and no other rank's timeout: whether they waited alone takes the world size, "
+            "which no line here states (add pods.yaml: its PET_NNODES and PET_NPROC_PER_NODE)"
+        )
+        return
+    if 2 * len(waiting) >= got.world:
+        return
+    for r in others:
+        out.failed[r] = {
+            "collectives": [],
+            "passed": f"none printed a timeout in {what}, and nothing of the job ended (no "
+            "rank's exit or abort, no launcher's summary, no pod's end): they did not wait in it",
+        }
+
+
+def _ended(out: Inputs, rank: int) -> bool:
+    return out.exits[rank]["code"] is not None or any(
+        y.get("event") == "end" for y in out.metrics[rank]
+    )
 
 
 def _late(got: Read, out: Inputs) -> None:
