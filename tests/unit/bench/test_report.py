@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from support.bench_report import LAYOUTS, parse_table
-from tuning.harness.commands.bench import report
+from tuning.harness.commands.bench import report, stopping
 
 SIZES = [1024 * 2**k for k in range(15)]  # 1 KiB .. 16 MiB
 NRANKS, STEPS = 2, 24
@@ -223,9 +223,10 @@ def test_the_bench_prints_its_stopping_rule_and_its_error_first(tmp_path, capsys
         (
             "auto",
             "a group-sequential sign test: a look after every round from "
-            "5 to 30, 4 % a side spent linearly over the looks, so a decision can "
-            "come from round 7 on; at a goal's edge false MET and false MISSED are "
-            "3.7 % each (exact, whatever the noise)",
+            "5 to 30, 4 % a side spent linearly over the looks, bounds set for rounds "
+            "correlated up to 0.3, so a decision can come from round 9 on; at a goal's "
+            "edge false MET and false MISSED are 3.8 % each (exact for a walk of rounds so "
+            "correlated, whatever the noise; 0.8 % for independent rounds)",
         ),
         (
             "8",
@@ -258,5 +259,25 @@ def test_an_unresolved_goal_says_its_spread_and_the_rounds_it_would_take():
         "  - why: its paired rounds spread ±0.119 (1.4826 x their median absolute deviation) "
         "about a median 0.030 from the target, so about 40 % of rounds land past it; a fixed "
         "bench, looked at once, would need more than 100 rounds to decide it 4 times in 5, and "
-        "a REPEAT=auto bench decides it within its 30 rounds 21 % of the time."
+        "a REPEAT=auto bench decides it within its 30 rounds 16 % of the time."
     ) in md.splitlines()
+
+
+def test_the_report_says_how_much_its_rounds_correlate():
+    """Each goal's line is followed by its rounds' lag-1 correlation, and the report says
+    where that passes what the design's stated error holds for (0.3)."""
+    rep = make_report(repeats=6)
+    host = report.derive(rep)["layouts"]["host"]["step_s"]["per_repeat"]
+    ratios = (0.90, 0.91, 0.92, 1.10, 1.11, 1.12)  # three slow rounds, then three fast
+    for r, h, ratio in zip(rep["layouts"][1]["repeats"], host, ratios, strict=True):
+        r["step_s"] = [[h * ratio] * 20, [h * ratio] * 20]
+    rep["meta"]["design"] = stopping.SEQUENTIAL.as_meta()
+    step = report.derive(rep)["goals"][0]
+    assert step["lag1"]["n"] == 6 and step["lag1"]["r"] > 0.4, step["lag1"]
+    md = report.markdown(rep, report.derive(rep)).splitlines()
+    said = next(ln for ln in md if ln.startswith("  - rounds: its 6 paired rounds correlate"))
+    assert "the stated error holds up to 0.3" in said or "more than the 0.3" in said, said
+    ratios = (0.90, 1.12, 0.91, 1.11, 0.92, 1.10)  # alternating: negative
+    for r, h, ratio in zip(rep["layouts"][1]["repeats"], host, ratios, strict=True):
+        r["step_s"] = [[h * ratio] * 20, [h * ratio] * 20]
+    assert report.derive(rep)["goals"][0]["lag1"]["r"] < -0.5

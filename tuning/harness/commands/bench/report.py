@@ -44,8 +44,8 @@ import json
 from pathlib import Path
 
 from tuning.harness.commands.bench.report_derive import PHASES, derive
-from tuning.harness.commands.bench.report_goals import need_line
-from tuning.harness.commands.bench.stopping import FIXED
+from tuning.harness.commands.bench.report_goals import lag1_line, need_line
+from tuning.harness.commands.bench.stopping import FIXED, from_meta
 from tuning.harness.run_files.status import Status
 
 MIB = 1024 * 1024
@@ -142,10 +142,13 @@ def markdown(report: dict, derived: dict) -> str:
         lines += [f"Rounds: {meta['stopped']}", ""]
     if workload(meta):
         lines += [workload(meta), ""]
+    design = from_meta(meta)
     for g in derived["goals"]:
         lines.append(f"- {g['verdict']}: {g['sentence']}")
         if g["verdict"] == "UNRESOLVED" and need_line(g):
             lines.append(f"  - {need_line(g)}")
+        if lag1_line(g, design):
+            lines.append(f"  - rounds: {lag1_line(g, design)}")
     return "\n".join(lines) + "\n"
 
 

@@ -147,6 +147,7 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
                     "verdict": "NOT MEASURED",
                     "more_rounds": 0,
                     "need": None,
+                    "lag1": None,
                     "sentence": f"{name}: not measured (no "
                     f"{' or '.join(absent) or 'paired data'}).",
                 }
@@ -197,6 +198,7 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
                 "past": d["past"],
                 "bound": d["bound"],
                 "need": need,
+                "lag1": stopping.lag1(p["per_round"]),
                 "sentence": s,
             }
         )
@@ -249,3 +251,20 @@ def need_line(g: dict) -> str | None:
         f"REPEAT=auto bench decides it within its {stopping.LAST} rounds "
         f"{need['auto_decides']:.0%} of the time."
     ).replace("%", " %")
+
+
+def lag1_line(g: dict, design) -> str | None:
+    """report.md's line under a goal: its rounds' lag-1 correlation against what the design's
+    error allows (stopping.RHO)."""
+    c = g.get("lag1")
+    if not c:
+        return None
+    lo, hi = c["interval"]
+    said = (
+        f"its {c['n']} paired rounds correlate {c['r']:+.2f} from one round to the next "
+        f"(90 % interval [{lo:+.2f}, {hi:+.2f}])"
+    )
+    allowed = getattr(design, "rho", 0.0)
+    if lo > allowed:
+        return f"{said}: more than the {allowed:g} the stated error holds for; it is higher."
+    return f"{said}; the stated error holds up to {allowed:g}."
