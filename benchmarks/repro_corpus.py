@@ -188,15 +188,24 @@ def score(case: Case, got: dict) -> str:
     return "right" if got["world"] == case.truth.get("world") else "right rank, wrong world"
 
 
-def keeps(got: dict, base: dict) -> bool:
+# What a variant takes away that a verdict may need, as make repro says it lacks it ("naming a
+# rank here takes the world size"), and whether the variant took it
+LOST = {
+    "world size": lambda variant, got, base: base["world_stated"] and not got["world_stated"],
+    "lines' times": lambda variant, got, base: variant == "no timestamps",
+}
+
+
+def keeps(got: dict, base: dict, variant: str = "") -> bool:
     """A variant keeps its case's verdict: the same culprits, and the same world size, or, where
     the variant's lines no longer state it (no pods.yaml), a floor that does not pass it, or
-    "cannot tell" that says the verdict takes the world size."""
+    "cannot tell" that says naming a rank takes what the variant took away (LOST)."""
     if got["culprits"] != base["culprits"]:
-        # a verdict that counted the world's other ranks: without the world, saying that it
-        # takes the world size (and where to find it) keeps it
-        untold = any("takes the world size" in x for x in got["could_not_tell"])
-        return untold and not got["culprits"] and base["world_stated"] and not got["world_stated"]
+        return not got["culprits"] and any(
+            f"naming a rank here takes the {what}" in x and lost(variant, got, base)
+            for what, lost in LOST.items()
+            for x in got["could_not_tell"]
+        )
     if got["world_stated"] or not base["world_stated"]:
         return got["world"] == base["world"]
     return got["world"] <= base["world"]
@@ -214,7 +223,7 @@ def run(corpus: Path = CORPUS, only: str | None = None) -> list[dict]:
                 got[name] = verdict_of(folder)
                 shutil.rmtree(folder)
             base = got["as reported"]
-            kept = {k: keeps(g, base) for k, g in got.items()}
+            kept = {k: keeps(g, base, k) for k, g in got.items()}
             rows.append(
                 {
                     "case": case.id,

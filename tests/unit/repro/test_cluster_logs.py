@@ -73,7 +73,7 @@ def test_each_case_gets_the_verdict_its_report_shows(case, scored):
 def test_every_variant_gives_its_cases_verdict(case, scored):
     base = scored[case]["verdict"]
     for name, got in scored[case]["variants"].items():
-        assert repro_corpus.keeps(got, base), (
+        assert repro_corpus.keeps(got, base, name), (
             f"{case}, {name}: {got['culprits']} of {got['world']}, not "
             f"{base['culprits']} of {base['world']}"
         )

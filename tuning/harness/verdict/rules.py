@@ -274,10 +274,26 @@ def _alone(ranks) -> dict | None:
 
 
 def _left(ranks) -> dict | None:
+    """Ranks ended (completed) while others wait in a collective. The fewer side is the odd one,
+    as with ranks behind (make repro's _behind): the few that ended skipped a collective the
+    many still wait in; the few that wait called one the many ended without (a save's barrier
+    under `if is_main_process:`). As many on each side: the ones that ended, as before."""
     done = [r for r, x in ranks.items() if x.get("completed")]
     waiting = _waiters(ranks, done)
     if not done or not waiting:
         return None
+    if len(waiting) < len(done):
+        p = ranks[waiting[0]]["waiting"]
+        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        return verdict(
+            "desync",
+            waiting,
+            f"{ranks_text(waiting)} {_wait(ranks, waiting)} alone in {what}, a collective "
+            f"{ranks_text(done)} ended (completed) without: {ranks_text(waiting)} called a "
+            "collective the others never called",
+            "hand",
+            seq=p.get("seq"),
+        )
     return verdict(
         "left a collective",
         done,

@@ -263,6 +263,10 @@ LIGHTNING_RANK = re.compile(r"Initializing distributed: GLOBAL_RANK: (\d+), MEMB
 # (run_clm.py and the others: training_args.local_rank) is the LOCAL rank ("Process rank: 3,
 # device: cuda:3, n_gpu: 1")
 PROCESS_RANK = re.compile(r"\bProcess rank: (\d+), world size: \d+")
+# accelerate's PartialState.__repr__ (accelerate/state.py, 0.20-1.x), which scripts log on every
+# process (`logger.info(accelerator.state, main_process_only=False)`): "Num processes: 4",
+# "Process index: 2" (the global rank), "Local process index: 2", each on a line of its own
+ACCEL_INDEX = re.compile(r"^(Local )?[Pp]rocess index: (\d+)$")
 LOCAL_PROCESS_RANK = re.compile(r"\bProcess rank: (-?\d+), device")
 # torch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): "Tried to allocate 896.00
 # MiB (GPU 2; 79.17 GiB total capacity; ...": the device, a worker's local rank where each
@@ -369,7 +373,7 @@ SALIENT = re.compile(
             "Num processes", "nranks", "batch size", "Accumulation", "Process rank",
             "NCCL WARN", "out of memory", "recv", "Stop_waiting", "torch/distributed",
             "torchrun", "%|", "|Loss: ", "iteration", "step", "Iter(", "Launching",
-            "MEMBER", "processes", "local_rank",
+            "MEMBER", "processes", "local_rank", "rocess index", "what()", "Terminating",
         )
     )
 )  # fmt: skip

@@ -49,6 +49,7 @@ class Rank:
     call: str | None = None  # the torch.distributed call its traceback ended in
     enqueued: int | None = None  # its process group's last enqueued work (2.3+)
     aborted: bool = False  # its watchdog's exception reached std::terminate: its process ended
+    aborted_t: float | None = None  # when, where the line had a full time
     _in_traceback: bool = False
     _agent: bool = False  # the traceback is torchrun's agent's, not this rank's
 
@@ -212,6 +213,8 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
         c.stopped.add(m.group(1))  # by PID: a log printed twice (accelerate test) counts once
     if "sigkill_handler" in text:
         _deepspeed_line(c, line)
+    if "rocess index" in text and (m := log_lines.ACCEL_INDEX.match(text)):
+        (c.locals_seen if m.group(1) else c.globals_seen).add(int(m.group(2)))
     if "Process rank" in text and (m := log_lines.LOCAL_PROCESS_RANK.search(text)):
         if int(m.group(1)) >= 0:
             c.locals_seen.add(int(m.group(1)))
@@ -357,8 +360,8 @@ def _rank_line(c: Container, r: Rank, line: log_lines.Line) -> None:
             "pg": (pg.group(2) or pg.group(1)) if pg else None,
         }
         _when(r, line)
-    if "what()" in text or "Terminating" in text:
-        r.aborted = r.aborted or bool(log_lines.TERMINATED.search(text))
+    if ("what()" in text or "Terminating" in text) and log_lines.TERMINATED.search(text):
+        r.aborted, r.aborted_t = True, r.aborted_t or line.t
     if m := log_lines.PG_STATUS.search(text):
         r.enqueued, r.last_completed = int(m.group(1)), int(m.group(2))
     if log_lines.DETAIL.search(text):

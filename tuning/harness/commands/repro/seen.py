@@ -13,6 +13,9 @@ from tuning.harness.commands.repro.source import Read
 # a container's exit code past 128 is 128 + the signal that ended it (the shell's, the
 # runtime's); torchrun reports a worker a signal ended as minus the signal
 SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 7: "SIGBUS", 11: "SIGSEGV"}
+# ranks waiting in one collective time out within seconds of each other (at most 5.2 s apart in
+# tests/cluster_logs): a job that ran this long past one rank's timeout gave the others theirs
+GAP_S = 30.0
 
 
 @dataclass
@@ -123,49 +126,82 @@ def _behind(got: Read, out: Inputs) -> None:
 
 
 def _alone(got: Read, out: Inputs) -> None:
-    """Fewer ranks timed out in a collective than ran on with nothing ended: the others did not
+    """Fewer ranks timed out in a collective than ran on without a timeout: the others did not
     wait in it. NCCL's watchdog times out every rank waiting in a collective on the process
-    group's one timeout (ProcessGroupNCCL, torch 1.10 to 2.6), and a waiting rank's timeout says
-    its whole world joined the group. Where no rank, launcher or pod ended, not one of the others
-    printed a timeout that the same timeout gave them too: they finished that collective (with
-    other sizes) or never called it. The fewer side is the odd one, as with ranks behind
-    (_behind). Logs taken before the others' timeouts came would read the same: said. Counting
-    the others takes the world size: where no line or object states it, that is said instead."""
+    group's one timeout (ProcessGroupNCCL, torch 1.10 to 2.9), and a waiting rank's timeout says
+    its whole world joined the group. Ranks waiting in one collective entered it about together
+    and time out together (at most 5.2 s apart in every case of tests/cluster_logs), so where
+    the job ran on GAP_S past the first timeout, with nothing ended but the waiting ranks' own
+    aborts, not one of the others printed a timeout the same timeout gave them too: they
+    finished that collective (with other sizes) or never called it. The fewer side is the odd
+    one, as with ranks behind (_behind). Logs taken before the others' timeouts came would read
+    the same: said. Counting the others takes the world size, and a job that ended takes the
+    lines' times: where the logs lack them, that is said instead."""
     waiting = [r for r, f in out.failed.items() if f.get("collectives")]
     if not waiting or len(out.failed) > len(waiting) or out.missing:
         return
     if any(out.failed[r]["collectives"][0]["seq"] is None for r in waiting):
         return  # a gloo call's timeout: its own timeout per call, no world joined said
-    ended = any(
-        c.failures
-        or c.stopped
-        or c.stopped_all
-        or c.node_failed
-        or c.agent_error
-        or any(r.aborted for r in c.ranks.values())
-        for c in got.containers
-    )
-    ended = ended or any(p.exit_code is not None or p.finished for p in got.pods.values())
     others = [r for r in range(got.world) if r not in waiting]
-    if ended or any(_ended(out, r) for r in others):
+    ran_on = _ran_on(got, waiting)
+    if ran_on is False or any(_ended(out, r) for r in others):
         return
     first = out.failed[waiting[0]]["collectives"][0]
     what = f"{first['op']} #{first['seq']}"
+    who = f"rank(s) {', '.join(map(str, waiting))} timed out in {what} and no other rank did"
     if not got.world_stated:
         out.untold.append(
-            f"rank(s) {', '.join(map(str, waiting))} timed out in {what} with nothing of the job "
-            "ended and no other rank's timeout: whether they waited alone takes the world size, "
-            "which no line here states (add pods.yaml: its PET_NNODES and PET_NPROC_PER_NODE)"
+            f"{who}: naming a rank here takes the world size, which no line here states (add "
+            "pods.yaml: its PET_NNODES and PET_NPROC_PER_NODE)"
         )
         return
     if 2 * len(waiting) >= got.world:
         return
+    if ran_on is None:
+        out.untold.append(
+            f"{who}, then their own abort ended the job: naming a rank here takes the lines' "
+            "times, to know the others had their timeout's time (kubectl logs --timestamps)"
+        )
+        return
     for r in others:
         out.failed[r] = {
             "collectives": [],
-            "passed": f"none printed a timeout in {what}, and nothing of the job ended (no "
-            "rank's exit or abort, no launcher's summary, no pod's end): they did not wait in it",
+            "passed": f"none printed a timeout in {what}, {ran_on}: they did not wait in it",
         }
+
+
+def _ran_on(got: Read, waiting: list[int]) -> str | bool | None:
+    """How the job went on after the waiting ranks' timeouts: nothing of it ended (no rank's
+    exit or abort, no launcher's summary, no pod's end), or only their own aborts did, GAP_S or
+    more after (by the lines' times and the pods' ends). False: something else ended, or it
+    ended sooner; None: only their aborts ended it, and no times say when."""
+    ranks = {r: x for c in got.containers for r, x in c.ranks.items()}
+    own = [r for r in waiting if ranks.get(r) and ranks[r].aborted]
+    for c in got.containers:
+        if c.stopped or c.stopped_all or c.agent_error or (c.node_failed and not own):
+            return False
+        if set(c.failures) - set(waiting):
+            return False
+        if any(f.get("exit") != -6 for r, f in c.failures.items()):
+            return False  # a waiting rank that ended otherwise than by its watchdog's abort
+    if any(x.aborted for r, x in ranks.items() if r not in waiting):
+        return False
+    pods_ended = [p for p in got.pods.values() if p.exit_code is not None or p.finished]
+    if any(p.exit_code not in (134, None) or p.reason == "OOMKilled" for p in pods_ended):
+        return False  # 134: SIGABRT, the watchdog's abort
+    failed = any(c.failures for c in got.containers)
+    if not (own or failed or pods_ended):
+        return "and nothing of the job ended (no rank's exit or abort, no launcher's summary, no pod's end)"
+    timed = [ranks[r].t for r in waiting if ranks.get(r) and ranks[r].t]
+    ends = [ranks[r].aborted_t for r in own if ranks[r].aborted_t]
+    ends += [f["t"] for c in got.containers for f in c.failures.values() if f.get("t")]
+    ends += [p.finished for p in pods_ended if p.finished]
+    if not timed or not ends:
+        return None
+    gap = max(ends) - max(timed)
+    if gap < GAP_S:
+        return False
+    return f"though the job ran on {gap:.0f} s after it, until the waiting ranks' own abort"
 
 
 def _ended(out: Inputs, rank: int) -> bool:
