@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from support import ci_gate
 from support.paths import ROOT
 from support.session_end import no_leftover_runs, no_strays
 
@@ -83,18 +84,15 @@ def mounted(tmp_path) -> tuple[Path, dict]:
 # Container tests never skip: with no engine they fail and say why (CI must prove the
 # containers). A quick inner loop deselects them: pytest -m "not docker".
 
-_skipped_docker: list[str] = []
-# What a machine may truly lack, said in the skip's reason: the kernel's sch_netem (delay and
-# loss; no other qdisc delays packets, tbf only shapes). Any other skipped container test is red.
-MACHINE_LIMITS = ("netem not supported by this kernel",)
+_skipped: list[tuple[str, str]] = []  # (test, why) of each skip that is no machine limit
 _container_basetemp: list[Path] = []  # set once a container test ran: its runs live under it
 
 
 def pytest_runtest_logreport(report):
-    if report.skipped and "docker" in report.keywords:
+    if report.skipped and not hasattr(report, "wasxfail"):
         reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-        if not any(limit in reason for limit in MACHINE_LIMITS):
-            _skipped_docker.append(report.nodeid)
+        if not ci_gate.machine_limit(reason):
+            _skipped.append((report.nodeid, reason))
 
 
 @pytest.hookimpl(trylast=True)  # after engine/conftest.py has marked its folder's tests
@@ -120,8 +118,10 @@ def _note_container_tests(request, tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     no_strays(session)
     no_leftover_runs(session, _container_basetemp[0] if _container_basetemp else None)
-    # In CI the container tests are the point: one skipped is a red run, not a green one,
-    # unless the machine lacks what it needs (MACHINE_LIMITS; -ra shows each skip's reason).
-    if os.environ.get("CI") and _skipped_docker and exitstatus == 0:
-        print(f"\nCI: {len(_skipped_docker)} container test(s) skipped: {_skipped_docker}")
+    # In CI every test is the point: one skipped (no engine, not root, no ../shared) is a red
+    # run, not a green one, unless the machine lacks what it needs (ci_gate.MACHINE_LIMITS)
+    if ci_gate.on() and _skipped and exitstatus == 0:
+        print(f"\nCI: {len(_skipped)} test(s) skipped, each a red run here:")
+        for test, why in _skipped:
+            print(f"  {test}: {why}")
         session.exitstatus = 1

@@ -5,7 +5,6 @@ that a create meets are evaluated from their own texts by a CEL engine (cel-pyth
 
 from __future__ import annotations
 
-import os
 from functools import cache
 
 import pytest
@@ -34,9 +33,9 @@ SHAPES = [(4, 2, 1), (0, 1, 2), (0, 2, 1), (8, 1, 1), (0, 3, 2)]  # GPUs/pod, po
 def schema(kind: str) -> dict:
     path = CRDS / FILES[kind]
     if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI keeps the operators' CRDs beside the checkout")
-        pytest.skip(f"{path} is missing (the operators' CRDs, kept beside the checkout)")
+        pytest.skip(  # red in CI (support/ci_gate.py): CI keeps the CRDs beside the checkout
+            f"{path} is missing (the operators' CRDs, kept beside the checkout)"
+        )
     (version,) = yaml.safe_load(path.read_text())["spec"]["versions"]
     return strict(version["schema"]["openAPIV3Schema"])
 
