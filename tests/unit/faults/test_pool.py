@@ -187,3 +187,22 @@ def test_a_slowed_group_is_seen_when_every_rank_logs_its_steps():
         for r in range(7)
     }
     assert round(verdicts.slowed(metrics, 3.0), 1) == 3.3
+
+
+def test_every_rank_named_is_cannot_tell_not_a_wrong_rank():
+    """A verdict that names both ranks of two cannot tell them apart: neither right nor a
+    wrong rank (seed 3's run 23 named both); naming two of three is a wrong rank."""
+    two = next(e for e in pool_list.draw(3) if e.world == 2)
+    rec = {"verdict": {"class": "desync", "culprits": [0, 1]}}
+    row = pool.score(two, rec)
+    assert (row["right"], row["cannot_tell"], row["wrong_rank"]) == (False, True, False)
+    assert "1 cannot tell" in pool.tally([row]) and "0 wrong rank" in pool.tally([row])
+    three = next(e for e in pool_list.draw(4) if e.world == 3)
+    other = next(r for r in range(3) if r != three.rank)
+    row = pool.score(three, {"verdict": {"class": "desync", "culprits": [three.rank, other]}})
+    assert (row["cannot_tell"], row["wrong_rank"]) == (False, True)
+
+
+def test_a_seed_whose_runs_were_read_is_seen():
+    assert pool.seen(1) and pool.seen(None) == pool.seen(pool_list.SEED)
+    assert pool.seen(4) is None  # never read: a fresh draw

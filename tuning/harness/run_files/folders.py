@@ -8,12 +8,13 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import yaml
 
-from tuning.harness.errors import HarnessError
+from tuning.harness.errors import ROOT, HarnessError
 
 # A run id names a directory under runs/, a Compose project (harness-<id>), labels and a
 # PyTorchJob's labels: so one rule, a DNS label (RFC 1123), lower case, at most 63. Commands
@@ -22,6 +23,26 @@ from tuning.harness.errors import HarnessError
 RUN_ID_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 RUN_ID_MAX = 32
 LABEL_MAX = 63
+
+
+def commit() -> str | None:
+    """The code a measurement ran on: git's short commit, "+" where the tree had changes; None
+    outside a checkout. A record carries it so that its figure names its code."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def new_run_id() -> str:

@@ -18,7 +18,7 @@ from tuning.harness.commands.bench import report
 from tuning.harness.commands.bench.rounds import DEFAULT_REPEAT
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import foreign, host_assets
-from tuning.harness.run_files import metric_lines
+from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.spec import options, trainers
 from tuning.harness.spec.flags import RunFlags
 from tuning.harness.spec.job_paths import HOST_ASSETS
@@ -148,6 +148,7 @@ def meta(a, f: RunFlags, bench_id: str, names: list[str], rounds, first, threads
     out = {
         "bench_id": bench_id,
         "command": shlex.join(["python", "-m", "tuning.harness", *sys.argv[1:]]),
+        "code": folders.commit(),  # the code it measured, for a record (benchmarks/tables.py)
         "layouts": names,
         "repeat": a.repeat or DEFAULT_REPEAT,
         "rounds": rounds.describe(),
