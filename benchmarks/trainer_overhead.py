@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--arch", default="llama")
+    parser.add_argument("--out", type=Path, help="write the pairs here as a record (JSON)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tuning.demo_data import write
@@ -166,7 +168,8 @@ def main() -> int:
         model = build(tmp / "model", arch=args.arch)
         data = write(tmp / "demo.jsonl", n=max(512, args.steps * args.batch))
         print(f"config: {json.dumps(c)} arch={args.arch} threads={os.cpu_count()} cpus")
-        ratios = {"mean": [], "median": []}
+        ratios: dict[str, list[float]] = {"mean": [], "median": []}
+        pairs = []
         for i in range(args.pairs):
             order = ["sft", "bare"] if i % 2 == 0 else ["bare", "sft"]
             got = {}
@@ -175,6 +178,14 @@ def main() -> int:
                 got[side] = (run_sft if side == "sft" else run_bare)(model, data, out, c)
             for k in ratios:
                 ratios[k].append(got["sft"][k] / got["bare"][k])
+            pairs.append(
+                {
+                    "order": order,
+                    **got,
+                    "ratio_mean": ratios["mean"][-1],
+                    "ratio_median": ratios["median"][-1],
+                }
+            )
             print(
                 f"pair {i + 1} ({' then '.join(order)}): tokens/s sum/sum: sft_trainer "
                 f"{got['sft']['mean']:.0f}, bare {got['bare']['mean']:.0f}, "
@@ -188,6 +199,13 @@ def main() -> int:
                 f"median ratio sft_trainer/bare ({label}): {statistics.median(ratios[k]):.3f} "
                 "(goal >= 0.97)"
             )
+    if args.out:
+        from tuning.harness.run_files.folders import commit
+
+        command = " ".join(["benchmarks/trainer_overhead.py", *sys.argv[1:]])
+        command = re.sub(r" --out \S+", "", command)
+        record = {"command": command, "code": commit(), "config": c, "pairs": pairs}
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
