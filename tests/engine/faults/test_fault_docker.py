@@ -1,10 +1,11 @@
 """`make fault`: every kind in both layouts on 2 CPU ranks, and Ctrl-C during `make up`.
 
 Each fault run asserts what happened and in what order: its outcome, that every rank ended
-after the fault, exit codes, error signatures, the resume where it applies, and that nothing
-labelled by the run is left. How long it took is recorded (fault.json, fault.md), never
-asserted: times belong to benchmarks, and a loaded CI machine stretches them. The quick tests,
-which need no engine, are in unit/faults/test_fault.py."""
+after the fault, exit codes, error signatures, the verdict's class and culprit for every kind
+it judges, the resume where it applies, and that nothing labelled by the run is left. How
+long it took is recorded (fault.json, fault.md), never asserted: times belong to benchmarks,
+and a loaded CI machine stretches them. The quick tests, which need no engine, are in
+unit/faults/test_fault.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from support.fault_runs import TIMEOUT, run_fault
 from support.harness import harness
 from support.paths import PYTHON, ROOT
 from tuning.harness.commands.fault import KINDS, LAYOUTS
-from tuning.harness.commands.fault.kinds import disk_full, late_master, save_kill
+from tuning.harness.commands.fault.kinds import TABLE, disk_full, late_master, save_kill
 
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
 
@@ -215,6 +216,13 @@ def test_fault(kind, layout, harness_image, tmp_path):
         # cycle measured x2.7 to x4.8 here); a throttle that did nothing gives about 1.
         for rank, s in rec["slowdown"].items():
             assert s["ratio"] is not None and s["ratio"] >= 1.5, f"rank {rank}: {s}"
+    # Every kind the verdict judges: the class its table says and the rank struck (rank 1),
+    # from the run's own facts; torch's DETAIL check names both ranks of two (above), and a
+    # preemption of every pod names none (above)
+    judged = TABLE[kind].judged
+    if judged and kind not in DESYNC and kind != "preempt":
+        v = rec["verdict"]
+        assert (v["class"], v["culprits"]) == (judged, [1]), v
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
