@@ -35,10 +35,10 @@ def load(pattern: str) -> list[dict]:
 
 # --- the pool's fresh draws ------------------------------------------------------------------
 
-POOL_KEEP = (
-    "n", "experiment", "kind", "rank", "world", "layout", "trainer", "at_step", "outcome",
-    "verdict", "class", "culprits", "class_right", "verdict_s", "timeout_s",
-)  # fmt: skip
+POOL_KEEP = tuple(
+    "n experiment kind rank world layout trainer at_step outcome verdict class culprits "
+    "class_right verdict_s timeout_s".split()
+)
 
 
 def take_pool(path: Path) -> Path:

@@ -24,10 +24,25 @@ def session(tmp_path, skip: str, ci: str) -> subprocess.CompletedProcess:
     test.write_text(f"import pytest\n\n\ndef test_it():\n    {SKIPS[skip]}\n")
     env = {**os.environ, "CI": ci, "PYTHONPATH": str(ROOT / "tests")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-         "--rootdir", str(tmp_path), str(test)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(test),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("skip", ["root", "shared"])
