@@ -75,8 +75,11 @@ def main(a: argparse.Namespace) -> int:
     fresh = "seen: a regression run, not a fresh draw" if why else "fresh: no rule was fit to it"
     print(f"harness: pool: {which}: {len(chosen)} run(s); {fresh}", flush=True)
     if why:
-        print(f"harness: pool: SEED {seed if seed is not None else pool_list.SEED}: {why} "
-              f"({SEEN.relative_to(ROOT)})", flush=True)
+        print(
+            f"harness: pool: SEED {seed if seed is not None else pool_list.SEED}: {why} "
+            f"({SEEN.relative_to(ROOT)})",
+            flush=True,
+        )
     out = Path(a.runs).resolve() / base
     out.mkdir(parents=True, exist_ok=True)
     t0, rows = time.time(), []

@@ -260,14 +260,21 @@ def _alone(ranks) -> dict | None:
     passed = [r for r, x in ranks.items() if x.get("passed") and not x.get("waiting")]
     if not waiting or len(waiting) >= len(passed):
         return None
+    said = f"{ranks_text(passed)}, {ranks[passed[0]]['passed']}"
+    they = "finished with other sizes, or never called"
+    return _odd_waiters(ranks, waiting, f" until the timeout; of {said}", they)
+
+
+def _odd_waiters(ranks, waiting: list[int], others: str, they: str) -> dict:
+    """The few ranks waiting in a collective the many did not wait in: the odd ones (a desync),
+    who called a collective the others `they` (finished with other sizes, never called)."""
     p = ranks[waiting[0]]["waiting"]
     what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
     return verdict(
         "desync",
         waiting,
-        f"{ranks_text(waiting)} waited alone in {what} until the timeout; of "
-        f"{ranks_text(passed)}, {ranks[passed[0]]['passed']}: {ranks_text(waiting)} called a "
-        "collective they finished with other sizes, or never called",
+        f"{ranks_text(waiting)} waited alone in {what}{others}: {ranks_text(waiting)} called a "
+        f"collective the others {they}",
         "hand",
         seq=p.get("seq"),
     )
@@ -283,17 +290,8 @@ def _left(ranks) -> dict | None:
     if not done or not waiting:
         return None
     if len(waiting) < len(done):
-        p = ranks[waiting[0]]["waiting"]
-        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
-        return verdict(
-            "desync",
-            waiting,
-            f"{ranks_text(waiting)} {_wait(ranks, waiting)} alone in {what}, a collective "
-            f"{ranks_text(done)} ended (completed) without: {ranks_text(waiting)} called a "
-            "collective the others never called",
-            "hand",
-            seq=p.get("seq"),
-        )
+        said = f", which {ranks_text(done)} ended (completed) without"
+        return _odd_waiters(ranks, waiting, said, "never called")
     return verdict(
         "left a collective",
         done,
