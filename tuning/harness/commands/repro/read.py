@@ -233,6 +233,11 @@ def _container_line(c: Container, line: log_lines.Line, failure: dict) -> None:
     if "data size" in text and line.rank is None and line.local is None:
         if log_lines.GLOO_SIZE.search(text):  # std::terminate prints no [rankN]: (facts.py
             c.aborted = "gloo size check"  # places it)
+    if "what()" in text and line.rank is None and _named(line) is None:
+        # a watchdog's abort whose rank no word gives ("[PG 1 Rank 4]" is a rank in group 1):
+        # where its reason is a peer's loss or a timeout, the SIGABRT it ends in is that
+        # consequence, not a cause (ProcessGroupNCCL's watchdog, torch 1.13-2.x)
+        c.aborted = c.aborted or consequence(text, bool(c.peers_lost))
     if "death signal" in text and (m := log_lines.DEATH_SIGNAL.search(text)):
         c.death_signal = {"15": "SIGTERM", "2": "SIGINT", "1": "SIGHUP"}.get(m.group(1), m.group(1))
         c.death_signal_t = c.death_signal_t or line.t
