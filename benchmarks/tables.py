@@ -33,6 +33,13 @@ def load(pattern: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(RECORDS.glob(pattern))]
 
 
+def record(name: str) -> dict:
+    path = RECORDS / name
+    if not path.is_file():
+        raise SystemExit(f"no record {path.relative_to(ROOT)}: measure it (see its page)")
+    return json.loads(path.read_text())
+
+
 # --- the pool's fresh draws ------------------------------------------------------------------
 
 POOL_KEEP = tuple(
@@ -68,7 +75,7 @@ def take_pool(path: Path) -> Path:
 
 
 def pool_table() -> list[str]:
-    recs = [r for r in load("pool_s*.json") if r["fresh"] and pool.seen(r["seed"]) is None]
+    recs = [r for r in load("pool_s[0-9]*.json") if r["fresh"] and pool.seen(r["seed"]) is None]
     out = [
         "| seed | code | runs | right culprit | cannot tell | wrong rank | none named | "
         "right class | minutes |",
@@ -89,12 +96,13 @@ def pool_table() -> list[str]:
     right = sum(x["right"] for x in every)
     unsure = sum(x["cannot_tell"] for x in every)
     judged = len(every) - unsure
+    n = max(len(every), 1)
     out += [
         "",
         f"{len(every)} runs from {len(recs)} seed(s) outside the ledger: {right} culprits named "
-        f"right of the {judged} a verdict could tell ({100 * right / max(judged, 1):.1f} %), "
-        f"{unsure} cannot tell (every rank named), "
-        f"{sum(x['wrong_rank'] for x in every)} wrong rank(s).",
+        f"right ({100 * right / n:.1f} % of the runs), {unsure} cannot tell (every rank "
+        f"named), {sum(x['wrong_rank'] for x in every)} wrong rank(s); of the {judged} runs whose "
+        f"verdict told a rank, {100 * right / max(judged, 1):.1f} % right.",
     ]
     missed = [(r["seed"], x) for r in recs for x in r["rows"] if not x["right"]]
     if missed:
@@ -140,7 +148,7 @@ def _iv(iv, fmt: str) -> str:
 
 
 def bench_table(name: str) -> list[str]:
-    r = json.loads((RECORDS / f"bench_{name}.json").read_text())
+    r = record(f"bench_{name}.json")
     out = [
         f"`{r['command']}` on {r['code']}: {r['stopped']}",
         "",
@@ -178,7 +186,7 @@ def bench_table(name: str) -> list[str]:
 
 
 def overhead_table() -> list[str]:
-    r = json.loads((RECORDS / "trainer_overhead.json").read_text())
+    r = record("trainer_overhead.json")
     out = [
         f"`{r['command']}` on {r['code']}:",
         "",

@@ -37,14 +37,24 @@ def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
 
 
 def test_the_docs_say_each_pooled_kinds_class_as_its_table_entry_does():
-    """docs/faults.md's table of expected classes (kinds, then the class; parentheses aside)."""
+    """docs/faults.md's table of expected classes (kinds, then the class), and the flags the
+    pool adds to a kind, in parentheses after it (`late-master (LATE=40, RDZV_TIMEOUT=10)`)."""
     section = (ROOT / "docs/faults.md").read_text().split("## The scored pool (`make pool`)")[1]
     rows = section.split("| kinds | expected class |")[1].split("\n\n")[0].splitlines()[2:]
-    said = {}
+    said, flags = {}, {}
     for row in rows:
+        kinds_cell = row.split("|")[1]
+        for kind, added in re.findall(r"([\w-]+)(?: \(([^)]*)\))?", kinds_cell):
+            flags[kind] = added
         kinds, judged = (re.sub(r" ?\([^)]*\)", "", cell).strip() for cell in row.split("|")[1:3])
         said.update(dict.fromkeys(kinds.split(", "), judged))
     assert said == {name: TABLE[name].judged for name in pool_list.REGRESSION}
+
+    def as_said(pool_flags: tuple[str, ...]) -> str:  # ("--late", "40") -> "LATE=40"
+        pairs = zip(pool_flags[::2], pool_flags[1::2], strict=True)
+        return ", ".join(f"{f.lstrip('-').upper().replace('-', '_')}={v}" for f, v in pairs)
+
+    assert flags == {name: as_said(TABLE[name].pool_flags) for name in pool_list.REGRESSION}
 
 
 def test_a_fresh_draw_varies_everything_and_holds_to_its_seed():
@@ -73,7 +83,7 @@ def test_pool_dry_run_lists_the_runs_as_typed_and_pick_is_checked():
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    assert out.stdout.splitlines()[2:] == [
         "  3  crash rank 0, single: make fault FAULT=crash RANK=0 LAYOUT=single NPROC=4 "
         "AT_STEP=8 TIMEOUT=20",
         " 24  mismatch rank 3, single, fms: make fault FAULT=mismatch RANK=3 LAYOUT=single "
@@ -206,3 +216,11 @@ def test_every_rank_named_is_cannot_tell_not_a_wrong_rank():
 def test_a_seed_whose_runs_were_read_is_seen():
     assert pool.seen(1) and pool.seen(None) == pool.seen(pool_list.SEED)
     assert pool.seen(4) is None  # never read: a fresh draw
+    for seed, said in (("2", "seen: a regression run"), ("9", "fresh: no rule was fit")):
+        out = subprocess.run(
+            [sys.executable, "-m", "tuning.harness", "pool", "--dry-run", "--seed", seed],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert said in out.stdout.splitlines()[0], out.stdout[:300]

@@ -66,10 +66,6 @@ def main(a: argparse.Namespace) -> int:
     seed = int_arg("SEED", a.seed, 0)  # a fresh draw; unset: the committed list
     base = options.checked_run_id(a.run_id or (BASE if seed is None else f"{BASE}-s{seed}"))
     chosen = picked(a.pick, seed)
-    if a.dry_run:
-        for e in chosen:
-            print(f"{e.n:3}  {e.name}: {e.typed()}")
-        return 0
     why = seen(seed)
     which = "the committed list (seed 30)" if seed is None else f"a draw, SEED={seed}"
     fresh = "seen: a regression run, not a fresh draw" if why else "fresh: no rule was fit to it"
@@ -80,6 +76,10 @@ def main(a: argparse.Namespace) -> int:
             f"({SEEN.relative_to(ROOT)})",
             flush=True,
         )
+    if a.dry_run:
+        for e in chosen:
+            print(f"{e.n:3}  {e.name}: {e.typed()}")
+        return 0
     out = Path(a.runs).resolve() / base
     out.mkdir(parents=True, exist_ok=True)
     t0, rows = time.time(), []
