@@ -105,6 +105,7 @@ def score(case: Case, got: dict) -> str:
 LOST = {
     "world size": lambda variant, got, base: base["world_stated"] and not got["world_stated"],
     "lines' times": lambda variant, got, base: variant == "no timestamps",
+    "pods' objects": lambda variant, got, base: variant.endswith("no pods.yaml"),
 }
 
 

@@ -20,13 +20,7 @@ import repro_corpus  # noqa: E402
 CASES = repro_corpus.cases()
 # Cases make repro misses, each with why (strict: a reader that starts naming it right fails
 # here, and the entry goes)
-MISSED = {
-    "kf-1638-elastic-pod-deleted-restart": (
-        "make repro reads each pod's newest attempt, and the failure is in the first: the deleted "
-        "worker-1 left no log, and only the objects' start times show its pod began anew as "
-        "worker-0's first attempt failed on the lost peer"
-    ),
-}
+MISSED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

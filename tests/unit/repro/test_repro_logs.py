@@ -305,3 +305,52 @@ def test_a_rank_that_timed_out_alone_in_a_job_that_ran_on(version, aborted, tmp_
     rec = judged(R.write(tmp_path / "bare", logs))  # no pods.yaml: ranks 1 and 2 not known
     assert rec["verdict"]["culprits"] == [], rec["verdict"]
     assert any("no log and no object of rank(s) 1, 2" in x for x in rec["could_not_tell"]), rec
+
+
+def _restarted(pod: dict, began: str, ended: str, code: int, again: str) -> dict:
+    """A pod whose container ended (lastState) and runs again since `again`."""
+    cs = pod["status"]["containerStatuses"][0]
+    cs["restartCount"] = 1
+    cs["lastState"] = {
+        "terminated": {"exitCode": code, "reason": "Error", "startedAt": began, "finishedAt": ended}
+    }
+    cs["state"] = {"running": {"startedAt": again}}
+    pod["status"]["phase"] = "Running"
+    return pod
+
+
+@pytest.mark.parametrize("replaced", [True, False])
+def test_pods_that_restarted_are_judged_on_the_attempt_before(replaced, tmp_path):
+    """Both pods run again and their newest logs show training: the restart is what failed.
+    Rank 0's attempt before lost its peer. Where rank 1's pod began only as rank 0's attempt
+    ended (kubectl delete, an eviction: a pod made anew, no log of the one before), rank 1 is
+    named stopped from outside; where both began together, its own crash is in its log."""
+    peer = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.9]:4312"
+    crash = "ValueError: bad record 88"
+    t1 = "2024-12-05T01:30:00Z" if replaced else "2024-12-05T01:00:03Z"
+    logs = {
+        "sft-worker-0.previous": [R.tqdm(40, 100), *R.traceback("2.1", 0, peer)],
+        "sft-worker-0": [R.tqdm(2, 100)],
+        "sft-worker-1.previous": ["starting"] if replaced else [*R.traceback("2.1", 1, crash)],
+        "sft-worker-1": [R.tqdm(2, 100)],
+    }
+    pods = [
+        _restarted(
+            R.pod("sft-worker-0", 0, 1, 2, 1),
+            "2024-12-05T01:00:00Z",
+            "2024-12-05T01:30:01Z",
+            1,
+            "2024-12-05T01:30:30Z",
+        ),
+        _restarted(
+            R.pod("sft-worker-1", 1, 1, 2, 1), t1, "2024-12-05T01:30:01Z", 1, "2024-12-05T01:30:31Z"
+        ),
+    ]
+    rec = judged(R.write(tmp_path / "logs", logs, pods))
+    v = rec["verdict"]
+    assert any("the attempt before is judged" in x for x in rec["caveats"]), rec
+    if replaced:
+        assert (v["class"], v["culprits"]) == ("stopped from outside", [1]), v
+        assert "began anew" in v["evidence"], v["evidence"]
+    else:
+        assert (v["class"], v["culprits"]) == ("died", [1]), v

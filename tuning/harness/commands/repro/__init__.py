@@ -126,6 +126,13 @@ def judge(
     large file as it is read."""
     got = source.load(folder, say)
     inp = seen.inputs(got)
+    restarted = None
+    if got.earlier and not records and (why := cannot_read(got, inp)) and got.containers:
+        # the pods restarted and their newest attempts failed in nothing: judge the attempt
+        # before, which did fail
+        restarted = f"the newest attempts show no failure ({why}): the attempt before is judged"
+        got = source.earlier_attempts(got)
+        inp = seen.inputs(got)
     for rank, rec in (records or {}).items():  # a harness run's own: each failed rank's flight
         inp.failed[rank] = {**inp.failed.get(rank, {}), **rec}  # recorder, beside what logs say
     for rank, lines in (metrics or {}).items():  # ... and its ranks' own lines (ends, signals)
@@ -157,10 +164,15 @@ def judge(
     )
     v = rules.judge(found)
     rec["verdict"] = v
+    told = [restarted] if restarted else []
     if v["culprits"]:  # named: what the logs could not tell only qualifies it
-        rec["caveats"] = limits(v, inp, got)
+        rec["caveats"] = told + limits(v, inp, got)
     else:
-        rec["could_not_tell"] = [f"the logs name no culprit: {v['evidence']}", *limits(v, inp, got)]
+        rec["could_not_tell"] = [
+            f"the logs name no culprit: {v['evidence']}",
+            *told,
+            *limits(v, inp, got),
+        ]
     return rec, inp, got
 
 

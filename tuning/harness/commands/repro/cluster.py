@@ -36,6 +36,8 @@ class Pod:
     evicted: str | None = None  # status.reason Evicted, or a DisruptionTarget condition
     restarts: int = 0
     running: bool = False  # its training container is running now (state.running)
+    first_started: float | None = None  # its container's earliest start its object holds
+    earlier: dict | None = None  # lastState's end where it runs again: an earlier attempt's
     container: str = "pytorch"  # its training container's name (kubectl exec -c)
 
 
@@ -159,7 +161,13 @@ def pod_of(obj: dict) -> Pod:
     pod.restarts = int(cs.get("restartCount") or 0)
     pod.container = ctr.get("name") or pod.container
     state = cs.get("state") or {}
-    ended = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+    last = (cs.get("lastState") or {}).get("terminated")
+    # a container running again: its lastState is the attempt before (kubectl logs --previous)
+    ended = state.get("terminated") or (None if "running" in state else last)
+    if last and "running" in state:
+        pod.earlier = last
+    starts = [_time(x.get("startedAt")) for x in (state.get("running"), ended, last) if x]
+    pod.first_started = min((t for t in starts if t), default=None)
     if ended:
         pod.exit_code, pod.signal = ended.get("exitCode"), ended.get("signal")
         pod.reason, pod.message = ended.get("reason"), ended.get("message")
@@ -182,3 +190,14 @@ def pod_of(obj: dict) -> Pod:
                 pod.evicted or f"{cond.get('reason')}: {cond.get('message') or ''}".strip()
             )
     return pod
+
+
+def as_earlier(pod: Pod) -> Pod:
+    """The pod as its earlier attempt ended (its lastState), for reading that attempt."""
+    last = pod.earlier or {}
+    out = Pod(**{**pod.__dict__})
+    out.running, out.earlier = False, None
+    out.exit_code, out.signal = last.get("exitCode"), last.get("signal")
+    out.reason, out.message = last.get("reason"), last.get("message")
+    out.finished, out.started_at = _time(last.get("finishedAt")), _time(last.get("startedAt"))
+    return out

@@ -16,6 +16,10 @@ SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 7: "SIGBUS", 11: "SIGSEGV"
 # ranks waiting in one collective time out within seconds of each other (at most 5.2 s apart in
 # tests/cluster_logs): a job that ran this long past one rank's timeout gave the others theirs
 GAP_S = 30.0
+# a pod whose history begins this long after another's, as that one's attempt ended, was created
+# anew mid-job (_replaced): a job's pods start within a minute or two of each other (scheduling,
+# image pulls), a re-created one when the pod before it is gone
+REPLACED_S = 120.0
 
 
 @dataclass
@@ -97,6 +101,7 @@ def inputs(got: Read) -> Inputs:
     _alone(got, out)
     _behind(got, out)
     _outside_stops(got, out)
+    _replaced(got, out)
     _late(got, out)
     return out
 
@@ -353,6 +358,50 @@ def _outside(seen: Rank | None, wait: dict) -> str:
     return (
         f"outside {what} by its log: it printed no timeout there, as a rank waiting in it would{at}"
     )
+
+
+def _replaced(got: Read, out: Inputs) -> None:
+    """A pod created anew mid-job: its container's history (the earliest startedAt its object
+    holds) begins REPLACED_S or more after another pod's, just as that pod's attempt ended. An
+    operator re-creates a deleted or evicted pod under its name with a fresh history, and
+    `kubectl logs --previous` reads a pod's own restarts only: the pod before it was lost from
+    outside (kubectl delete, an eviction, its node) and left no log, and the other pod failed
+    on the lost peer. Its ranks are named stopped from outside, with what the objects show."""
+    starts = {n: p.first_started for n, p in got.pods.items() if p.first_started}
+    if len(starts) < 2:
+        lost = [r for c in got.containers for r, x in c.ranks.items() if x.lost]
+        if got.before_newest and lost and not got.pods:
+            out.untold.append(
+                f"the pods restarted and rank(s) {', '.join(map(str, lost))} lost a peer: naming "
+                "a rank here takes the pods' objects, whose start times show a pod made anew "
+                "(kubectl get pods -o yaml > pods.yaml)"
+            )
+        return
+    for c in got.containers:
+        pod = got.pods.get(c.name)
+        if not pod or c.name not in starts:
+            continue
+        began = starts[c.name]
+        near = [
+            q
+            for n, q in got.pods.items()
+            if n != c.name
+            and n in starts
+            and began - starts[n] >= REPLACED_S
+            and q.finished
+            and abs(q.finished - began) <= REPLACED_S
+        ]
+        if not near:
+            continue
+        why = (
+            f"its pod {c.name} began anew {began - starts[near[0].name]:.0f} s after "
+            f"{near[0].name}, as that pod's attempt ended: the pod before it was lost from "
+            "outside (deleted, evicted, its node) and left no log"
+        )
+        for rank in range(c.node_rank * c.nproc, (c.node_rank + 1) * c.nproc):
+            ex = out.exits[rank]
+            ex.update(signature=None, outside=why, by_itself=True, signal=ex["signal"] or 15)
+            ex["t"] = began - 1.0  # gone before its new pod began, as the other failed
 
 
 def _outside_stops(got: Read, out: Inputs) -> None:

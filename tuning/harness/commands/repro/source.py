@@ -46,9 +46,32 @@ class Read:
     files: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    before_newest: bool = False  # the attempts before the newest are read (earlier_attempts)
 
 
 BIG = 8 << 20  # a file this large is said as it is read
+
+
+def earlier_attempts(got: Read) -> Read:
+    """The run as the pods' attempts before their newest ended: where the newest attempts
+    failed in nothing (the pods restarted and run on), the restart is what failed. Each pod's
+    attempt before its newest (`kubectl logs --previous`), its object as that attempt ended
+    (lastState); a pod with no earlier attempt as it is."""
+    before = {}
+    for c in got.earlier:
+        before.setdefault(c.name, c)  # read in attempt order: the one just before the newest
+    containers = [before.get(c.name, c) for c in got.containers]
+    pods = {n: cluster.as_earlier(p) if p.earlier else p for n, p in got.pods.items()}
+    return Read(
+        containers=containers,
+        pods=pods,
+        world=got.world,
+        world_stated=got.world_stated,
+        files=got.files,
+        unread=got.unread,
+        notes=got.notes,
+        before_newest=True,
+    )
 
 
 def load(folder: Path, say=None) -> Read:
