@@ -157,13 +157,14 @@ def bench_table(name: str) -> list[str]:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for g in r["goals"]:
-        fmt = "+.3f" if g["target"].endswith(" s") else ".3f"
+        secs = g["target"].endswith(" s")
+        fmt, unit = ("+.3f", " s") if secs else (".3f", "")
         c = g.get("lag1")
         corr = f"{c['r']:+.2f} {_iv(c['interval'], '+.2f')} ({c['n']})" if c else "-"
         value = format(g["value"], fmt) if g["value"] is not None else "-"
+        value += f" {_iv(g['interval'], fmt)}{unit}"
         out.append(
-            f"| {g['name']} | {g['target']} | {g['verdict']} | {value} {_iv(g['interval'], fmt)} "
-            f"| {g['pairs']} | {corr} |"
+            f"| {g['name']} | {g['target']} | {g['verdict']} | {value} | {g['pairs']} | {corr} |"
         )
     out += [
         "",
