@@ -16,7 +16,7 @@ about 10 s), z standard normal: the truth is the median either way.
    and agree with the rule's exact rate. The first-clear rule the bench had (its 90 % interval
    looked at after every round from 5) fails the same check.
 3. Rounds that correlate (AR(1), 0.3 from one to the next): still under 5 %, where bounds set
-   for independent rounds say a false verdict 9 % of the time or more.
+   for independent rounds say a false verdict about 9 % of the time.
 
 `PYTHONPATH=.:tests python tests/unit/bench/test_bench_stopping.py` prints the table of rates and
 mean rounds."""
@@ -198,7 +198,7 @@ def test_rounds_correlated_0_3_keep_the_error_under_five_percent():
     0.3, 4000 benches at the edge say MET, and MISSED, under 5 % (99 % bounds)."""
     for rate in correlated(0.3, SEQ):
         assert upper(rate, 4000) < 0.05, rate
-    # the check can fail: the same bounds set for independent rounds say each 9 % or more
+    # the check can fail: the same bounds set for independent rounds say each about 9 %
     independent = stopping.Design("sequential", stopping.ALPHA, stopping.FIRST, stopping.LAST)
     assert all(rate > 0.08 for rate in correlated(0.3, independent))
 

@@ -24,7 +24,7 @@ goal's correlation (`lag1`).
   (Lan-DeMets: ALPHA * n / LAST by look n); `a_n` the largest whose chance of a first crossing
   by look n, at the edge, stays within that, for rounds correlated up to RHO. Exact error at the
   edge: 3.8 % each way for such rounds, 0.8 % for independent ones (`Design.error`); the bounds
-  set for independent rounds (3.7 % for those) said 9 % or more for rounds correlated 0.3.
+  set for independent rounds (3.7 % for those) said about 9 % for rounds correlated 0.3.
   Looking after every round with the fixed 90 % bound (the rule before both) said MET 13 % of
   the time at the edge within 30 rounds. The bounds are fixed in advance, so stopping early for the
   budget only drops looks and cannot raise the error; a goal keeps the verdict of its first
