@@ -77,6 +77,11 @@ def judge(facts: dict) -> dict:
     return torch_check.attach(found, facts.get("fr_check"))
 
 
+def _what(p: dict) -> str:
+    """ "all_reduce #305" (its sequence number where recorded), else the call it waits in."""
+    return f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+
+
 def _waiters(ranks, but=()) -> list[int]:
     return [r for r, x in ranks.items() if r not in but and x.get("waiting")]
 
@@ -86,7 +91,7 @@ def _where_others(ranks, but) -> str:
     waiting = _waiters(ranks, but)
     if waiting:
         p = ranks[waiting[0]]["waiting"]
-        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        what = _what(p)
         return f"; {ranks_text(waiting)} {_wait(ranks, waiting)} in {what}"
     ended = [r for r, x in ranks.items() if r not in but and x.get("ended_by")]
     if ended:
@@ -240,7 +245,7 @@ def _busy(ranks) -> dict | None:
         said = "; ".join(f"rank {r} is {ranks[r]['busy']}" for r in busy)
         recorded = [p for p in waiting.values() if p.get("seq") is not None]
         p = (recorded or list(waiting.values()))[0]
-        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        what = _what(p)
         return verdict(
             "never arrived",
             busy,
@@ -269,7 +274,7 @@ def _odd_waiters(ranks, waiting: list[int], others: str, they: str) -> dict:
     """The few ranks waiting in a collective the many did not wait in: the odd ones (a desync),
     who called a collective the others `they` (finished with other sizes, never called)."""
     p = ranks[waiting[0]]["waiting"]
-    what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+    what = _what(p)
     return verdict(
         "desync",
         waiting,
@@ -305,7 +310,7 @@ def _nothing(ranks) -> str:
     ops = {(ranks[r]["waiting"].get("op"), ranks[r]["waiting"].get("seq")) for r in waiting}
     if len(waiting) > 1 and len(waiting) == len(ranks) and len(ops) == 1:
         p = ranks[waiting[0]]["waiting"]
-        what = f"{p['op']} #{p['seq']}" if p.get("seq") is not None else p["call"]
+        what = _what(p)
         return (
             f"every rank waits in {what}, alike, and none is missing or frozen: the ranks "
             "may not reach each other (network), but no rank can be named"

@@ -232,7 +232,7 @@ def lag1(values: list[float]) -> dict | None:
     m = statistics.fmean(values)
     dev = [x - m for x in values]
     var = sum(x * x for x in dev)
-    r = sum(a * b for a, b in zip(dev, dev[1:])) / var if var else 0.0
+    r = sum(a * b for a, b in zip(dev, dev[1:], strict=False)) / var if var else 0.0
     half = 1.645 * math.sqrt(max(1 - r * r, 0.0) / n)
     return {"r": r, "interval": [max(r - half, -1.0), min(r + half, 1.0)], "n": n}
 

@@ -196,7 +196,10 @@ def _ran_on(got: Read, waiting: list[int]) -> str | bool | None:
         return False  # 134: SIGABRT, the watchdog's abort
     failed = any(c.failures for c in got.containers)
     if not (own or failed or pods_ended):
-        return "and nothing of the job ended (no rank's exit or abort, no launcher's summary, no pod's end)"
+        return (
+            "and nothing of the job ended (no rank's exit or abort, no launcher's summary, "
+            "no pod's end)"
+        )
     timed = [ranks[r].t for r in waiting if ranks.get(r) and ranks[r].t]
     ends = [ranks[r].aborted_t for r in own if ranks[r].aborted_t]
     ends += [f["t"] for c in got.containers for f in c.failures.values() if f.get("t")]

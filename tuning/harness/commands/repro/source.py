@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -62,16 +62,7 @@ def earlier_attempts(got: Read) -> Read:
         before.setdefault(c.name, c)  # read in attempt order: the one just before the newest
     containers = [before.get(c.name, c) for c in got.containers]
     pods = {n: cluster.as_earlier(p) if p.earlier else p for n, p in got.pods.items()}
-    return Read(
-        containers=containers,
-        pods=pods,
-        world=got.world,
-        world_stated=got.world_stated,
-        files=got.files,
-        unread=got.unread,
-        notes=got.notes,
-        before_newest=True,
-    )
+    return replace(got, containers=containers, pods=pods, earlier=[], before_newest=True)
 
 
 def load(folder: Path, say=None) -> Read:
