@@ -55,11 +55,7 @@ def take_pool(path: Path) -> Path:
     rows = []
     for r in rec["rows"]:
         row = {k: r.get(k) for k in POOL_KEEP}
-        named = r.get("culprits") or []
-        row["right"] = named == [r["rank"]]
-        row["cannot_tell"] = pool.cannot_tell(named, r["world"], r["rank"])
-        row["wrong_rank"] = bool(set(named) - {r["rank"]}) and not row["cannot_tell"]
-        rows.append(row)
+        rows.append({**row, **pool.named(r.get("culprits"), r["world"], r["rank"])})
     seed = rec["seed"]
     out = {
         "command": f"make pool SEED={seed}",

@@ -241,12 +241,7 @@ def test_progress_as_trainers_print_it(line, step):
 
 def test_pods_still_running_with_nothing_failed_are_a_hang(tmp_path):
     logs = {"sft-master-0": [R.tqdm(151, 1000)], "sft-worker-0": ["[rank1]: step"]}
-    pods = [R.pod("sft-master-0", 0, 1, 2, 1), R.pod("sft-worker-0", 1, 1, 2, 1)]
-    for p in pods:
-        p["status"]["containerStatuses"][0]["state"] = {
-            "running": {"startedAt": "2024-12-05T01:00:00Z"}
-        }
-        p["status"]["phase"] = "Running"
+    pods = _running([R.pod("sft-master-0", 0, 1, 2, 1), R.pod("sft-worker-0", 1, 1, 2, 1)])
     rec = judged(R.write(tmp_path / "logs", logs, pods))
     assert rec["could_not_tell"][0].startswith("hung, nothing failed yet"), rec
     assert rec["hung"]["pods"] == ["sft-master-0", "sft-worker-0"]

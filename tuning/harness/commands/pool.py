@@ -143,12 +143,7 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
         "verdict": said,
         "class": v.get("class"),
         "culprits": culprits,
-        "right": culprits == [e.rank],
-        # every rank of the world named: the verdict says it cannot tell them apart (a cause
-        # they share, or two ranks alike): neither right nor a wrong rank
-        "cannot_tell": cannot_tell(culprits, e.world, e.rank),
-        "wrong_rank": bool(set(culprits or ()) - {e.rank})
-        and not cannot_tell(culprits, e.world, e.rank),
+        **named(culprits, e.world, e.rank),
         "world": e.world,
         "class_right": v.get("class") == TABLE[e.kind].judged,
         "verdict_s": v.get("verdict_s"),
@@ -162,8 +157,16 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
     }
 
 
-def cannot_tell(culprits: list[int] | None, world: int, rank: int) -> bool:
-    return bool(culprits) and len(culprits) > 1 and sorted(culprits) == list(range(world))
+def named(culprits: list[int] | None, world: int, rank: int) -> dict[str, bool]:
+    """right (exactly the rank struck), cannot_tell (every rank of the world named: the verdict
+    cannot tell them apart, a cause they share or two ranks alike: neither right nor wrong),
+    wrong_rank (another rank named)."""
+    unsure = bool(culprits) and len(culprits) > 1 and sorted(culprits) == list(range(world))
+    return {
+        "right": culprits == [rank],
+        "cannot_tell": unsure,
+        "wrong_rank": bool(set(culprits or ()) - {rank}) and not unsure,
+    }
 
 
 def tally(rows: list[dict]) -> str:
