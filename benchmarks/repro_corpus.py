@@ -1,6 +1,6 @@
 """`make repro` scored on the cluster-log corpus (tests/cluster_logs/, its README says the case
 format): each case, rebuilt from a public failure report, and its variants, read as `make repro`
-reads them (the same `repro.judge`), against the truth its report shows.
+reads them (the same `clusterlogs.judge`), against the truth its report shows.
 
     .venv/bin/python benchmarks/repro_corpus.py [--corpus DIR] [--case ID] [--out FILE.json]
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from corpus_variants import variants, write  # noqa: E402  (beside this file)
 
-from tuning.harness.commands import repro  # noqa: E402
+from tuning.harness.clusterlogs import judge  # noqa: E402
 
 CORPUS = ROOT / "tests" / "cluster_logs"
 
@@ -75,7 +75,7 @@ def cases(corpus: Path = CORPUS) -> list[Case]:
 
 def verdict_of(folder: Path) -> dict:
     """What make repro says of the folder: its culprits, its world size, its class."""
-    rec, _, _ = repro.judge(folder)
+    rec, _, _ = judge.judge(folder)
     v = rec["verdict"] or {}
     return {
         "culprits": sorted(v.get("culprits") or []),

@@ -3,7 +3,7 @@ back into its rows."""
 
 from __future__ import annotations
 
-from tuning.harness.commands.bench import report
+from tuning.harness.bench import report
 
 LAYOUTS = ["host", "single", "per-rank-isolated", "per-rank-shared"]
 

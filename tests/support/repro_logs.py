@@ -247,9 +247,9 @@ def watchdog_job(
 
 def judged(folder) -> dict:
     """The record `make repro` makes of the log set in `folder` (no replay)."""
-    from tuning.harness.commands import repro
+    from tuning.harness.clusterlogs import judge
 
-    rec, _, _ = repro.judge(folder)
+    rec, _, _ = judge.judge(folder)
     return rec
 
 

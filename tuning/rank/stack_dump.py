@@ -4,7 +4,7 @@ inside a collective, where no Python signal handler would ever run).
 
 Standard library only, like rank_record.py, beside which it is mounted into a user's image
 (/opt/harness-launch/stack_dump.py); our trainer imports it as tuning.rank.stack_dump. The host
-(tuning/harness/run/dumps.py) finds the process through <output>/stacks/rank<R>.pid.json
+(tuning/harness/stacks/dumps.py) finds the process through <output>/stacks/rank<R>.pid.json
 (written only once the handler is in place, so a signal never kills a rank that lacks it),
 appends a header line to the file, then signals. The launcher and torchrun's agent never
 register: the host signals only the pids these files name.

@@ -18,7 +18,7 @@ from support.bench_report import LAYOUTS, parse_table
 from support.engine import leftovers
 from support.harness import harness
 from support.paths import PYTHON, ROOT
-from tuning.harness.commands.bench import report
+from tuning.harness.bench import report
 
 STEPS = 10
 PROBE_MAX = 1024 * 1024

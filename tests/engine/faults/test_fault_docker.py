@@ -22,7 +22,7 @@ from support.fault_runs import TIMEOUT, run_fault
 from support.harness import harness
 from support.paths import PYTHON, ROOT
 from tuning.harness.commands.fault import KINDS, LAYOUTS
-from tuning.harness.commands.fault.kinds import TABLE, disk_full, late_master, save_kill
+from tuning.harness.faults.kinds import TABLE, disk_full, late_master, save_kill
 
 BROKEN = {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}
 

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from support.engine import leftovers
 from support.harness import harness
 from support.paths import ENTRIES
-from tuning.harness.commands.fault.kinds import disk_full
+from tuning.harness.faults.kinds import disk_full
 from tuning.harness.run_files import metric_lines
 from tuning.rank import torn
 

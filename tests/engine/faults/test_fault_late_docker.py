@@ -1,4 +1,4 @@
-"""The late-master fault on the engine (commands/fault/kinds/late_master.py), per-rank: rank 0's
+"""The late-master fault on the engine (faults/kinds/late_master.py), per-rank: rank 0's
 node starts LATE s after the others; LATE below RDZV_TIMEOUT recovers, above it fails."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from support.engine import leftovers
 from support.harness import harness
-from tuning.harness.commands.fault.kinds import late_master
+from tuning.harness.faults.kinds import late_master
 
 # --- on the engine ------------------------------------------------------------------------
 # (LATE, RDZV_TIMEOUT, TRAINER): the master comes within the rendezvous timeout, or long after

@@ -14,7 +14,7 @@ from support.engine import leftovers
 from support.fault_runs import run_fault
 from support.harness import harness
 from tuning.harness.commands.fault import LAYOUTS
-from tuning.harness.commands.fault.kinds import save_kill
+from tuning.harness.faults.kinds import save_kill
 
 # MAX_RESTARTS: crash once, the group comes back from the last checkpoint and finishes.
 # HARNESS_IMAGE picks another tag (so a run here does not rebuild an image CI is using).

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from support.paths import ROOT
-from tuning.harness.commands.fault import pool_list
+from tuning.harness.faults import pool_list
 
 pytestmark = [pytest.mark.docker, pytest.mark.fault]
 

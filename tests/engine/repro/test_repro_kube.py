@@ -14,7 +14,7 @@ import yaml
 
 from support.engine import leftovers
 from support.harness import make
-from tuning.harness.commands.repro import collect
+from tuning.harness.clusterlogs import collect
 
 kv = pytest.importorskip("kubernetes_validate")
 

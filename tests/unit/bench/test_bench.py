@@ -12,7 +12,7 @@ import pytest
 from support.bench_report import LAYOUTS
 from support.harness import harness
 from support.paths import ROOT
-from tuning.harness.commands.bench import report, samples
+from tuning.harness.bench import report, samples
 
 
 def test_parse_docker_time():
@@ -103,8 +103,8 @@ def test_launcher_runs_the_entry_with_its_own_arguments():
 def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tmp_path):
     """No JOB: configs/jobs/bench.yaml on long records made once (2048 of 64 words a side); a
     DATA of the user's keeps it; a JOB of the user's is run as it is, data and all."""
+    from tuning.harness.bench import plan
     from tuning.harness.cli import parser
-    from tuning.harness.commands.bench import plan
     from tuning.harness.spec.flags import RunFlags
 
     def spec(*flags):

@@ -12,8 +12,8 @@ import pytest
 
 from support.bench_report import LAYOUTS
 from support.clock import Clock
-from tuning.harness.commands.bench import report
-from tuning.harness.commands.bench.rounds import MAX_ROUNDS, Rounds, budget_s
+from tuning.harness.bench import report
+from tuning.harness.bench.rounds import MAX_ROUNDS, Rounds, budget_s
 from tuning.harness.errors import HarnessError
 
 CLEAR = {"step": 0.95, "busbw": 1.0, "launch": 0.5}  # every goal met, every round

@@ -29,9 +29,9 @@ import math
 import random
 
 from support.bench_report import LAYOUTS
-from tuning.harness.commands.bench import stopping
-from tuning.harness.commands.bench.report_derive import derive
-from tuning.harness.commands.bench.rounds import MAX_ROUNDS, MIN_ROUNDS, Rounds
+from tuning.harness.bench import stopping
+from tuning.harness.bench.report_derive import derive
+from tuning.harness.bench.rounds import MAX_ROUNDS, MIN_ROUNDS, Rounds
 
 SEQ = stopping.SEQUENTIAL
 # (goal, target, op, by, step to either side of the edge, spread unit)

@@ -159,7 +159,7 @@ def test_gpu_peaks_cli():
 
 
 def test_report_names_each_compose_layouts_nccl_transport_or_why_skipped(tmp_path, llama_1b):
-    from tuning.harness.commands.bench import report
+    from tuning.harness.bench import report
 
     def rep(name, transport, busbw):
         probe = {

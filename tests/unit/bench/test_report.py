@@ -1,4 +1,4 @@
-"""tuning.harness.commands.bench.report on a larger generated profile: the files it writes, the
+"""tuning.harness.bench.report on a larger generated profile: the files it writes, the
 raw samples kept, the table's shape, and the PNG. Every figure's value is pinned on the
 hand-worked profile in test_report_hand.py. Fast; no docker, no torch."""
 
@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from support.bench_report import LAYOUTS, parse_table
-from tuning.harness.commands.bench import report, stopping
+from tuning.harness.bench import report, stopping
 
 SIZES = [1024 * 2**k for k in range(15)]  # 1 KiB .. 16 MiB
 NRANKS, STEPS = 2, 24
@@ -180,7 +180,7 @@ def _bench_args(tmp_path, *flags):
 def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_path):
     """`make bench JOB=...`: every layout runs the job's save_steps as the job sets them, and
     report.json's meta and report.md's Workload line say so."""
-    from tuning.harness.commands.bench import plan
+    from tuning.harness.bench import plan
     from tuning.harness.spec.flags import RunFlags
 
     job = tmp_path / "mine.yaml"

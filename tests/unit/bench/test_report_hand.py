@@ -17,7 +17,7 @@ import pytest
 
 from support.bench_report import parse_table
 from support.paths import ROOT
-from tuning.harness.commands.bench import report
+from tuning.harness.bench import report
 
 MIB = 1024 * 1024
 # Per round; every steady step of both ranks the same. Rounds 4 and 5 keep the first three's
@@ -261,7 +261,7 @@ def test_missing_layouts_and_nulls_do_not_crash(tmp_path):
 
 def test_report_module_never_imports_torch():
     code = (
-        "import sys, tuning.harness.commands.bench.report as r; r.derive({'layouts': []});"
+        "import sys, tuning.harness.bench.report as r; r.derive({'layouts': []});"
         " print('torch' in sys.modules)"
     )
     out = subprocess.run(
@@ -283,7 +283,7 @@ def test_a_gap_no_single_phase_explains_names_none():
 
 
 def test_the_median_interval_takes_order_statistics_and_says_its_coverage():
-    from tuning.harness.commands.bench import report_stats
+    from tuning.harness.bench import report_stats
 
     # coverage 1 - 2 P(Binomial(n, 1/2) < k): n=3 k=1: 1 - 2/8; n=5: 1 - 2/32; n=8 k=2: 1 - 18/256
     assert [report_stats.coverage_of(n) for n in (2, 3, 5, 8)] == [0.5, 0.75, 0.9375, 0.9296875]

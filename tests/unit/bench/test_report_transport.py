@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tuning.harness.commands.bench import report
+from tuning.harness.bench import report
 from tuning.shared import transport
 
 
@@ -31,7 +31,7 @@ def test_parse_nccl_transport():
 
 
 def test_the_bench_reads_ncclS_transport_from_the_probe_runs_logs(tmp_path):
-    from tuning.harness.commands.bench import samples
+    from tuning.harness.bench import samples
 
     run = tmp_path / "run"
     (run / "output").mkdir(parents=True)

@@ -10,7 +10,7 @@ import subprocess
 from support.fault_runs import TIMEOUT
 from support.paths import ROOT
 from tuning import launch
-from tuning.harness.commands.fault import record
+from tuning.harness.faults import record
 
 
 def test_signatures():
@@ -56,7 +56,7 @@ def test_rdzv_timeout_reaches_torchrun():
 def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
     """The follow is made before `lifecycle.start` builds the image (minutes on a fresh
     machine): the ranks' time to reach AT_STEP counts from the first tick, once they run."""
-    from tuning.harness.commands.fault.follow import START_DEADLINE_S, Follow
+    from tuning.harness.faults.follow import START_DEADLINE_S, Follow
 
     knobs = {"rank": 1, "at_step": 12, "timeout_s": TIMEOUT, "world_size": 2}
     follow = Follow("kill", "per-rank", "rank1", knobs, "r")

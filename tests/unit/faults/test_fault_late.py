@@ -1,4 +1,4 @@
-"""The late-master fault (commands/fault/kinds/late_master.py): rank 0's node starts LATE s
+"""The late-master fault (faults/kinds/late_master.py): rank 0's node starts LATE s
 after the others.
 
 Without an engine: what a waiting node's log says (lines as torch 2.13 writes them, taken from
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 from support.harness import harness
-from tuning.harness.commands.fault import record
-from tuning.harness.commands.fault.kinds import late_master
-from tuning.harness.commands.fault.kinds.late_master import Late
+from tuning.harness.faults import record
+from tuning.harness.faults.kinds import late_master
+from tuning.harness.faults.kinds.late_master import Late
 
 # rank1's log from a per-rank run with LATE=40, RDZV_TIMEOUT=8 (torch 2.13, Docker's DNS)
 WAITED = """\

@@ -1,4 +1,4 @@
-"""The table of fault kinds (commands/fault/kinds/): every kind is whole (an injector in its own
+"""The table of fault kinds (faults/kinds/): every kind is whole (an injector in its own
 module, a record rule, a section in docs/faults.md), `make fault FAULT=?` lists exactly the
 table, and the modules that run a fault read the table instead of naming kinds. No engine."""
 
@@ -11,21 +11,21 @@ import subprocess
 import pytest
 
 from support.paths import ROOT
-from tuning.harness.commands.fault.kinds import NAMES, TABLE
-from tuning.harness.commands.fault.kinds.kind import FAILS, Kind
+from tuning.harness.faults.kinds import NAMES, TABLE
+from tuning.harness.faults.kinds.kind import FAILS, Kind
 
-COMMANDS = ROOT / "tuning/harness/commands"
+HARNESS = ROOT / "tuning/harness"
 # The modules that run, follow, record and write any fault, list the pool's and strike a
 # soak's: they read the table
 READERS = (
-    "fault/__init__.py",
-    "fault/inject.py",
-    "fault/follow.py",
-    "fault/record.py",
-    "fault/write.py",
-    "fault/pool_list.py",
-    "pool.py",
-    "soak/follow.py",
+    "commands/fault.py",
+    "faults/inject.py",
+    "faults/follow.py",
+    "faults/record.py",
+    "faults/write.py",
+    "faults/pool_list.py",
+    "commands/pool.py",
+    "commands/soak/follow.py",
 )
 
 
@@ -45,7 +45,7 @@ def test_every_kind_has_an_injector_a_record_rule_and_a_docs_section(name):
     kind = TABLE[name]
     injector = kind.inject or kind.due
     assert callable(injector), f"{name}: no injector"
-    assert injector.__module__.startswith("tuning.harness.commands.fault.kinds."), (
+    assert injector.__module__.startswith("tuning.harness.faults.kinds."), (
         f"{name}'s injector lives in {injector.__module__}, not in its kind's module"
     )
     assert callable(kind.goal) or callable(kind.expect.goal), f"{name}: no record rule"
@@ -71,11 +71,11 @@ def test_make_fault_lists_the_table(tmp_path):
 
 
 def test_the_modules_that_run_a_fault_name_no_kind():
-    """`grep` for a kind's name in fault/__init__.py, its injector's driver, the follow, the record
+    """`grep` for a kind's name in commands/fault.py, its injector's driver, the follow, the record
     and the writer: none as a string, and no hyphenated name at all (not even in a comment)."""
     hyphenated = [n for n in NAMES if "-" in n]
     for module in READERS:
-        text = (COMMANDS / module).read_text()
+        text = (HARNESS / module).read_text()
         strings = {
             n.value
             for n in ast.walk(ast.parse(text))

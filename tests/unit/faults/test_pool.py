@@ -1,4 +1,4 @@
-"""The scored pool's list and its scoring (commands/pool.py, fault/pool_list.py); the pool's
+"""The scored pool's list and its scoring (commands/pool.py, faults/pool_list.py); the pool's
 runs are fault runs (tests/engine/faults/test_pool_docker.py runs three of them on the engine)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import sys
 
 from support.paths import ROOT
 from tuning.harness.commands import pool
-from tuning.harness.commands.fault import pool_list, verdicts
-from tuning.harness.commands.fault.kinds import TABLE
+from tuning.harness.faults import pool_list
+from tuning.harness.faults.kinds import TABLE
+from tuning.harness.run_files import metric_lines
 
 
 def test_the_pool_is_fixed_and_covers_every_kind_rank_layout_and_trainer():
@@ -181,10 +182,10 @@ def test_steps_slowed_after_the_fault_are_told_apart_from_steps_as_before():
         return {0: [{"event": "step", "step": i + 1, "time": t} for i, t in enumerate(times)]}
 
     before = [0.3 * i for i in range(10)]  # 0.3 s a step until the fault at 3.0 s
-    assert verdicts.slowed(steps(before + [3.3, 3.6, 3.9, 4.2]), 3.0) is None
+    assert metric_lines.slowed(steps(before + [3.3, 3.6, 3.9, 4.2]), 3.0) is None
     slow = steps(before + [4.0, 5.0, 6.0, 7.0])  # 1 s a step: 3.3 x
-    assert round(verdicts.slowed(slow, 3.0), 1) == 3.3
-    assert verdicts.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet
+    assert round(metric_lines.slowed(slow, 3.0), 1) == 3.3
+    assert metric_lines.slowed(steps(before + [4.0, 5.0]), 3.0) is None  # too few steps yet
 
 
 def test_a_slowed_group_is_seen_when_every_rank_logs_its_steps():
@@ -196,7 +197,7 @@ def test_a_slowed_group_is_seen_when_every_rank_logs_its_steps():
         r: [{"event": "step", "step": i + 1, "time": t + r * 0.002} for i, t in enumerate(times)]
         for r in range(7)
     }
-    assert round(verdicts.slowed(metrics, 3.0), 1) == 3.3
+    assert round(metric_lines.slowed(metrics, 3.0), 1) == 3.3
 
 
 def test_every_rank_named_is_cannot_tell_not_a_wrong_rank():

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuning.harness.commands.bench.report_stats import poisson_interval
-from tuning.harness.commands.fault.kinds import TABLE
-from tuning.harness.commands.fault.kinds.kind import Soak
+from tuning.harness.bench.report_stats import poisson_interval
 from tuning.harness.commands.soak import plan
 from tuning.harness.commands.soak.plan import Failure, Plan, schedule, strike
 from tuning.harness.commands.soak.record import renewal
 from tuning.harness.errors import HarnessError
+from tuning.harness.faults.kinds import TABLE
+from tuning.harness.faults.kinds.kind import Soak
 from tuning.harness.spec import save_interval
 
 

@@ -11,9 +11,9 @@ import pytest
 from support.gpu_standin import device_ids
 from tuning import launch
 from tuning.harness.backends import compose
+from tuning.harness.bench import plan
+from tuning.harness.bench.report_goals import path
 from tuning.harness.cli import parser
-from tuning.harness.commands.bench import plan
-from tuning.harness.commands.bench.report_goals import path
 from tuning.harness.run import render
 from tuning.harness.spec.flags import RunFlags
 from tuning.shared import affinity

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tuning.harness import cli
-from tuning.harness.commands.bench import plan
+from tuning.harness.bench import plan
 from tuning.harness.errors import HarnessError
 from tuning.harness.spec.flags import RunFlags
 

@@ -10,7 +10,7 @@ import pytest
 
 from support.paths import ROOT
 from tuning.harness import cli
-from tuning.harness.commands.fault.kinds import NAMES
+from tuning.harness.faults.kinds import NAMES
 from tuning.harness.spec import flag_args, flag_table
 
 PARSER = cli.parser()

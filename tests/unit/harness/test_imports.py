@@ -5,7 +5,7 @@ point imports the CLI. Imports are read with ast, those inside functions include
 or a stale name hidden in a function body counts.
 
 The host side's layers, bottom up (docs/design.md): errors, run_files, machine, spec, backends,
-run, verdict, commands, cli.
+stacks, run, verdict, bench, faults, clusterlogs, commands, cli.
 """
 
 from __future__ import annotations
@@ -22,8 +22,12 @@ LAYERS = [
     "machine",
     "spec",
     "backends",
+    "stacks",
     "run",
     "verdict",
+    "bench",
+    "faults",
+    "clusterlogs",
     "commands",
     "cli",
     "__main__",

@@ -85,7 +85,7 @@ def test_a_name_that_says_nothing_is_said(tmp_path):
     logs = {"a.log": "[rank0]: step\n", "b.log": "loading\n", "c.log": "[rank2]: step\n"}
     for name, text in logs.items():
         (tmp_path / name).write_text(text)
-    from tuning.harness.commands.repro import source
+    from tuning.harness.clusterlogs import source
 
     got = source.load(tmp_path)
     assert {c.name: c.node_rank for c in got.containers} == {"a": 0, "b": 1, "c": 2}

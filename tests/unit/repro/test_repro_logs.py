@@ -233,7 +233,7 @@ def test_torchruns_stopped_workers_count_toward_the_world(tmp_path):
     ],
 )
 def test_progress_as_trainers_print_it(line, step):
-    from tuning.harness.commands.repro import log_lines
+    from tuning.harness.clusterlogs import log_lines
 
     got = log_lines.progress(line)
     assert (got[0] if got else None) == step
@@ -245,7 +245,7 @@ def test_pods_still_running_with_nothing_failed_are_a_hang(tmp_path):
     rec = judged(R.write(tmp_path / "logs", logs, pods))
     assert rec["could_not_tell"][0].startswith("hung, nothing failed yet"), rec
     assert rec["hung"]["pods"] == ["sft-master-0", "sft-worker-0"]
-    from tuning.harness.commands.repro import write
+    from tuning.harness.clusterlogs import write
 
     said = "\n".join(write.said({**rec, "replay": None}))
     assert "kubectl debug -it sft-worker-0" in said and "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in said

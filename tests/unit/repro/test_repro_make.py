@@ -136,7 +136,7 @@ def test_the_replay_kind_follows_how_the_rank_died(end, kind, tmp_path):
     )
     rec = judged(folder)
     assert (rec["verdict"]["class"], rec["verdict"]["culprits"]) == ("died", [1]), rec
-    from tuning.harness.commands.repro import replay, seen, source
+    from tuning.harness.clusterlogs import replay, seen, source
 
     got = source.load(folder)
     plan = replay.plan(rec["verdict"], seen.inputs(got), got, 2, False, 30)

@@ -143,7 +143,7 @@ def test_launcher_refuses_a_node_rank_outside_the_job():
 
 def test_host_side_never_imports_torch_and_container_side_never_imports_docker():
     host = (
-        "import sys, tuning.harness.cli, tuning.harness.commands.bench.report,"
+        "import sys, tuning.harness.cli, tuning.harness.bench.report,"
         " tuning.harness.commands.kube, tuning.harness.commands.bench,"
         " tuning.harness.commands.fault; tuning.harness.cli.parser();"
         " assert 'torch' not in sys.modules, 'host side imported torch'"
@@ -198,8 +198,8 @@ def test_a_code_change_never_reinstalls_torch():
 
 def test_one_table_names_every_layout():
     """bench, fault, examples and LAYOUT read their names from layout.SHAPES."""
+    from tuning.harness.bench import plan
     from tuning.harness.commands import examples, fault, kube
-    from tuning.harness.commands.bench import plan
     from tuning.harness.spec import job_layout, layout
 
     assert layout.KINDS == ("single", "per-rank", "host")

@@ -134,14 +134,14 @@ def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
 
 # --- make fault (issue 40, item 5) -----------------------------------------------------------
 def a_fault_run(run_dir: Path, *, fault_at: float, save_s: float = 8.0) -> dict:
-    """fault/record.py's build on a kill run of two ranks written as the trainer writes them:
+    """faults/record.py's build on a kill run of two ranks written as the trainer writes them:
     before the fault (t=16.5) steps of 0.2 s and a save of `save_s`; after it, a restart's
-    rendezvous 60 s later and a 30 s step. Injection and follow as fault/follow.py sets them."""
+    rendezvous 60 s later and a 30 s step. Injection and follow as faults/follow.py sets them."""
     from types import SimpleNamespace
 
-    from tuning.harness.commands.fault import record as fault_record
-    from tuning.harness.commands.fault import write as fault_write
-    from tuning.harness.commands.fault.follow import Follow
+    from tuning.harness.faults import record as fault_record
+    from tuning.harness.faults import write as fault_write
+    from tuning.harness.faults.follow import Follow
 
     out = run_dir / "output/metrics"
     out.mkdir(parents=True)
@@ -213,7 +213,7 @@ def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_
 
 def test_a_fault_run_under_args_checks_the_trainers_own_collective_timeout():
     """ARGS is ENTRY's whole command line: TIMEOUT is then only the harness's wait."""
-    from tuning.harness.commands.fault.record import _collective_s
+    from tuning.harness.faults.record import _collective_s
 
     base = {"timeout_s": 20}
     assert _collective_s(base) == 20

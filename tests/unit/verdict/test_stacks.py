@@ -1,6 +1,6 @@
 """Stack dumps without Docker: real processes dump through tuning/rank/stack_dump.py (faulthandler),
-the host's run/dumps.py signals and reads them (LAYOUT=host's way: a shell on this machine),
-and run/stack_text.py parses real faulthandler text. The container path differs only in
+the host's stacks/dumps.py signals and reads them (LAYOUT=host's way: a shell on this machine),
+and stacks/stack_text.py parses real faulthandler text. The container path differs only in
 where that shell runs (docker exec); tests/engine/faults/test_stacks_docker.py covers it."""
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import pytest
 from support.launch import free_port
 from support.paths import ENTRIES, ROOT
 from support.stack_texts import BUSY, WAITING
-from tuning.harness.commands import stall
-from tuning.harness.commands.fault import hung
-from tuning.harness.run import dumps, stack_text
+from tuning.harness.stacks import dumps, hung, stack_text, stall
 
 CHILD = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
 from tuning.rank import stack_dump
-from tuning.harness.run import dumps
+from tuning.harness.stacks import dumps
 stack_dump.install({out!r}, {rank})
 threading.Thread(target=lambda: time.sleep(1000), name="helper", daemon=True).start()
 def deep():

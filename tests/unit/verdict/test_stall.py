@@ -10,8 +10,8 @@ import sys
 
 from support.clock import Clock
 from support.paths import ROOT
-from tuning.harness.commands import stall
-from tuning.harness.run import dumps, stack_text
+from tuning.harness.stacks import dumps, stack_text, stall
+from tuning.harness.verdict import live
 
 
 def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: float = 1.0):
@@ -23,7 +23,7 @@ def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: flo
 
 def watch() -> tuple[stall.StallWatch, Clock]:
     clock = Clock()
-    return stall.StallWatch(None, {}, clock=clock), clock
+    return stall.StallWatch(None, {}, clock=clock, verdict=live), clock
 
 
 RUNNING = {"trainer": None}
@@ -95,7 +95,7 @@ SAVING = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tuning.rank import stack_dump
-from tuning.harness.run import dumps
+from tuning.harness.stacks import dumps
 stack_dump.install({out!r}, 0)
 def _save_checkpoint(model, trial):  # the HF Trainer's name for its save
     print("ready", flush=True)
@@ -152,7 +152,9 @@ def test_a_hang_is_ended_past_the_timeout_and_grace_unless_hang_wait(monkeypatch
     ):
         clock = Clock()
         extra: dict = {}
-        w = stall.StallWatch(None, extra, clock=clock, timeout_s=20.0, timeout_said="x", hang=hang)
+        w = stall.StallWatch(
+            None, extra, clock=clock, timeout_s=20.0, timeout_said="x", hang=hang, verdict=live
+        )
         metrics = {0: steps(0, [1, 2, 3])}
         assert w(metrics, state, Nodes()) is None
         w.reported = True  # the stall said (its dump is test_stacks.py's)
@@ -175,7 +177,7 @@ def test_a_long_save_is_a_slow_phase_not_a_stall(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(stall.live, "judge_live", lambda *a: nobody)
     clock = Clock()
     extra: dict = {}
-    w = stall.StallWatch(None, extra, clock=clock, timeout_s=1800.0, timeout_said="x")
+    w = stall.StallWatch(None, extra, clock=clock, timeout_s=1800.0, timeout_said="x", verdict=live)
     metrics = {0: steps(0, range(1, 30))}
     assert w(metrics, RUNNING, Nodes()) is None
     clock.now += 13

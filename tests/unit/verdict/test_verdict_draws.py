@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.draw_seed2_run18 import CALLED_MS
 from support.stack_texts import IN_ALL_GATHER, IN_FSDP_POST_BACKWARD
-from tuning.harness.run import stack_text
+from tuning.harness.stacks import stack_text
 from tuning.harness.verdict import facts, rules
 
 GATHER_358 = {"op": "all_gather", "backend": "gloo", "seq": 358, "pg": 0, "in": [[11296]]}

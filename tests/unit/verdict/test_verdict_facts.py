@@ -48,7 +48,7 @@ def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
     """The pool's run 20 (slow-main on rank 3, fms's FSDP2): rank 3's work runs under FSDP's
     post-backward hook in torch/distributed/fsdp; it was read as waiting like the others."""
     from support.stack_texts import BUSY, WAITING
-    from tuning.harness.run import stack_text
+    from tuning.harness.stacks import stack_text
 
     dumped = {
         r: {**stack_text.parse(BUSY if r == 3 else WAITING), "state": "dumped"} for r in range(4)
@@ -87,7 +87,7 @@ _WAITED = f"""Current thread 0x00007f04395eb041 (most recent call first):
 
 
 def _skip_in_a_save(world: int) -> dict:
-    from tuning.harness.run import stack_text
+    from tuning.harness.stacks import stack_text
 
     dumped = {
         r: {**stack_text.parse(_SKIPPED if r == 0 else _WAITED), "state": "dumped"}
@@ -160,7 +160,7 @@ def test_a_rank_that_never_registered_never_arrived():
   File "{_SP}/torch/distributed/distributed_c10d.py", line 2169 in _new_process_group_helper
   File "/opt/harness/tuning/sft_trainer.py", line 154 in main
 """
-    from tuning.harness.run import stack_text
+    from tuning.harness.stacks import stack_text
 
     dumped = {0: {"state": "not registered"}}
     dumped |= {r: {**stack_text.parse(wait), "state": "dumped"} for r in (1, 2, 3)}
@@ -215,7 +215,7 @@ def _paused_rank_6(tmp_path, teardown_at):
     stopped and the rest waiting; then the harness's teardown SIGTERMed every rank (the rank
     recorder wrote each one's "signal" line) and the verdict read a stop from outside."""
     from support.stack_texts import WAITING
-    from tuning.harness.run import stack_text
+    from tuning.harness.stacks import stack_text
     from tuning.harness.verdict import live
 
     dumped = {r: {**stack_text.parse(WAITING), "state": "dumped"} for r in range(6)}

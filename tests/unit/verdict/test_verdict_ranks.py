@@ -13,7 +13,7 @@ import threading
 import time
 
 from support.desync_ranks import Ranks
-from tuning.harness.run import dumps
+from tuning.harness.stacks import dumps
 from tuning.harness.verdict import facts, rules
 
 LOOP = {"DESYNC_ENTRY_ITERS": "100000"}

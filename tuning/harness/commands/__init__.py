@@ -1,2 +1,2 @@
 """The subcommands, one module (or a family of modules) each: up, down/ps/logs (housekeeping),
-image, stacks, bench, fault (its kinds in fault/kinds/), soak, pool, kube, examples; gpus."""
+image, stacks, bench, fault (its kinds in faults/kinds/), soak, pool, kube, examples; gpus."""

@@ -1,10 +1,10 @@
-"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (fault/pool_list.py), one
+"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (faults/pool_list.py), one
 `make fault` each, as a user would type it, and scores each run's verdict against what was
 injected: the culprit named right (exactly the rank hit), a wrong rank named (never), the class,
 and how long after the fault the verdict was ready against the collective timeout.
 
 `python -m tuning.harness pool [--seed n] [--run-id base] [--pick 1,5,23] [--dry-run]`: SEED draws
-a fresh pool (fault/pool_list.py `draw`); PICK runs some experiments by number (the suite runs
+a fresh pool (faults/pool_list.py `draw`); PICK runs some experiments by number (the suite runs
 three); DRY_RUN lists them. Writes
 runs/<base>/pool.json and pool.md (docs/faults.md: how to read it); exits 1 unless every
 culprit was named right or every rank named.
@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from tuning.harness.commands.fault import pool_list
-from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.faults import pool_list
+from tuning.harness.faults.kinds import TABLE
 from tuning.harness.run_files import folders
 from tuning.harness.spec import options
 from tuning.harness.spec.flags import int_arg

@@ -1,4 +1,4 @@
-"""`make stacks`: every rank's Python stacks of a running run, on demand (run/dumps.py), with
+"""`make stacks`: every rank's Python stacks of a running run, on demand (stacks/dumps.py), with
 a one-line summary each; the dumps are kept in the run's output/stacks/."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.run import dumps
 from tuning.harness.spec import options
 from tuning.harness.spec.container import runs_key
+from tuning.harness.stacks import dumps
 
 
 def register(sub) -> None:

@@ -6,13 +6,14 @@ import argparse
 
 import yaml
 
-from tuning.harness.commands import stall
 from tuning.harness.errors import HarnessError
 from tuning.harness.run import lifecycle, render
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.spec import flags, options, own_trainer, preflight, timeouts
 from tuning.harness.spec.flags import RunFlags
+from tuning.harness.stacks import stall
+from tuning.harness.verdict import live
 
 
 def register(sub) -> None:
@@ -37,7 +38,7 @@ def main(a: argparse.Namespace) -> int:
         )
         print(yaml.safe_dump(spec.job, sort_keys=False), end="")
         return 0
-    # A stalled run prints where every rank is (commands/stall.py); one stuck past the job's
+    # A stalled run prints where every rank is (stacks/stall.py); one stuck past the job's
     # own collective timeout is ended there (HANG=wait: it goes on, as it would without)
     hang = (a.hang or "end").lower()
     if hang not in ("end", "wait"):
@@ -53,6 +54,7 @@ def main(a: argparse.Namespace) -> int:
             timeout_said=said,
             hang=hang,
             backend="nccl" if spec.layout.gpus else "gloo",
+            verdict=live,
         )
         if after != 0
         else None
@@ -98,16 +100,14 @@ def verdict_from_logs(run_dir, summary: dict) -> dict:
     ends, read as `make repro` reads a cluster's (run_dir/kubectl: what kubectl would give), with
     what the ranks recorded themselves: how each ended, and the flight recorder each failed rank
     wrote (the sizes a gloo size check does not say)."""
-    from tuning.harness.commands import repro
-    from tuning.harness.commands.repro import collect
-    from tuning.harness.run import dumps
-    from tuning.harness.verdict import live
+    from tuning.harness.clusterlogs import collect, judge
+    from tuning.harness.stacks import dumps
 
     view = collect.kubectl_view(run_dir, run_dir / "kubectl")
     output = run_dir / "output"
     logs, teardown_at = run_dir / "logs", summary.get("teardown_at")
     ranks = live.from_outside(metric_lines.read_metrics(output), logs, teardown_at)
-    rec, _, _ = repro.judge(view, dumps.failed(output), ranks)
+    rec, _, _ = judge.judge(view, dumps.failed(output), ranks)
     v = rec["verdict"]
     if not v:
         return summary

@@ -232,7 +232,7 @@ def execute(
 
 def _hung_on_exit(nodes, state: dict, metrics: dict, grace: float) -> str:
     """Every rank's trainer returned, a node did not exit: where it hangs, said and kept."""
-    from tuning.harness.run import dumps
+    from tuning.harness.stacks import dumps
 
     running = sorted(n for n, code in state.items() if code is None)
     ends = sorted({e.get("status", "?") for e in metric_lines.ends_seen(metrics).values()})

@@ -202,3 +202,26 @@ def sharding_seen(metrics: dict[int, list[dict]]) -> dict[int, dict]:
         last = [x for x in lines if x.get("event") == "sharding"][-1:]
         out[r] = {k: last[0].get(k) for k in keys} if last else {}
     return out
+
+
+SLOWED_X = 3  # steps this many times slower than before the fault: a dump, judged as slow
+SLOWED_STEPS = 3  # ... over this many steps
+
+
+def slowed(metrics: dict, fault_at: float) -> float | None:
+    """How many times slower the group's last SLOWED_STEPS steps came than its steps before the
+    fault (by the time between them), when that is SLOWED_X or more. A step's time is the
+    group's: when its last rank logged it (every rank logs its steps under the rank recorder,
+    ms apart: their times side by side are no step's interval; fms logs rank 0's alone)."""
+    done: dict[int, float] = {}
+    for lines in metrics.values():
+        for x in steps(lines):
+            done[x["step"]] = max(done.get(x["step"], 0.0), x["time"])
+    times = sorted(done.values())
+    before = [b - a for a, b in zip(times, times[1:], strict=False) if b < fault_at]
+    after = [b - a for a, b in zip(times, times[1:], strict=False) if a > fault_at]
+    if len(before) < 3 or len(after) < SLOWED_STEPS:
+        return None
+    base = sorted(before)[len(before) // 2]
+    now = sorted(after[-SLOWED_STEPS:])[SLOWED_STEPS // 2]
+    return now / base if base > 0 and now / base >= SLOWED_X else None

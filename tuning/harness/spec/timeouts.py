@@ -6,7 +6,7 @@ says what will go wrong and the value to set (NVRx and torchft document such ord
 timeout must outlast the slowest healthy wait it guards, by a margin).
 
 `make up` checks before the run and again with what the run measured; `make fault` with what
-its run measured before the fault (fault/record.py: fault.json's "timeouts", a line of
+its run measured before the fault (faults/record.py: fault.json's "timeouts", a line of
 fault.md; it has no stall watch to check before); `make kube` with the newest run of the same
 job in RUNS (summary.json's "job_file").
 """

@@ -1,6 +1,6 @@
 """What each rank showed, gathered for the verdict (rules.py): from a dump of the ranks'
-stacks and flight recorders (run/dumps.py), the ranks' metrics (phases, steps, end lines),
-their exits where a fault run recorded them (fault/record.py), and their nodes (started at
+stacks and flight recorders (stacks/dumps.py), the ranks' metrics (phases, steps, end lines),
+their exits where a fault run recorded them (faults/record.py), and their nodes (started at
 all, on the run's network). Never what was injected: a fault run and a stalled `make up` give
 the same kind of facts.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from tuning.harness.run import stack_text
 from tuning.harness.run_files.status import ENDED_WELL
+from tuning.harness.stacks import stack_text
 
 # An end these say the rank failed because a peer did, or waited too long: not a cause
 from tuning.harness.verdict.rules import CONSEQUENCES

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from tuning.harness.backends import engine, kube_restarts
-from tuning.harness.commands.fault import record as fault_record
-from tuning.harness.commands.fault.inject import Injector
+from tuning.harness.faults import record as fault_record
+from tuning.harness.faults.inject import Injector
 from tuning.harness.run_files import folders, metric_lines
 
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so the kill lands near its step

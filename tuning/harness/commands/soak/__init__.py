@@ -6,7 +6,7 @@ for the job's size on a cluster.
 `python -m tuning.harness soak --mtbf 3m --duration 20m [--kinds kill,oom] [--fault-seed n]
 [--save-every n] [--gpu-hours-per-failure h] <run flags>`. Failures come from a seeded plan
 (soak/plan.py: the same FAULT_SEED fails at the same steps), strike through the fault kinds'
-injectors (fault/inject.py) and the group restarts without a limit (torchrun's restarts in
+injectors (faults/inject.py) and the group restarts without a limit (torchrun's restarts in
 single, the harness's in per-rank and whenever the group stops), resuming from its checkpoints.
 """
 
@@ -16,15 +16,15 @@ import argparse
 from dataclasses import replace
 
 from tuning.harness.backends import engine
-from tuning.harness.commands.fault import LAYOUTS
-from tuning.harness.commands.fault.kinds.kind import STEP_SLEEP_S
 from tuning.harness.commands.soak import plan, record, write
 from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
 from tuning.harness.errors import HarnessError
+from tuning.harness.faults.kinds.kind import STEP_SLEEP_S
 from tuning.harness.run import lifecycle
 from tuning.harness.spec import options, own_trainer, save_interval
 from tuning.harness.spec.container import RUNS_LABEL
 from tuning.harness.spec.flags import RunFlags, int_arg, time_arg
+from tuning.harness.spec.layout import CONTAINER_KINDS
 
 RESTARTS = 1_000_000  # torchrun's --max-restarts in single: no limit a soak could reach
 MAX_STEPS = 1_000_000  # the job's max_steps unless STEPS: the soak ends at DURATION
@@ -38,7 +38,7 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    if a.layout and a.layout not in LAYOUTS:
+    if a.layout and a.layout not in CONTAINER_KINDS:
         raise HarnessError(f"a soak runs in containers: LAYOUT=single or per-rank, not {a.layout}")
     mtbf = plan.mtbf_arg(a.mtbf)
     duration = time_arg("DURATION", a.duration)

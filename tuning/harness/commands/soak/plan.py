@@ -9,7 +9,7 @@ the same FAULT_SEED keeps its gaps whatever KINDS, the world size or the save in
 the gaps scale with MTBF (one unit exponential per failure).
 
 Where a failure strikes and where the group resumes follow from the kind (its table entry's
-`soak`, fault/kinds/) and the save interval alone (`strike`): a kill at step s (the rank is held
+`soak`, faults/kinds/) and the save interval alone (`strike`): a kill at step s (the rank is held
 at the end of step s until it is struck: tuning/sft/fault_hooks.hold, so its own save never
 starts) resumes from the newest save before s; a save-kill strikes inside the first save at or
 after s, which is torn, and resumes from the save before it; term and preempt stop the group at
@@ -23,8 +23,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from tuning.harness.commands.fault.kinds import TABLE
 from tuning.harness.errors import HarnessError
+from tuning.harness.faults.kinds import TABLE
 from tuning.harness.spec.flags import time_arg
 
 # The kinds a soak draws from, in the table's order: those whose entry says how it fails the

@@ -24,8 +24,8 @@ import math
 import statistics
 from pathlib import Path
 
-from tuning.harness.commands.bench import report_stats
-from tuning.harness.commands.bench.samples import boot_correction
+from tuning.harness.bench import report_stats
+from tuning.harness.bench.samples import boot_correction
 from tuning.harness.commands.soak.follow import began
 from tuning.harness.run_files import metric_lines
 from tuning.harness.spec import save_interval
