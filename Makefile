@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 LOCK   := docker/requirements.lock
 RUNS   := runs
 
-# The variables: spec/flag_table.py declares each once (what it means, which commands honour
+# The variables: flags/flag_table.py declares each once (what it means, which commands honour
 # it, its group in make help and --help), in the order of VALUES and SWITCHES here. A variable
 # reaches the harness only when typed on make's command line ($(origin)), so an environment
 # variable that shares a name (DATA, MODEL, ...) never becomes a flag; every target passes every
@@ -36,13 +36,13 @@ FLAGS = --runs $(call quote,$(value RUNS)) \
 
 # Nothing typed is ignored: a variable on make's command line that no target knows, or one set
 # in the environment that a target typed here takes (`DRY_RUN=1 make up` would otherwise train
-# for real), stops make with one line naming the fix (spec/flag_table.py's refusal: the nearest
+# for real), stops make with one line naming the fix (flags/flag_table.py's refusal: the nearest
 # known name).
 OWN := RUNS VENV PYTHON PYTEST_ARGS UPGRADE GPU_PYTHON
 CMDLINE := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
 UNKNOWN := $(filter-out $(VALUES) $(SWITCHES) $(OWN),$(CMDLINE))
 FROM_ENV := $(foreach v,$(VALUES) $(SWITCHES),$(if $(filter environment,$(origin $(v))),$(v)))
-REFUSAL := $(if $(strip $(UNKNOWN) $(FROM_ENV)),$(shell $(PYTHON) tuning/harness/spec/flag_table.py \
+REFUSAL := $(if $(strip $(UNKNOWN) $(FROM_ENV)),$(shell $(PYTHON) tuning/harness/flags/flag_table.py \
   --refusal '$(UNKNOWN)' '$(FROM_ENV)' '$(or $(MAKECMDGOALS),help)'))
 ifneq ($(REFUSAL),)
 $(error $(REFUSAL))
@@ -54,7 +54,7 @@ endif
 help: ## list targets and variables
 	@echo "Targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  make %-8s %s\n", $$1, $$2}'
-	@$(PYTHON) tuning/harness/spec/flag_table.py
+	@$(PYTHON) tuning/harness/flags/flag_table.py
 
 # Every environment installs at the lock's exact versions (make lock re-makes it).
 $(VENV)/.harness: pyproject.toml $(LOCK)

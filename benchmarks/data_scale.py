@@ -4,7 +4,7 @@
         [--formats jsonl,json,parquet] [--ranks 8 --rank-sizes 100000,1000000] [--work DIR]
 
 For each format and size, in a fresh process each (so peaks are their own):
-- host: the harness's data check (tuning/harness/spec/preflight.py ``check_data``), as
+- host: the harness's data check (tuning/harness/checks/preflight.py ``check_data``), as
   ``make up`` runs it before anything starts;
 - rank: one rank's load-and-tokenize, the trainer's own ``_load_data`` and ``_tokenize``
   (tuning/sft_trainer.py), with the tiny model's tokenizer.
@@ -74,7 +74,7 @@ def make_data(work: Path, fmt: str, n: int) -> Path:
 
 
 def child_host(data: str, out: str, model: str) -> dict:
-    from tuning.harness.spec.preflight import check_data
+    from tuning.harness.checks.preflight import check_data
     from tuning.sft.config_args import parse_args
 
     cfg = parse_args(

@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tuning.harness.checks import save_interval  # noqa: E402
 from tuning.harness.errors import HarnessError  # noqa: E402
-from tuning.harness.spec import save_interval  # noqa: E402
-from tuning.harness.spec.flags import time_arg  # noqa: E402
+from tuning.harness.flags.run_flags import time_arg  # noqa: E402
 
 CALIBRATION_SAVE_EVERY = 20
 ROWS = (("tau*/4", 0.25), ("tau*", 1), ("4 tau*", 4))  # the save intervals, as tau* times

@@ -59,7 +59,7 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     """The rank recorder as Compose mounts it in a user's image (harness_rank.py with the
     modules it loads beside it), and a foreign trainer module that writes a marker file when it
     runs (a test may replace user/foreign_trainer.py); support.launch.recorder runs it."""
-    from tuning.harness.spec.container import BESIDE_RECORDER
+    from tuning.harness.contract.container import BESIDE_RECORDER
 
     launch_dir, user = tmp_path / "opt-harness-launch", tmp_path / "user"
     launch_dir.mkdir()

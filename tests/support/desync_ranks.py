@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from support.paths import ENTRIES, ROOT
+from tuning.harness.layout.options import free_port
 from tuning.harness.run_files import metric_lines
-from tuning.harness.spec.options import free_port
 from tuning.harness.stacks import dumps
 from tuning.harness.verdict import facts, rules, torch_check
 

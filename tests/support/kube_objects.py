@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from support.paths import USER_SCRIPTS
 from tuning.harness.commands import kube
-from tuning.harness.spec.job_paths import Source
+from tuning.harness.layout.job_paths import Source
 
 # The Pod Security Standard "restricted" (kubernetes.io/docs/concepts/security/pod-security-
 # standards), rule by rule, on the YAML kubectl would send.

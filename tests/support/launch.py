@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from support.paths import ROOT
-from tuning.harness.spec.options import free_port
+from tuning.harness.layout.options import free_port
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 CONFIGS = ROOT / "configs" / "accelerate"

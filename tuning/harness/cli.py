@@ -1,7 +1,7 @@
 """`python -m tuning.harness <command>`: what the Makefile's targets call. The parser and the
 dispatch only: each command (commands/) adds its subcommand and the flags that are its own alone;
-spec/flag_args.py puts every flag of spec/flag_table.py on every subcommand (its --help shows
-those it takes, by group) and refuses by name one a command does not take; spec/flags.py types
+flags/flag_args.py puts every flag of flags/flag_table.py on every subcommand (its --help shows
+those it takes, by group) and refuses by name one a command does not take; flags/run_flags.py types
 them.
 """
 
@@ -25,7 +25,8 @@ from tuning.harness.commands import (
     up,
 )
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_args, options
+from tuning.harness.flags import flag_args
+from tuning.harness.layout import options
 
 
 def parser() -> argparse.ArgumentParser:

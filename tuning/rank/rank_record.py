@@ -171,7 +171,7 @@ def note_sigterm(record: Record) -> None:
 
 
 def _beside(name: str):
-    """A module mounted beside this file (spec/layout.py BESIDE_RECORDER),
+    """A module mounted beside this file (layout/layout.py BESIDE_RECORDER),
     loaded by path: the user's image may have a `tuning` package of its own (fms does)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"harness_{name}", path)

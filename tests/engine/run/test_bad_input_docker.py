@@ -10,8 +10,8 @@ from support.harness import no_run_recorded, up
 from support.paths import ROOT
 from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run import lifecycle
-from tuning.harness.spec.layout import Layout
 
 
 @pytest.mark.docker

@@ -13,7 +13,7 @@ import pytest
 
 from support.engine import leftovers
 from support.paths import ROOT
-from tuning.harness.spec import trainers
+from tuning.harness.flags import trainers
 
 STEPS = 12
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"

@@ -23,8 +23,8 @@ from support.engine import leftovers
 from support.harness import YAML_12_WORDS
 from support.paths import ROOT, USER_SCRIPTS
 from tuning.harness.backends import compose, engine
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run_files import metric_lines
-from tuning.harness.spec.layout import Layout
 
 ARGS = (
     "--model_name_or_path /opt/harness/assets/tiny-model --train_file "

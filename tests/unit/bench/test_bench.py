@@ -105,7 +105,7 @@ def test_without_job_the_bench_runs_its_own_workload_and_a_users_job_as_given(tm
     DATA of the user's keeps it; a JOB of the user's is run as it is, data and all."""
     from tuning.harness.bench import plan
     from tuning.harness.cli import parser
-    from tuning.harness.spec.flags import RunFlags
+    from tuning.harness.flags.run_flags import RunFlags
 
     def spec(*flags):
         a = parser().parse_args(

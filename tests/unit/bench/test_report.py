@@ -181,7 +181,7 @@ def test_a_users_job_runs_with_its_own_checkpoints_and_the_report_says_so(tmp_pa
     """`make bench JOB=...`: every layout runs the job's save_steps as the job sets them, and
     report.json's meta and report.md's Workload line say so."""
     from tuning.harness.bench import plan
-    from tuning.harness.spec.flags import RunFlags
+    from tuning.harness.flags.run_flags import RunFlags
 
     job = tmp_path / "mine.yaml"
     job.write_text(JOB)

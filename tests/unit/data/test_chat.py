@@ -12,8 +12,8 @@ import pytest
 
 from support.launch import run_launch
 from support.tokenizer_models import CHAT_TEMPLATE, added_tokens
+from tuning.harness.checks.preflight import check_data
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.preflight import check_data
 from tuning.sft.chat import IGNORE_INDEX, conversation_of, mask_turns
 from tuning.sft.config import ConfigError
 from tuning.sft.config_args import parse_args

@@ -164,7 +164,7 @@ def test_host_check_reads_every_row_of_a_table_without_datasets(tmp_path):
     check = (
         "import sys; sys.modules['datasets'] = None  # the host's environment: no datasets\n"
         "from tuning.sft.config import SFTConfig\n"
-        "from tuning.harness.spec.preflight import check_data\n"
+        "from tuning.harness.checks.preflight import check_data\n"
         "check_data(sys.argv[1], SFTConfig()); print('checked')\n"
     )
     good = write_table(tmp_path / "g.parquet", [GOOD, GOOD, {"input": "c", "output": "d"}])

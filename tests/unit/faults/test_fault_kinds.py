@@ -9,7 +9,7 @@ import errno
 import pytest
 
 from tuning.harness.backends import compose
-from tuning.harness.spec.layout import Layout
+from tuning.harness.layout.layout import Layout
 from tuning.rank import fs_errors
 
 

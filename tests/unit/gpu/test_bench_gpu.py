@@ -14,8 +14,8 @@ from tuning.harness.backends import compose
 from tuning.harness.bench import plan
 from tuning.harness.bench.report_goals import path
 from tuning.harness.cli import parser
+from tuning.harness.flags.run_flags import RunFlags
 from tuning.harness.run import render
-from tuning.harness.spec.flags import RunFlags
 from tuning.shared import affinity
 
 

@@ -119,9 +119,9 @@ def test_naming_a_gpu_another_run_holds_is_still_refused(other_run_holds_4_5, tm
 def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_path, monkeypatch):
     from tuning.harness import cli
     from tuning.harness.backends.nodes import HostNodes
+    from tuning.harness.flags.run_flags import RunFlags
+    from tuning.harness.layout import options
     from tuning.harness.run import render
-    from tuning.harness.spec import options
-    from tuning.harness.spec.flags import RunFlags
 
     # The user's CUDA_VISIBLE_DEVICES (nvidia-smi's indices); 4 and 5 are another run's.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4,5,6,7")

@@ -198,8 +198,8 @@ def test_image_dry_run_refuses_an_old_driver_and_prints_the_cuda12_build(smi, tm
 
 def test_summary_records_the_gpus_by_index_and_uuid(smi, monkeypatch, tmp_path):
     from tuning.harness import cli
-    from tuning.harness.spec import options
-    from tuning.harness.spec.flags import RunFlags
+    from tuning.harness.flags.run_flags import RunFlags
+    from tuning.harness.layout import options
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
     a = cli.parser().parse_args(["up", "--runs", str(tmp_path / "runs"), "--run-id", "t"])

@@ -11,8 +11,8 @@ from support.gpu_standin import device_ids, dry_up
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples, kube
 from tuning.harness.errors import HarnessError
+from tuning.harness.layout.layout import Layout
 from tuning.harness.machine import image_recipes
-from tuning.harness.spec.layout import Layout
 
 
 def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:

@@ -9,7 +9,7 @@ import pytest
 from tuning.harness import cli
 from tuning.harness.bench import plan
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.flags import RunFlags
+from tuning.harness.flags.run_flags import RunFlags
 
 
 def parsed(*args: str) -> RunFlags:
@@ -52,15 +52,15 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
 
 
 def test_a_flags_way_to_the_compose_file_crosses_four_modules():
-    """NETWORK from `make up` to compose.yaml: spec/flags types it, spec/options hands it to
-    the Layout, spec/layout checks it and says what it means for each node
+    """NETWORK from `make up` to compose.yaml: flags/run_flags types it, layout/options hands it to
+    the Layout, layout/layout checks it and says what it means for each node
     (`shared_namespaces`), and backends/compose renders what layout says. No other module
     outside commands/ (where bench and fault choose layouts) reads it: cli and commands/up
     pass the flags on untouched. (Compose's network, `<project>_train`, is COMPOSE_NETWORK.)"""
     import ast
 
     from support.paths import ROOT
-    from tuning.harness.spec.flags import RunFlags
+    from tuning.harness.flags.run_flags import RunFlags
 
     harness = ROOT / "tuning/harness"
     readers = set()
@@ -72,7 +72,7 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
                 isinstance(n, ast.Name) and n.id in ("NETWORK", "NETWORKS")
             ):
                 readers.add(str(path.relative_to(harness)))
-    assert readers == {"spec/options.py", "spec/layout.py"}
+    assert readers == {"layout/options.py", "layout/layout.py"}
     compose = (harness / "backends/compose.py").read_text()
     assert "layout.shared_namespaces" in compose
-    assert "network" in RunFlags.__dataclass_fields__  # spec/flags.py: the fourth
+    assert "network" in RunFlags.__dataclass_fields__  # flags/run_flags.py: the fourth

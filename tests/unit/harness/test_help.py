@@ -11,7 +11,7 @@ import pytest
 from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.faults.kinds import NAMES
-from tuning.harness.spec import flag_args, flag_table
+from tuning.harness.flags import flag_args, flag_table
 
 PARSER = cli.parser()
 SUBS = next(a for a in PARSER._actions if a.dest == "command").choices

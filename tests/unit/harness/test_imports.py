@@ -4,8 +4,8 @@ and on the host side (tuning/harness) no sub-package imports one above it and on
 point imports the CLI. Imports are read with ast, those inside functions included, so a cycle
 or a stale name hidden in a function body counts.
 
-The host side's layers, bottom up (docs/design.md): errors, run_files, machine, spec, backends,
-stacks, run, verdict, bench, faults, clusterlogs, commands, cli.
+The host side's layers, bottom up (docs/design.md): errors, run_files, machine, contract,
+flags, checks, layout, backends, stacks, run, verdict, bench, faults, clusterlogs, commands, cli.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ LAYERS = [
     "errors",
     "run_files",
     "machine",
-    "spec",
+    "contract",
+    "flags",
+    "checks",
+    "layout",
     "backends",
     "stacks",
     "run",
@@ -35,7 +38,7 @@ LAYERS = [
 
 
 def name_of(path: Path, root: Path = TUNING) -> str:
-    """tuning/harness/spec/layout.py -> "tuning.harness.spec.layout"; an __init__.py names its
+    """tuning/harness/layout/layout.py -> "tuning.harness.layout.layout"; an __init__.py names its
     package."""
     parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -172,8 +175,8 @@ def test_the_finder_sees_a_cycle():
 
 def test_the_reader_sees_both_sides_and_a_stale_name(tmp_path):
     edges = TREE.edges
-    assert "tuning.harness.spec.layout" in edges["tuning.harness.backends.compose"]
-    assert {"tuning.harness.spec.options", "tuning.harness.run.lifecycle"} <= edges[
+    assert "tuning.harness.layout.layout" in edges["tuning.harness.backends.compose"]
+    assert {"tuning.harness.layout.options", "tuning.harness.run.lifecycle"} <= edges[
         "tuning.harness.commands.up"
     ]
     assert "tuning.sft.tokenized" in edges["tuning.sft.data"]  # inside a function

@@ -1,5 +1,5 @@
 """Who the ranks run as, and MODEL/DATA they cannot read refused before anything starts
-(tuning/harness/spec/ranks_user.py). Real files, real modes, real credentials: root for the refusals
+(contract/ranks_user.py). Real files, real modes, real credentials: root for the refusals
 of uid 1000, and uid 65534 (seteuid) for a user's own run. tests/engine/run/test_second_user.py
 runs all of it as a real second user, on the engine."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from support.harness import no_run_recorded, up
+from tuning.harness.contract import ranks_user
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import ranks_user
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="uid 1000's access, and seteuid, need root"

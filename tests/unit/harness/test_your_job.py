@@ -17,7 +17,7 @@ from support.harness import harness
 from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import flag_args, flag_table
+from tuning.harness.flags import flag_args, flag_table
 
 COMMANDS = ("up", "bench", "fault", "soak", "kube", "down", "ps", "logs", "stacks", "image")
 

@@ -14,8 +14,8 @@ from support.harness import harness
 from support.kube_objects import check_restricted
 from support.paths import ROOT
 from tuning.harness.commands import kube
+from tuning.harness.contract.container import IMAGE_MODEL, contract_env
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.container import IMAGE_MODEL, contract_env
 
 CONTRACT = set(contract_env("m", 1, 1, 1, 0))  # the names the operator injects
 FSDP = (ROOT / "configs/accelerate/fsdp.yaml").read_text()

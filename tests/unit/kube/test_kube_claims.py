@@ -16,7 +16,7 @@ from support.harness import harness
 from support.paths import ROOT
 from tuning.harness import cli
 from tuning.harness.backends import kube_manifest
-from tuning.harness.spec.container import launch_files
+from tuning.harness.contract.container import launch_files
 
 # A refusal must come before the engine is asked anything: these tests are not docker tests,
 # and if the refusal broke they must fail here, never start a rehearsal on the shared engine.

@@ -13,7 +13,7 @@ import yaml
 from support.paths import ROOT
 from support.run_records import a_run
 from tuning.harness import cli
-from tuning.harness.spec import flag_table
+from tuning.harness.flags import flag_table
 
 KUBE_FLAGS = {f.var for f in flag_table.TABLE if "kube" in f.commands}
 # flags that act on the rehearsal (a run here), not on what is rendered

@@ -9,7 +9,7 @@ import pytest
 from support.harness import harness
 from tuning.harness.backends import kube_restarts
 from tuning.harness.commands.kube import faults
-from tuning.harness.spec.layout import Node
+from tuning.harness.layout.layout import Node
 
 # --- What the operator does: policy x exit code x restarts made -> action --------------------
 

@@ -13,7 +13,7 @@ from support.paths import ROOT
 from tuning import launch
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples
-from tuning.harness.spec.layout import Layout, LayoutError
+from tuning.harness.layout.layout import Layout, LayoutError
 
 
 def services(kind: str, gpus: int, **kw) -> dict:
@@ -200,7 +200,7 @@ def test_one_table_names_every_layout():
     """bench, fault, examples and LAYOUT read their names from layout.SHAPES."""
     from tuning.harness.bench import plan
     from tuning.harness.commands import examples, fault, kube
-    from tuning.harness.spec import job_layout, layout
+    from tuning.harness.layout import job_layout, layout
 
     assert layout.KINDS == ("single", "per-rank", "host")
     assert list(plan.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]

@@ -12,7 +12,7 @@ import pytest
 
 from tuning.harness.backends import compose
 from tuning.harness.backends.nodes import _die_with
-from tuning.harness.spec.layout import Layout
+from tuning.harness.layout.layout import Layout
 from tuning.shared import affinity
 
 PINNED = ((affinity.VAR, "0;1"),)  # what bench gives 2 ranks on a 2-core machine

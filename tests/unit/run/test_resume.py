@@ -16,10 +16,10 @@ import pytest
 
 from support.checkpoints import tree
 from support.harness import harness
+from tuning.harness.contract import ranks_user
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run import output_dir
 from tuning.harness.run_files import folders
-from tuning.harness.spec import ranks_user
-from tuning.harness.spec.layout import Layout
 
 
 def fake_run(root: Path, run_id: str, ckpts: dict[str, list[str]], status="failed") -> Path:

@@ -16,11 +16,11 @@ from support.harness import harness
 from support.paths import ROOT
 from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
+from tuning.harness.layout.layout import Layout
 from tuning.harness.machine import gpu_locks
 from tuning.harness.run import lifecycle
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import status_of
-from tuning.harness.spec.layout import Layout
 
 
 def end(status: str) -> list[dict]:
@@ -158,7 +158,7 @@ def test_fault_knobs_are_checked_before_anything_starts(flag, value, message):
     """fault's own flags, typed like the run's (the knobs are read before any run starts)."""
     from tuning.harness import cli
     from tuning.harness.commands import fault
-    from tuning.harness.spec.flags import RunFlags
+    from tuning.harness.flags.run_flags import RunFlags
 
     a = cli.parser().parse_args(["fault", "--fault", "kill", "--gpus", "0", flag, value])
     with pytest.raises(HarnessError, match=message):

@@ -27,7 +27,7 @@ def test_make_down_is_scoped_to_runs_unless_all_is_typed():
 
 def test_a_run_carries_its_runs_folder_on_everything_compose_makes(tmp_path):
     from tuning.harness.backends import compose
-    from tuning.harness.spec.layout import Layout
+    from tuning.harness.layout.layout import Layout
 
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "real")  # a RUNS folder reached through a link: its real path

@@ -11,8 +11,8 @@ import yaml
 
 from support.harness import harness
 from support.run_records import a_run
-from tuning.harness.spec import timeouts
-from tuning.harness.spec.timeouts import Measured, Timeouts
+from tuning.harness.checks import timeouts
+from tuning.harness.checks.timeouts import Measured, Timeouts
 
 
 def test_timeouts_that_fit_say_nothing(tmp_path):
@@ -93,7 +93,7 @@ def test_the_save_interval_of_the_issues_example():
     """Young/Daly: tau = sqrt(2 C M), ETT = 1 - C/tau - (tau/2 + R)/M, worked by hand:
     M = 50,000 h / 512 = 351,562 s; tau = sqrt(2 x 40 x 351,562) = 5,303 s = 1 h 28 min;
     ETT = 1 - 40/5,303 - (2,652 + 180)/351,562 = 98.4 %."""
-    from tuning.harness.spec.save_interval import Advice
+    from tuning.harness.checks.save_interval import Advice
 
     advice = Advice(512, 50_000, 40.0, 180.0, 4.8)
     assert round(advice.tau_s) == 5303 and advice.save_steps == 1105

@@ -11,15 +11,15 @@ import pytest
 
 from support.paths import ROOT
 from tuning.harness.backends import compose
+from tuning.harness.contract.container import LAUNCH_DIR, LAUNCHER, RANK_RECORD
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import trainers
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout.job_files import job_of_file, load_job
+from tuning.harness.layout.layout import Layout, LayoutError
 from tuning.harness.run import foreign
 from tuning.harness.run.render import node_commands
 from tuning.harness.run_files import metric_lines
-from tuning.harness.spec import trainers
-from tuning.harness.spec.container import LAUNCH_DIR, LAUNCHER, RANK_RECORD
-from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.job_files import job_of_file, load_job
-from tuning.harness.spec.layout import Layout, LayoutError
 
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 

@@ -15,11 +15,11 @@ from support.harness import YAML_12_WORDS, harness
 from support.paths import ROOT, USER_SCRIPTS
 from tuning.harness import cli
 from tuning.harness.backends import compose
+from tuning.harness.contract.container import SRC_DIR
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import own_trainer
-from tuning.harness.spec.container import SRC_DIR
-from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.layout import Layout
+from tuning.harness.flags import own_trainer
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout.layout import Layout
 
 SCRIPT = USER_SCRIPTS / "train_sft.py"  # a user's HfArgumentParser script
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from support.paths import ROOT
-from tuning.harness.spec.container import BESIDE_RECORDER, launch_files
+from tuning.harness.contract.container import BESIDE_RECORDER, launch_files
 
 RANK = ROOT / "tuning/rank"
 MODULES = sorted(p for p in RANK.glob("*.py") if p.name != "__init__.py")

@@ -150,7 +150,7 @@ def test_evaluation_runs_on_the_validation_data(hf_run):
 
 
 def test_evaluations_and_saves_are_timed_in_the_metrics(hf_run):
-    """What the timeouts check reads (tuning/harness/spec/timeouts.py): each evaluation's and
+    """What the timeouts check reads (tuning/harness/checks/timeouts.py): each evaluation's and
     each save's own time, apart from the step's; steps 2 and 4 evaluate, 3 and 4 save."""
     lines = read_metrics(hf_run, 0)
     evals = [(x["step"], x["eval_s"]) for x in lines if x["event"] == "evaluation"]

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tuning.harness.errors import ROOT
-from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.harness.spec.container import (
+from tuning.harness.contract.container import (
     COMPOSE_NETWORK,
     JOB_DIR,
     LAUNCH_DIR,
@@ -23,7 +21,9 @@ from tuning.harness.spec.container import (
     data_target,
     launch_files,
 )
-from tuning.harness.spec.layout import Layout, LayoutError, Node
+from tuning.harness.errors import ROOT
+from tuning.harness.layout.layout import Layout, LayoutError, Node
+from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.shared import affinity
 
 TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in

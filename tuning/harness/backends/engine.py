@@ -14,8 +14,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from tuning.harness.contract.container import LABEL, RUNS_LABEL
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.container import LABEL, RUNS_LABEL
 
 
 def client() -> docker.DockerClient:

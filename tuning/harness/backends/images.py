@@ -26,9 +26,9 @@ import docker.errors
 
 from tuning.harness.backends import engine
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.flags.trainers import FMS_IMAGE
+from tuning.harness.layout.layout import Layout
 from tuning.harness.machine.image_recipes import Recipe, recipe_for
-from tuning.harness.spec.layout import Layout
-from tuning.harness.spec.trainers import FMS_IMAGE
 
 BASE_OFFLINE = "harness-base:bookworm"
 BASE_REGISTRY = "python:3.11-slim-bookworm"

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from tuning.harness.backends import kube_pod
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import Layout, Node
+from tuning.harness.layout.job_layout import JobLayout
+from tuning.harness.layout.layout import Layout, Node
 
 API_VERSION = "batch/v1"
 MANIFEST = "job.yaml"

@@ -8,9 +8,7 @@ batch Job (kube_job.py) take it as it is, under the container names each one loo
 from __future__ import annotations
 
 from tuning.harness.backends import kube_src
-from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.run_files.folders import job_text
-from tuning.harness.spec.container import (
+from tuning.harness.contract.container import (
     JOB_DIR,
     LABEL,
     LAUNCH_DIR,
@@ -20,8 +18,10 @@ from tuning.harness.spec.container import (
     TMP_DIR,
     launch_files,
 )
-from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.ranks_user import ids
+from tuning.harness.contract.ranks_user import ids
+from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.layout.job_layout import JobLayout
+from tuning.harness.run_files.folders import job_text
 
 # /dev/shm per rank of a pod: NCCL's shared-memory transport and the data loaders' workers
 # need more than the default 64 MB (NCCL's advice: 1 GiB a container). A memory-backed

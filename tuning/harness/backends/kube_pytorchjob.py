@@ -10,10 +10,10 @@ The SDK is imported only here, lazily: the rest of the CLI works without the `ku
 from __future__ import annotations
 
 from tuning.harness.backends import kube_pod, kube_restarts
+from tuning.harness.contract.container import contract_env
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.container import contract_env
-from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import Node
+from tuning.harness.layout.job_layout import JobLayout
+from tuning.harness.layout.layout import Node
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from tuning.harness.backends import kube_manifest, kube_pod
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.job_layout import JobLayout
-from tuning.harness.spec.layout import Node
+from tuning.harness.layout.job_layout import JobLayout
+from tuning.harness.layout.layout import Node
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"

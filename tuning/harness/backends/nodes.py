@@ -19,9 +19,9 @@ import docker.errors
 import requests.exceptions
 
 from tuning.harness.backends import compose, engine
+from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import ROOT, NodeLost
-from tuning.harness.spec.container import RUNS_LABEL
-from tuning.harness.spec.layout import Layout
+from tuning.harness.layout.layout import Layout
 from tuning.shared import affinity
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from tuning.harness.bench import report
 from tuning.harness.bench.rounds import DEFAULT_REPEAT
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import trainers
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout import options
+from tuning.harness.layout.job_paths import HOST_ASSETS
+from tuning.harness.layout.layout import SHAPES
 from tuning.harness.run import foreign, host_assets
 from tuning.harness.run_files import folders, metric_lines
-from tuning.harness.spec import options, trainers
-from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.job_paths import HOST_ASSETS
-from tuning.harness.spec.layout import SHAPES
 from tuning.shared import affinity
 
 # layout.SHAPES, the host first (no container: the run order of the report's columns)

@@ -23,7 +23,7 @@ from tuning.harness.bench.report_goals import GOALS
 from tuning.harness.bench.report_stats import MIN_PAIRS
 from tuning.harness.bench.stopping import FIXED, SEQUENTIAL
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.flags import time_arg
+from tuning.harness.flags.run_flags import time_arg
 
 DEFAULT_REPEAT = MIN_ROUNDS = MIN_PAIRS  # fewer rounds can never resolve a goal
 MAX_ROUNDS = SEQUENTIAL.last

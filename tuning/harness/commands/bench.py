@@ -37,11 +37,12 @@ from tuning.harness.bench import plan, report
 from tuning.harness.bench.rounds import Rounds
 from tuning.harness.bench.samples import boot_correction, probe_sample, train_sample
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import run_flags
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout import options
 from tuning.harness.run import lifecycle, render
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES, Status
-from tuning.harness.spec import flags, options
-from tuning.harness.spec.flags import RunFlags
 
 
 def register(sub) -> None:
@@ -87,7 +88,7 @@ def main(a: argparse.Namespace) -> int:
         raise HarnessError(f"{bench_dir} exists; a bench never writes over another run")
     f = plan.workload(a, f)  # its data written only once the flags above are good
     world = options.plan_from(f).count or f.nproc
-    threads = flags.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
+    threads = run_flags.int_arg("THREADS", a.threads, 1) or options.threads_per_rank(world)
     whats = ("train",) if f.entry else ("train", "probe")
     runs = plan.runs_of(bench_id, names, 0, whats)
 

@@ -15,10 +15,10 @@ import yaml
 
 from tuning.harness.backends import compose
 from tuning.harness.errors import ROOT
+from tuning.harness.flags import trainers
+from tuning.harness.layout.job_files import job_of_file
+from tuning.harness.layout.layout import CONTAINER_KINDS, Layout
 from tuning.harness.machine import devices
-from tuning.harness.spec import trainers
-from tuning.harness.spec.job_files import job_of_file
-from tuning.harness.spec.layout import CONTAINER_KINDS, Layout
 
 DIR = ROOT / "compose/examples"
 GPU_COUNTS = (2, 4, 8)

@@ -17,17 +17,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from tuning.harness.backends import engine
+from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults import record as fault_record
 from tuning.harness.faults import write
 from tuning.harness.faults.follow import Follow
 from tuning.harness.faults.kinds import KNOBS, NAMES, TABLE
+from tuning.harness.flags.run_flags import RunFlags, int_arg
+from tuning.harness.layout import options
+from tuning.harness.layout.layout import CONTAINER_KINDS
 from tuning.harness.run import foreign, lifecycle, render
 from tuning.harness.run_files import folders
-from tuning.harness.spec import options
-from tuning.harness.spec.container import RUNS_LABEL
-from tuning.harness.spec.flags import RunFlags, int_arg
-from tuning.harness.spec.layout import CONTAINER_KINDS
 
 KINDS = NAMES  # the table's order (faults/kinds/): FAULT=all runs them so
 LAYOUTS = CONTAINER_KINDS

@@ -7,10 +7,10 @@ import argparse
 from pathlib import Path
 
 from tuning.harness.backends import engine
+from tuning.harness.contract.container import LABEL, RUNS_LABEL, runs_key
 from tuning.harness.errors import HarnessError
+from tuning.harness.layout import options
 from tuning.harness.run import leftovers
-from tuning.harness.spec import options
-from tuning.harness.spec.container import LABEL, RUNS_LABEL, runs_key
 
 
 def register(sub) -> None:

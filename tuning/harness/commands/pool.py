@@ -1,5 +1,5 @@
-"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (faults/pool_list.py), one
-`make fault` each, as a user would type it, and scores each run's verdict against what was
+"""`make pool`: the scored pool. Runs the fixed, seeded list of fault runs (faults/pool_list.py),
+one `make fault` each, as a user would type it, and scores each run's verdict against what was
 injected: the culprit named right (exactly the rank hit), a wrong rank named (never), the class,
 and how long after the fault the verdict was ready against the collective timeout.
 
@@ -21,9 +21,9 @@ from pathlib import Path
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.faults import pool_list
 from tuning.harness.faults.kinds import TABLE
+from tuning.harness.flags.run_flags import int_arg
+from tuning.harness.layout import options
 from tuning.harness.run_files import folders
-from tuning.harness.spec import options
-from tuning.harness.spec.flags import int_arg
 
 BASE = "pool"
 RUN_LIMIT_S = 900  # one fault run's wall time at most (fms's image starts slowly)

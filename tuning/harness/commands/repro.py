@@ -25,9 +25,10 @@ from pathlib import Path
 from tuning.harness.clusterlogs import collect, replay, write
 from tuning.harness.clusterlogs.judge import judge
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.flags import flag_args, own_trainer, run_flags
+from tuning.harness.layout import job_files, options
 from tuning.harness.machine import nvidia
 from tuning.harness.run_files import folders
-from tuning.harness.spec import flag_args, flags, job_files, options, own_trainer
 
 CANNOT_TELL = 2
 # What a replay may not be told: repro chooses them from the culprit's role
@@ -61,7 +62,7 @@ def main(a: argparse.Namespace) -> int:
                 f"{dest.upper()}={getattr(a, dest)}: make repro chooses it from "
                 "the culprit's role and the logs; drop it"
             )
-    f = flags.RunFlags.of(a)
+    f = run_flags.RunFlags.of(a)
     run_id = options.checked_run_id(f.run_id)
     runs_root = Path(f.runs).resolve()
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,7 +114,7 @@ def _gpus_word(a: argparse.Namespace) -> str | None:
         return "GPUS=0"
 
 
-def local_steps(f: flags.RunFlags) -> int | None:
+def local_steps(f: run_flags.RunFlags) -> int | None:
     """The replay job's max_steps: STEPS, ARGS' --max_steps, or the job file's."""
     if f.steps:
         return f.steps

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tuning.harness.contract.container import runs_key
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import options
-from tuning.harness.spec.container import runs_key
+from tuning.harness.layout import options
 from tuning.harness.stacks import dumps
 
 

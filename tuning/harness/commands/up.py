@@ -6,12 +6,14 @@ import argparse
 
 import yaml
 
+from tuning.harness.checks import preflight, timeouts
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import own_trainer, run_flags
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout import options
 from tuning.harness.run import lifecycle, render
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
-from tuning.harness.spec import flags, options, own_trainer, preflight, timeouts
-from tuning.harness.spec.flags import RunFlags
 from tuning.harness.stacks import stall
 from tuning.harness.verdict import live
 
@@ -23,7 +25,7 @@ def register(sub) -> None:
 
 def main(a: argparse.Namespace) -> int:
     # STALL: seconds without progress (default: max(60, 10 x the median step time); 0: never)
-    after = flags.seconds("STALL", a.stall) if a.stall is not None else None
+    after = run_flags.seconds("STALL", a.stall) if a.stall is not None else None
     spec = options.spec_from(RunFlags.of(a))
     if a.dry_run:
         if spec.plan and spec.plan.chosen:

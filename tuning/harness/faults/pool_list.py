@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.faults.kinds.desync import last_at_step
-from tuning.harness.spec.trainers import FMS_JOB
+from tuning.harness.flags.trainers import FMS_JOB
 
 SEED = 30  # the number: a fixed pool, not one picked after the fact
 WORLD = 4

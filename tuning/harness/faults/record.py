@@ -5,7 +5,7 @@ Per rank: its last step, when it ended, exit code, signal, OOM flag and the erro
 found in its end line or its log. For the run: the outcome, fault-to-end time against the
 bound (TIMEOUT + 15 s), what a cluster's default timeouts would make of it, what was left
 behind, which checkpoints survive, and its timeouts checked against what it measured before
-the fault (spec/timeouts.py, as `make up` checks them). What a kind adds (its signatures,
+the fault (checks/timeouts.py, as `make up` checks them). What a kind adds (its signatures,
 facts, goal, cluster line) is its own (faults/kinds/).
 """
 
@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+from tuning.harness.checks import timeouts
 from tuning.harness.faults import verdicts
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL, Status
-from tuning.harness.spec import timeouts
 from tuning.harness.stacks import hung
 from tuning.rank import torn
 

@@ -29,7 +29,7 @@ def trainer_line(rec: dict) -> str:
 
 def timeouts_line(rec: dict) -> str:
     """fault.md's line on the run's timeouts against what it measured before the fault
-    (faults/record.py: spec/timeouts.py's check, as `make up` runs it)."""
+    (faults/record.py: checks/timeouts.py's check, as `make up` runs it)."""
     found = rec.get("timeouts")
     if found is None:
         return "- timeouts: not checked (no step was measured before the fault)"

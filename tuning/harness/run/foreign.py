@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from tuning.harness.contract.container import SRC_DIR
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run_files import metric_lines
-from tuning.harness.spec.container import SRC_DIR
-from tuning.harness.spec.layout import Layout
 
 METRICS_NOTE = (
     "steps and losses from rank 0's training_logs.jsonl (the trainer's own FileLoggingTracker, "

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tuning.harness.errors import ROOT
-from tuning.harness.spec.job_paths import HOST_ASSETS
+from tuning.harness.layout.job_paths import HOST_ASSETS
 
 
 def demo() -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import docker.errors
 
 from tuning.harness.backends import engine
+from tuning.harness.contract.container import OUTPUT_DIR, runs_key
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status
-from tuning.harness.spec.container import OUTPUT_DIR, runs_key
 
 OWNER = "harness.json"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

@@ -14,17 +14,17 @@ from pathlib import Path
 
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
+from tuning.harness.checks import preflight
+from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import HarnessError, NodeLost
+from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.options import Spec
 from tuning.harness.machine import gpu_locks
 from tuning.harness.run import foreign, host_assets, leftovers, output_dir, render
 from tuning.harness.run import summary as run_summary
 from tuning.harness.run.progress import Progress
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status, status_of
-from tuning.harness.spec import preflight
-from tuning.harness.spec.container import RUNS_LABEL
-from tuning.harness.spec.layout import Layout
-from tuning.harness.spec.options import Spec
 from tuning.rank import torn
 
 TICK_S = 0.5  # how often a run's metrics and containers are read (an on_tick's tick_s, if set)

@@ -1,6 +1,6 @@
 """A run's output dir, readied for its ranks: theirs to write.
 
-The ranks run as the invoking user (spec/ranks_user.py), who made the folder: it is theirs
+The ranks run as the invoking user (contract/ranks_user.py), who made the folder: it is theirs
 already. Under root they run as the image's user, 1000:1000, and are given it here. When
 /output is a Docker volume instead (fault disk-full: Layout.output_volume), what the harness
 follows the ranks by (their metrics, fms's step log) is still bound from here, so it is made
@@ -13,9 +13,9 @@ import os
 import shutil
 from pathlib import Path
 
+from tuning.harness.contract.ranks_user import ids
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.harness.spec.layout import Layout
-from tuning.harness.spec.ranks_user import ids
 from tuning.rank import torn
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tuning import launch
 from tuning.harness.backends.nodes import backend
-from tuning.harness.spec.layout import Layout
+from tuning.harness.layout.layout import Layout
 
 
 def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:

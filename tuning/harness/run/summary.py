@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tuning.harness.layout.layout import Layout
 from tuning.harness.run import foreign
 from tuning.harness.run_files import folders, metric_lines
-from tuning.harness.spec.layout import Layout
 from tuning.rank import torn
 
 

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from tuning.harness.spec.layout import off_network
+from tuning.harness.layout.layout import off_network
 from tuning.harness.stacks import dumps
 from tuning.harness.verdict import facts, rules, torch_check
 

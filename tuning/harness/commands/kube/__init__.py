@@ -35,24 +35,17 @@ from tuning.harness.backends import (
     kube_restarts,
     kube_trainjob,
 )
+from tuning.harness.checks import preflight, save_interval, timeouts
 from tuning.harness.commands.kube import said
+from tuning.harness.contract.container import CONTAINER_UID, OUTPUT_DIR, SRC_DIR
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import own_trainer, run_flags
+from tuning.harness.layout import job_files, job_paths, options
+from tuning.harness.layout.job_layout import ClaimMount, JobLayout
+from tuning.harness.layout.layout import IMAGE, JOB_KINDS, LayoutError, Node
 from tuning.harness.machine import devices, image_recipes, nvidia
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES
-from tuning.harness.spec import (
-    flags,
-    job_files,
-    job_paths,
-    options,
-    own_trainer,
-    preflight,
-    save_interval,
-    timeouts,
-)
-from tuning.harness.spec.container import CONTAINER_UID, OUTPUT_DIR, SRC_DIR
-from tuning.harness.spec.job_layout import ClaimMount, JobLayout
-from tuning.harness.spec.layout import IMAGE, JOB_KINDS, LayoutError, Node
 
 KINDS = JOB_KINDS
 MANIFESTS = {
@@ -197,13 +190,13 @@ def _main(a: argparse.Namespace, objects_to) -> int:
             f"RESTART_POLICY={a.restart_policy} is unknown; use one of "
             f"{', '.join(kube_restarts.V1_POLICIES)}"
         )
-    f = flags.RunFlags.of(a)
+    f = run_flags.RunFlags.of(a)
     if f.gpu_names:
         raise HarnessError(
             f"GPUS=device={','.join(f.gpu_names)} names GPUs of this host; a "
             "cluster's scheduler picks a pod's GPUs: GPUS=N per pod"
         )
-    nodes = flags.int_arg("NODES", a.nodes, 1) or 1
+    nodes = run_flags.int_arg("NODES", a.nodes, 1) or 1
     # GPUS per pod, on a cluster; unset: as many as this host shows
     gpus = len(nvidia.visible(nvidia.inventory())) if f.gpus is None else f.gpus
     if gpus and a.nproc:
@@ -222,7 +215,7 @@ def _main(a: argparse.Namespace, objects_to) -> int:
     uid_auto, user = kube_user(a.kube_uid)
     if a.restart_policy and kind != "pytorchjob":
         raise HarnessError(f"RESTART_POLICY is a PyTorchJob's; {RESTARTS[kind]}")
-    kill = flags.int_arg("KILL", a.kill, 0)
+    kill = run_flags.int_arg("KILL", a.kill, 0)
     if kill is not None and not a.rehearse:
         raise HarnessError("KILL kills a pod of the rehearsal; add REHEARSE=1")
     if a.at_step and kill is None:
@@ -263,7 +256,7 @@ def _main(a: argparse.Namespace, objects_to) -> int:
         src=own and own.src,
         args=own and own.args,
         claims=claim_mounts(model, data, a.output_claim),
-        rdzv_timeout=flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1),
+        rdzv_timeout=run_flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1),
         grace_s=round(f.grace) if a.grace is not None else None,
     )
     # Every (re)start resumes from the newest checkpoint in /output: only when it outlives a pod.

@@ -24,13 +24,15 @@ import yaml
 
 from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
 from tuning.harness.commands.kube import faults
+from tuning.harness.contract import ranks_user
+from tuning.harness.contract.container import MODEL_DIR, OUTPUT_DIR
 from tuning.harness.errors import HarnessError
+from tuning.harness.flags import run_flags
+from tuning.harness.layout import options
+from tuning.harness.layout.job_layout import JobLayout
 from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.run_files.status import EXIT_CODES
-from tuning.harness.spec import flags, options, ranks_user
-from tuning.harness.spec.container import MODEL_DIR, OUTPUT_DIR
-from tuning.harness.spec.job_layout import JobLayout
 from tuning.rank import torn
 
 CLAIMS = ".claims"  # under RUNS: a claim's stand-in (a run id never starts with a dot)
@@ -145,7 +147,7 @@ def rehearse(
     # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
     # the rendered uid under root (1000, KUBE_UID's, or with KUBE_UID=auto an arbitrary one in
     # group 0, as OpenShift assigns); as the user who rehearses it otherwise, who could not
-    # give that uid the output folder, nor delete what it wrote there (spec/ranks_user.py)
+    # give that uid the output folder, nor delete what it wrote there (contract/ranks_user.py)
     runs_as = ranks_user.for_ranks(layout.kind)
     if os.geteuid() == 0:
         runs_as = {"user": layout.user, "login": None}
@@ -212,7 +214,7 @@ def lay_out(objects: tuple, name: str, folder: Path, volume: str | None = None) 
 
 def rehearse_kill(
     a,
-    f: flags.RunFlags,
+    f: run_flags.RunFlags,
     layout: JobLayout,
     run_dir: Path,
     objects: tuple,
@@ -227,8 +229,8 @@ def rehearse_kill(
         raise HarnessError(f"KILL={rank} is outside the {layout.world_size} rank(s)")
     job_map = kube_manifest.job_config_map(objects)
     timeout = f.timeout or int(yaml.safe_load(job_map.data[layout.job_file])["ddp_timeout"])
-    rdzv = flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
-    at_step = flags.int_arg("AT_STEP", a.at_step, 1) or 12
+    rdzv = run_flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
+    at_step = run_flags.int_arg("AT_STEP", a.at_step, 1) or 12
     made = replace(made, nodes=faults.rehearsal_env(made.nodes, timeout, rdzv))
     rules = kube_restarts.rules(made.kind, made.rules_from)
     deadline = timeout + rdzv + faults.SLACK_S

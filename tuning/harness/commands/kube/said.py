@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from tuning.harness.backends import kube_pod, kube_src
-from tuning.harness.spec.container import LAUNCH_DIR, OUTPUT_DIR, SRC_DIR
-from tuning.harness.spec.job_layout import JobLayout
+from tuning.harness.contract.container import LAUNCH_DIR, OUTPUT_DIR, SRC_DIR
+from tuning.harness.layout.job_layout import JobLayout
 
 
 def warnings(layout: JobLayout) -> list[str]:

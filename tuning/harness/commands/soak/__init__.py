@@ -16,15 +16,17 @@ import argparse
 from dataclasses import replace
 
 from tuning.harness.backends import engine
+from tuning.harness.checks import save_interval
 from tuning.harness.commands.soak import plan, record, write
 from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
+from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults.kinds.kind import STEP_SLEEP_S
+from tuning.harness.flags import own_trainer
+from tuning.harness.flags.run_flags import RunFlags, int_arg, time_arg
+from tuning.harness.layout import options
+from tuning.harness.layout.layout import CONTAINER_KINDS
 from tuning.harness.run import lifecycle
-from tuning.harness.spec import options, own_trainer, save_interval
-from tuning.harness.spec.container import RUNS_LABEL
-from tuning.harness.spec.flags import RunFlags, int_arg, time_arg
-from tuning.harness.spec.layout import CONTAINER_KINDS
 
 RESTARTS = 1_000_000  # torchrun's --max-restarts in single: no limit a soak could reach
 MAX_STEPS = 1_000_000  # the job's max_steps unless STEPS: the soak ends at DURATION

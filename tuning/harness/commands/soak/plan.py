@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults.kinds import TABLE
-from tuning.harness.spec.flags import time_arg
+from tuning.harness.flags.run_flags import time_arg
 
 # The kinds a soak draws from, in the table's order: those whose entry says how it fails the
 # group so that it restarts (Kind.soak: where the rank is held, where the group resumes)

@@ -12,7 +12,7 @@
   one step (the group computes again). Work lost: from the checkpoint resumed from (or the
   attempt's start) to the strike.
 - The save cost C: the median of the saves (each the slowest rank's save_s).
-- The model (spec/save_interval.py): Young/Daly's ETT at this save interval with this C, R and
+- The model (checks/save_interval.py): Young/Daly's ETT at this save interval with this C, R and
   MTBF, beside the measured ETT and its interval: the ETT this soak would show with the fewest
   and the most failures its count allows (report_stats.poisson_interval, 90 %), each failure
   costing what this soak's cost on average.
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from tuning.harness.bench import report_stats
 from tuning.harness.bench.samples import boot_correction
+from tuning.harness.checks import save_interval
 from tuning.harness.commands.soak.follow import began
 from tuning.harness.run_files import metric_lines
-from tuning.harness.spec import save_interval
 from tuning.rank import torn
 
 

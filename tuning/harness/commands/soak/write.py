@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.harness.checks.save_interval import duration
 from tuning.harness.run_files import folders, metric_lines
-from tuning.harness.spec.save_interval import duration
 
 COLUMNS = (
     ("detect_s", "detect"),

@@ -19,9 +19,9 @@ the fault. Those kinds refuse an AT_STEP the strike may not reach before that sa
 
 from __future__ import annotations
 
+from tuning.harness.contract.container import TMP_DIR
 from tuning.harness.faults.kinds.kind import HANGS, Kind
 from tuning.harness.faults.kinds.tools import sh
-from tuning.harness.spec.container import TMP_DIR
 
 GO = f"{TMP_DIR}/harness-desync-go"  # in the target's container: the ranks' /tmp
 SLOW_EXTRA_S = 30  # slow-main's work outlasts the peers' collective timeout by this much

@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tuning.harness.backends import engine, images
+from tuning.harness.contract.container import LABEL, OUTPUT_DIR, TORN
 from tuning.harness.faults.kinds.kind import FAILS, Kind
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.harness.spec.container import LABEL, OUTPUT_DIR, TORN
 from tuning.rank import torn
 
 KIND = "disk-full"

@@ -31,7 +31,7 @@ RESUMES = ("before", "torn", "next")
 
 @dataclass(frozen=True)
 class Knob:
-    """A kind's own setting: fault.json's key, the flag (spec/flag_table.py) that sets it."""
+    """A kind's own setting: fault.json's key, the flag (flags/flag_table.py) that sets it."""
 
     key: str
     flag: str

@@ -8,8 +8,8 @@ from __future__ import annotations
 import docker.errors
 
 from tuning.harness.backends import engine, images
+from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.faults.kinds.kind import HANGS, Kind
-from tuning.harness.spec.container import RUNS_LABEL
 
 NETEM = {"delay": "delay 100ms", "loss": "loss 30%"}
 

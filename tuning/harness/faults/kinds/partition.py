@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tuning.harness.contract.container import COMPOSE_NETWORK
 from tuning.harness.faults.kinds.kind import FAILS, Kind
-from tuning.harness.spec.container import COMPOSE_NETWORK
 
 SINGLE = (
     "every rank of a single container talks to the others over loopback inside one "

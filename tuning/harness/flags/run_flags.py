@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import own_trainer, trainers
-from tuning.harness.spec.layout import IMAGE
+from tuning.harness.flags import own_trainer, trainers
+from tuning.harness.machine.image_recipes import IMAGE
 
 GRACE_S = 60.0  # seconds to wait for peers after a rank fails
 

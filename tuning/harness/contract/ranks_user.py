@@ -20,8 +20,8 @@ import pwd
 import stat
 from pathlib import Path
 
+from tuning.harness.contract.container import CONTAINER_UID
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.container import CONTAINER_UID
 
 
 def ids(user: str) -> tuple[int, int]:

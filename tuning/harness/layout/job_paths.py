@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from tuning.harness.contract.container import IMAGE_DATA, IMAGE_MODEL, MODEL_DIR, data_target
 from tuning.harness.errors import ROOT, HarnessError
-from tuning.harness.spec.container import IMAGE_DATA, IMAGE_MODEL, MODEL_DIR, data_target
-from tuning.harness.spec.layout import Layout
+from tuning.harness.layout.layout import Layout
 
 HOST_ASSETS = ROOT / "build/assets"  # LAYOUT=host: the tiny model and demo data, made here
 

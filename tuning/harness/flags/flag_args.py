@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.flag_table import GROUPS, RUN, RUN_GROUP, RUNS_HELP, TABLE, Flag
+from tuning.harness.flags.flag_table import GROUPS, RUN, RUN_GROUP, RUNS_HELP, TABLE, Flag
 
 _KUBE_SHAPE = (
     "a Kubeflow job's shape is NODES pods of GPUS (or NPROC) ranks each, one "

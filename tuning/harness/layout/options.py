@@ -13,16 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.harness.checks import preflight
+from tuning.harness.contract import ranks_user
+from tuning.harness.contract.container import PORT, output_dir_of
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.flags import own_trainer, trainers
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout import job_paths
+from tuning.harness.layout.job_files import accelerate_config, args_job, job_for, load_job
+from tuning.harness.layout.job_paths import Source
+from tuning.harness.layout.layout import Layout, LayoutError
 from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run_files import folders
-from tuning.harness.spec import job_paths, own_trainer, preflight, ranks_user, trainers
-from tuning.harness.spec.container import PORT, output_dir_of
-from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.job_files import accelerate_config, args_job, job_for, load_job
-from tuning.harness.spec.job_paths import Source
-from tuning.harness.spec.layout import Layout, LayoutError
 from tuning.rank import torn
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables

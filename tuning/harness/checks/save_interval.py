@@ -101,7 +101,7 @@ def rate_arg(raw: str | float | None) -> float:
 def from_run(run_dir, gpus: int, gpu_hours_per_failure: float) -> Advice | None:
     """The advice for `gpus` from what a run of the job measured here (its slowest save, its
     median step); None when it logged no save or no step."""
-    from tuning.harness.spec import timeouts
+    from tuning.harness.checks import timeouts
 
     m = timeouts.measured(run_dir)
     if m is None or not m.save_s or not m.median_step_s:

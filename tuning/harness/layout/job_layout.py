@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from tuning.harness.spec.container import OUTPUT_DIR
-from tuning.harness.spec.layout import JOB_KINDS, Layout, LayoutError, Node
+from tuning.harness.contract.container import OUTPUT_DIR
+from tuning.harness.layout.layout import JOB_KINDS, Layout, LayoutError, Node
 
 JOB_KIND = JOB_KINDS[0]  # the default kind: a PyTorchJob
 ONE_POD = "job"  # option 2: one pod, a container per rank (a batch/v1 Job)

@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning.harness.machine.devices import device_of
-from tuning.harness.machine.image_recipes import IMAGE
-from tuning.harness.spec.container import (
+from tuning.harness.contract.container import (
     COMPOSE_NETWORK,
     CONTAINER_UID,
     JOB_DIR,
@@ -30,6 +28,8 @@ from tuning.harness.spec.container import (
     output_dir_of,
     runs_key,
 )
+from tuning.harness.machine.devices import device_of
+from tuning.harness.machine.image_recipes import IMAGE
 
 NETWORKS = ("isolated", "shared")
 
@@ -106,7 +106,7 @@ class Layout:
     model: str | None = None  # host path of a model dir; None = the image's tiny model
     data: str | None = None  # host path of a data file or directory; None = the demo data
     run_dir: str = "runs/example"  # host path; job/ and output/ live under it
-    user: str = CONTAINER_UID  # the ranks' uid:gid (spec/ranks_user.py: who runs the harness)
+    user: str = CONTAINER_UID  # the ranks' uid:gid (contract/ranks_user.py: who runs the harness)
     login: str | None = None  # their name (USER, LOGNAME) when the image may not know the uid
     max_restarts: int = 0
     extra_env: tuple[tuple[str, str], ...] = ()  # harness variables for the ranks

@@ -23,9 +23,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tuning.harness.contract.container import OUTPUT_DIR, SRC_DIR
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec.container import OUTPUT_DIR, SRC_DIR
-from tuning.harness.spec.layout import IMAGE
+from tuning.harness.machine.image_recipes import IMAGE
 from tuning.rank.rank_record import is_script  # the rank's own rule: a script, else a module
 
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

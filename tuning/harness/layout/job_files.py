@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.harness.contract.container import MODEL_DIR, SRC_DIR, data_target
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.flags import trainers
+from tuning.harness.flags.run_flags import RunFlags
+from tuning.harness.layout import job_paths
+from tuning.harness.layout.job_paths import Source
+from tuning.harness.layout.layout import Layout
 from tuning.harness.machine import devices
-from tuning.harness.spec import job_paths, trainers
-from tuning.harness.spec.container import MODEL_DIR, SRC_DIR, data_target
-from tuning.harness.spec.flags import RunFlags
-from tuning.harness.spec.job_paths import Source
-from tuning.harness.spec.layout import Layout
 
 
 def accelerate_config(f: RunFlags, layout: Layout) -> Path:

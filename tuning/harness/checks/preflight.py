@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tuning.harness.errors import HarnessError
-from tuning.harness.spec import trainers
+from tuning.harness.flags import trainers
 from tuning.sft.chat import require_template
 from tuning.sft.config import ConfigError, SFTConfig
 from tuning.sft.config_args import coerce
