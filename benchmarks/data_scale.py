@@ -14,7 +14,8 @@ and as wall seconds; peak RSS is the process's high-water mark (VmHWM), base RSS
 before the work. With --ranks N, N ranks on one
 node (torch.distributed.run, gloo) load and tokenize together, as in one container: each
 rank's peak, its private and proportional memory after reading every row once (an epoch's
-reads), and the node's total (the sum of the ranks' PSS, sampled every 0.2 s).
+reads), and the node's total (the sum of the ranks' PSS, sampled every 0.2 s). What the child
+processes run: data_scale_children.py.
 Records: the demo data's input/output shape, 32 words a side (73 tokens), ~340 bytes of JSON.
 """
 
@@ -29,24 +30,11 @@ import threading
 import time
 from pathlib import Path
 
+from data_scale_children import child_host, child_rank, status
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MIB = 1 << 20
-
-
-def status(field: str, pid: str = "self") -> int:
-    """A /proc/<pid>/status or smaps_rollup field, in bytes (0 when gone)."""
-    name = "smaps_rollup" if field in ("Pss", "Private", "Rss") else "status"
-    try:
-        text = Path(f"/proc/{pid}/{name}").read_text()
-    except OSError:
-        return 0
-    total = 0
-    for line in text.splitlines():
-        key = line.split(":")[0]
-        if key == field or (field == "Private" and key.startswith("Private_")):
-            total += int(line.split()[1]) * 1024
-    return total
 
 
 def make_data(work: Path, fmt: str, n: int) -> Path:
@@ -71,74 +59,6 @@ def make_data(work: Path, fmt: str, n: int) -> Path:
                 fh.write(json.dumps(list(rows), indent=2))
     tmp.rename(path)
     return path
-
-
-def child_host(data: str, out: str, model: str) -> dict:
-    from tuning.harness.checks.preflight import check_data
-    from tuning.sft.config_args import parse_args
-
-    cfg = parse_args(
-        ["--model_name_or_path", model, "--training_data_path", data, "--output_dir", out]
-    )
-    base = status("VmRSS")
-    t0, c0 = time.perf_counter(), time.process_time()
-    check_data(data, cfg)
-    return {
-        "seconds": time.perf_counter() - t0,
-        "cpu": time.process_time() - c0,
-        "base": base,
-        "peak": status("VmHWM"),
-    }
-
-
-def child_rank(data: str, out: str, model: str) -> dict:
-    import torch.distributed as dist
-    from transformers import AutoTokenizer
-
-    from tuning import sft_trainer
-    from tuning.sft.config_args import parse_args
-
-    cfg = parse_args(
-        [
-            "--model_name_or_path",
-            model,
-            "--training_data_path",
-            data,
-            "--output_dir",
-            out,
-            "--max_seq_length",
-            "128",
-        ]
-    )
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        dist.init_process_group("gloo")
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    base = status("VmRSS")
-    t0, c0 = time.perf_counter(), time.process_time()
-    loaded = sft_trainer._load_data(cfg)
-    t1, c1 = time.perf_counter(), time.process_time()
-    ds = sft_trainer._tokenize(cfg, loaded, tokenizer, "training")
-    t2, c2 = time.perf_counter(), time.process_time()
-    peak = status("VmHWM")
-    for i in range(len(ds)):  # an epoch's reads: every row once (the shared pages mapped in)
-        ds[i]
-    result = {
-        "seconds": t2 - t0,
-        "load_s": t1 - t0,
-        "cpu": c2 - c0,
-        "load_cpu": c1 - c0,
-        "tokenize_cpu": c2 - c1,
-        "base": base,
-        "peak": peak,
-        "records": len(ds),
-        "tokenized": ds.nbytes,
-        "after_epoch": {k: status(k) for k in ("Rss", "Pss", "Private")},
-    }
-    if dist.is_initialized():
-        result["rank"] = dist.get_rank()
-        dist.barrier()
-        dist.destroy_process_group()
-    return result
 
 
 def run_child(kind: str, data: Path, work: Path, ranks: int = 1) -> list[dict]:
