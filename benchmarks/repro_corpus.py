@@ -76,14 +76,14 @@ def cases(corpus: Path = CORPUS) -> list[Case]:
 def verdict_of(folder: Path) -> dict:
     """What make repro says of the folder: its culprits, its world size, its class."""
     rec, _, _ = judge.judge(folder)
-    v = rec["verdict"] or {}
+    v = rec.verdict
     return {
-        "culprits": sorted(v.get("culprits") or []),
-        "world": rec["read"]["world_size"],
-        "world_stated": rec["read"].get("world_stated", True),
-        "class": v.get("class"),
-        "evidence": v.get("evidence"),
-        "could_not_tell": rec["could_not_tell"],
+        "culprits": sorted(v.culprits) if v else [],
+        "world": rec.read.world_size,
+        "world_stated": rec.read.world_stated,
+        "class": v.kind if v else None,
+        "evidence": v.evidence if v else None,
+        "could_not_tell": rec.could_not_tell,
     }
 
 

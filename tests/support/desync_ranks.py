@@ -15,6 +15,7 @@ from tuning.harness.layout.options import free_port
 from tuning.harness.run_files import metric_lines
 from tuning.harness.stacks import dumps
 from tuning.harness.verdict import facts, rules, torch_check
+from tuning.harness.verdict.record import Verdict
 
 ENTRY = ENTRIES / "desync_entry.py"
 
@@ -57,7 +58,7 @@ class Ranks:
             time.sleep(0.3)
         return found
 
-    def judged(self, stuck) -> tuple[dict, dict]:
+    def judged(self, stuck) -> tuple[Verdict, dict]:
         """Dump every rank until `stuck(taken)` holds (each dump shows that moment), then the
         verdict over the dump, the metrics and torch's analysis of the flight recorders."""
         since, places = time.time(), [dumps.Node("host", list(range(self.n)))]

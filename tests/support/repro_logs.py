@@ -246,11 +246,12 @@ def watchdog_job(
 
 
 def judged(folder) -> dict:
-    """The record `make repro` makes of the log set in `folder` (no replay)."""
+    """The record `make repro` makes of the log set in `folder` (no replay), as repro.json
+    holds it."""
     from tuning.harness.clusterlogs import judge
 
     rec, _, _ = judge.judge(folder)
-    return rec
+    return rec.to_json()
 
 
 def verdict_of(folder) -> tuple[str, list[int]]:

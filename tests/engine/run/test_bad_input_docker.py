@@ -11,6 +11,9 @@ from support.paths import ROOT
 from tuning.harness.backends import engine
 from tuning.harness.errors import HarnessError
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.topology import Topology
+from tuning.harness.machine.devices import GpuPlan
+from tuning.harness.machine.image_recipes import IMAGE
 from tuning.harness.run import lifecycle
 
 
@@ -22,7 +25,7 @@ def test_gpus_on_an_engine_without_the_nvidia_runtime():
     if engine.has_nvidia_runtime(engine.client()):
         pytest.skip("this engine has the NVIDIA runtime: there is no refusal to see here")
     with pytest.raises(HarnessError, match="no NVIDIA runtime; install the NVIDIA"):
-        lifecycle.prepare(Layout(kind="single", gpus=1, run_id="t"))
+        lifecycle.prepare(Layout(run_id="t", topology=Topology("single", GpuPlan(1, IMAGE))))
 
 
 @pytest.mark.docker

@@ -24,6 +24,9 @@ from support.harness import YAML_12_WORDS
 from support.paths import ROOT, USER_SCRIPTS
 from tuning.harness.backends import compose, engine
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 from tuning.harness.run_files import metric_lines
 
 ARGS = (
@@ -86,11 +89,9 @@ def _trained(metrics: dict, rank: int) -> list[dict]:
 def test_compose_reads_every_word_of_args_as_the_string_typed(tmp_path):
     """YAML 1.2 takes a bare 3e-3 for a number; the rendered file quotes it (compose.dump)."""
     layout = Layout(
-        kind="per-rank",
-        entry="/src/train_sft.py",
-        args=YAML_12_WORDS,
-        src=str(USER_SCRIPTS),
-        run_dir=str(tmp_path),
+        topology=Topology("per-rank"),
+        mounts=Mounts(str(tmp_path), src=str(USER_SCRIPTS)),
+        trainer=Trainer(entry="/src/train_sft.py", args=YAML_12_WORDS),
     )
     path = tmp_path / "compose.yaml"
     path.write_text(compose.dump(compose.render(layout)))

@@ -30,6 +30,7 @@ import random
 
 from support.bench_report import LAYOUTS
 from tuning.harness.bench import stopping
+from tuning.harness.bench.goal import Decision
 from tuning.harness.bench.report_derive import derive
 from tuning.harness.bench.rounds import MAX_ROUNDS, MIN_ROUNDS, Rounds
 
@@ -100,21 +101,21 @@ def test_the_bench_loop_decides_each_goal_as_the_rule_does():
         looks = []
         for g, (goal, target, op, *_) in zip(goals, GOALS, strict=True):
             d = stopping.decide(vals[goal], target, op, SEQ)
-            assert (g["verdict"], g["pairs"]) == (d["verdict"], d["pairs"]), goal
-            assert g["interval"] == d["interval"] and g["value"] == d["median"]
-            looks.append(d["pairs"] if d["verdict"] != "UNRESOLVED" else MAX_ROUNDS)
-            seen.add(d["verdict"])
+            assert (g["verdict"], g["pairs"]) == (d.verdict, d.pairs), goal
+            assert g["interval"] == d.interval and g["value"] == d.median
+            looks.append(d.pairs if d.verdict != "UNRESOLVED" else MAX_ROUNDS)
+            seen.add(d.verdict)
         assert r.done == max(MIN_ROUNDS, *looks)
         assert len(raw["layouts"][2]["repeats"]) == MIN_ROUNDS  # read by no goal
     assert seen == {"MET", "MISSED", "UNRESOLVED"}
 
 
-def first_clear(vals: list[float], target: float, op: str) -> dict:
+def first_clear(vals: list[float], target: float, op: str) -> Decision:
     """The rule before this one: the fixed 90 % interval after every round from 5 to 30,
     stopping at the first that clears."""
     for n in range(MIN_ROUNDS, MAX_ROUNDS + 1):
         d = stopping.decide(vals[:n], target, op, stopping.FIXED)
-        if d["verdict"] != "UNRESOLVED":
+        if d.verdict != "UNRESOLVED":
             break
     return d
 
@@ -134,8 +135,8 @@ def counts(shift: int, spread: float, varying: bool, old: bool = False) -> dict:
             else:
                 d = stopping.decide(vals[goal], target, op, SEQ)
             t = tally[goal]
-            t[("MET", "MISSED", "UNRESOLVED").index(d["verdict"])] += 1
-            t[3] += d["pairs"] if d["verdict"] != "UNRESOLVED" else MAX_ROUNDS
+            t[("MET", "MISSED", "UNRESOLVED").index(d.verdict)] += 1
+            t[3] += d.pairs if d.verdict != "UNRESOLVED" else MAX_ROUNDS
     return {g: (t[0] / n, t[1] / n, t[2] / n, t[3] / n, n) for g, t in tally.items()}
 
 
@@ -188,7 +189,7 @@ def correlated(rho: float, design: stopping.Design, n: int = 4000) -> tuple[floa
     rng, met, missed = random.Random(f"ar1 {rho}"), 0, 0
     for _ in range(n):
         vals = [1.03 * math.exp(0.06 * z) for z in ar1(rng, MAX_ROUNDS, rho)]
-        v = stopping.decide(vals, 1.03, "<=", design)["verdict"]
+        v = stopping.decide(vals, 1.03, "<=", design).verdict
         met, missed = met + (v == "MET"), missed + (v == "MISSED")
     return met / n, missed / n
 
@@ -206,9 +207,9 @@ def test_rounds_correlated_0_3_keep_the_error_under_five_percent():
 def test_the_report_measures_the_rounds_correlation():
     rng = random.Random(3)
     alike = stopping.lag1(ar1(rng, 400, 0.6))
-    assert 0.5 < alike["r"] < 0.7 and alike["interval"][0] > 0.3, alike
+    assert 0.5 < alike.r < 0.7 and alike.interval[0] > 0.3, alike
     apart = stopping.lag1([rng.gauss(0, 1) for _ in range(400)])
-    assert apart["interval"][0] < 0 < apart["interval"][1], apart
+    assert apart.interval[0] < 0 < apart.interval[1], apart
     assert stopping.lag1([1.0, 1.1, 0.9]) is None  # too few rounds to say
 
 
@@ -258,7 +259,7 @@ def minutes(rng, step_sd, step_truth, bw_sd, bw_truth, full=117.5, three=80.5, t
     for sd, truth, target, op in ((step_sd, step_truth, 1.03, "<="), (bw_sd, bw_truth, 0.95, ">=")):
         vals = [truth * math.exp(sd * rng.gauss(0, 1)) for _ in range(MAX_ROUNDS)]
         d = stopping.decide(vals, target, op, SEQ)
-        ends.append(d["pairs"] if d["verdict"] != "UNRESOLVED" else MAX_ROUNDS)
+        ends.append(d.pairs if d.verdict != "UNRESOLVED" else MAX_ROUNDS)
     step_end, bw_end = max(ends[0], SEQ.first_decision()), ends[1]
     rounds = max(MIN_ROUNDS, step_end, bw_end)
     seconds = sum(

@@ -92,11 +92,11 @@ def test_a_desync_is_named_by_its_rank_and_its_two_collectives(
     assert (line["kind"], line["op"], line["collective"]) == (kind, "all_reduce", AT)
     assert line["site"].startswith(f"{ENTRY}:{_line('# STEP_ALL_REDUCE')} ")
     v, taken = r.judged(lambda t: _all_in(t, range(4)))
-    assert (v["class"], v["culprits"], v["rule"]) == (klass, [rank], "hand"), v
-    assert v["evidence"] == evidence
+    assert (v.kind, v.culprits, v.rule) == (klass, [rank], "hand"), v
+    assert v.evidence == evidence
     # torch's own analysis of the four flight recorders finds the same collective
-    assert v["fr_trace"]["ran"] and v["fr_trace"]["agrees"] is True, v["fr_trace"]
-    assert v["fr_trace"]["flagged"]["seq"] == AT
+    assert v.fr_trace.ran and v.fr_trace.agrees is True, v.fr_trace
+    assert v.fr_trace.flagged["seq"] == AT
     # what the culprit's recorder holds at that sequence number, beside a peer's
     peer = 1 if rank != 1 else 0
     at = {
@@ -120,13 +120,13 @@ def test_slow_main_is_the_rank_the_others_wait_for(ranks):
     )
     r.wait_for(_struck(r, 0), "fault line")
     v, taken = r.judged(lambda t: _all_in(t, (1, 2, 3)))
-    assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
-    assert v["evidence"].startswith(
+    assert (v.kind, v.culprits) == ("never arrived", [0]), v
+    assert v.evidence.startswith(
         "rank 0 never entered all_reduce #9, where ranks 1, 2 and 3 wait; rank 0 is in "
         f"main_process_work at {ROOT / 'tuning/rank/desync.py'}:"
-    ), v["evidence"]
-    assert v["evidence"].endswith(f", called from {ENTRY}:{_line('# STEP_ALL_REDUCE')}")
-    assert v["fr_trace"]["flagged"]["missing"] == [0] and v["fr_trace"]["agrees"] is True
+    ), v.evidence
+    assert v.evidence.endswith(f", called from {ENTRY}:{_line('# STEP_ALL_REDUCE')}")
+    assert v.fr_trace.flagged["missing"] == [0] and v.fr_trace.agrees is True
 
 
 def test_with_two_ranks_a_desync_names_both_and_says_so(ranks):
@@ -135,9 +135,9 @@ def test_with_two_ranks_a_desync_names_both_and_says_so(ranks):
     )
     r.wait_for(_struck(r, 1), "fault line")
     v, _ = r.judged(lambda t: _all_in(t, (0, 1)))
-    assert (v["class"], v["culprits"]) == ("desync", [0, 1]), v
-    assert "with no majority there is no odd one out, so every rank is named" in v["evidence"]
-    assert "rank 1 may have skipped it" in v["evidence"]
+    assert (v.kind, v.culprits) == ("desync", [0, 1]), v
+    assert "with no majority there is no odd one out, so every rank is named" in v.evidence
+    assert "rank 1 may have skipped it" in v.evidence
 
 
 def test_torch_detail_check_names_the_odd_rank(ranks):
@@ -154,8 +154,8 @@ def test_torch_detail_check_names_the_odd_rank(ranks):
     ends = r.wait_for(_ends(r, 4), "end lines")
     assert all("Detected mismatch between collectives on ranks" in e["error"] for e in ends)
     v = rules.judge(facts.gather(4, r.metrics()))
-    assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
-    assert v["evidence"] == (
+    assert (v.kind, v.culprits, v.rule) == ("desync", [3], "torch"), v
+    assert v.evidence == (
         "torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped the ranks: rank 3 ran BROADCAST [1] "
         f"where ranks 0, 1 and 2 ran ALLREDUCE [4] (their collective #{AT - 1})"
     )  # DETAIL's own sequence numbers count from 0
@@ -184,7 +184,7 @@ def test_a_shape_strike_takes_an_all_gather_into_tensor_where_no_all_reduce_come
     line, v = _shape_strike_on_rank_3(ranks, "1")
     assert (line["op"], line["collective"]) == ("all_gather_into_tensor", AT), line
     assert line["did"] == "called all_gather_into_tensor on [5] instead of [4]"
-    assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
+    assert (v.kind, v.culprits, v.rule) == ("desync", [3], "torch"), v
 
 
 def test_a_shape_strike_takes_a_list_all_gather_as_accelerate_gathers_on_gloo(ranks):
@@ -194,7 +194,7 @@ def test_a_shape_strike_takes_a_list_all_gather_as_accelerate_gathers_on_gloo(ra
     line, v = _shape_strike_on_rank_3(ranks, "list")
     assert (line["op"], line["collective"]) == ("all_gather", AT), line
     assert line["did"] == "called all_gather on [5] instead of [4]"
-    assert (v["class"], v["culprits"]) == ("desync", [3]), v
+    assert (v.kind, v.culprits) == ("desync", [3]), v
 
 
 def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mounted):

@@ -11,6 +11,7 @@ from support.fault_runs import TIMEOUT
 from support.paths import ROOT
 from tuning import launch
 from tuning.harness.faults import record
+from tuning.harness.watch import Stop
 
 
 def test_signatures():
@@ -64,7 +65,7 @@ def test_the_start_deadline_runs_from_the_first_tick_not_from_the_image_build():
     state = {"rank0": None, "rank1": None}
     assert follow({}, state, nodes=None) is None and follow.stopped_by is None
     follow.first_tick -= START_DEADLINE_S + 1  # then the ranks never got to the step
-    assert follow({}, state, nodes=None) == "stop"
+    assert follow({}, state, nodes=None) == Stop()
     assert follow.stopped_by == "never reached the step"
 
 

@@ -10,6 +10,10 @@ import pytest
 
 from tuning.harness.backends import compose
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.own_output import OwnOutput
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 from tuning.rank import fs_errors
 
 
@@ -58,13 +62,12 @@ def test_read_only_root_says_where_to_write(monkeypatch):
 @pytest.mark.parametrize("entry", [None, "tuning.sft_trainer"])
 def test_output_volume_keeps_what_the_harness_follows_on_the_host(entry, tmp_path):
     layout = Layout(
-        kind="per-rank",
         run_id="r",
-        run_dir=str(tmp_path),
-        entry=entry,
-        output_volume="harness-r-output",
+        topology=Topology("per-rank"),
+        mounts=Mounts(str(tmp_path)),
+        trainer=Trainer(entry=entry),
     )
-    out = compose.render(layout)
+    out = compose.render(layout, output=OwnOutput(volume="harness-r-output"))
     assert out["volumes"] == {"output": {"external": True, "name": "harness-r-output"}}
     mounts = {v["target"]: v for v in out["services"]["rank1"]["volumes"]}
     assert mounts["/output"] == {"type": "volume", "source": "output", "target": "/output"}

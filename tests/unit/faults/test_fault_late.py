@@ -11,6 +11,7 @@ import json
 
 from support.harness import harness
 from tuning.harness.faults import record
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds import late_master
 from tuning.harness.faults.kinds.late_master import Late
 
@@ -62,7 +63,7 @@ def test_what_the_waiting_nodes_saw_is_counted():
             {"t": 1.0, "saw": "name not resolved (Temporary failure in name resolution)"}
         ],
     }
-    rec = {"late": facts, "rdzv_timeout_s": 8}
+    rec = FaultRecord.from_json({"late": facts, "rdzv_timeout_s": 8})
     assert late_master.lines(rec) == [
         "- late master: 40 s late (RDZV_TIMEOUT=8 s); rank0 never started: the other nodes had "
         "given up; the job ended at t=35.16 s without a step",

@@ -10,6 +10,7 @@ import sys
 from support.paths import ROOT
 from tuning.harness.commands import pool
 from tuning.harness.faults import pool_list
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.run_files import metric_lines
 
@@ -157,7 +158,7 @@ def test_a_verdict_is_scored_against_what_was_injected():
             "rule": "hand",
         },
     }
-    row = pool.score(e, rec)
+    row = pool.score(e, FaultRecord.from_json(rec))
     assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
         True,
         False,
@@ -165,14 +166,14 @@ def test_a_verdict_is_scored_against_what_was_injected():
         True,
     )
     rec["verdict"] = {**rec["verdict"], "culprits": [2, 3], "class": "desync", "verdict_s": 25}
-    row = pool.score(e, rec)
+    row = pool.score(e, FaultRecord.from_json(rec))
     assert (row["right"], row["wrong_rank"], row["class_right"], row["before_timeout"]) == (
         False,
         True,
         False,
         False,
     )
-    row = pool.score(e, {"status": "not injected"})
+    row = pool.score(e, FaultRecord.from_json({"status": "not injected"}))
     said = "no verdict (not injected)"
     assert (row["right"], row["wrong_rank"], row["verdict"]) == (False, False, said)
 
@@ -204,13 +205,14 @@ def test_every_rank_named_is_cannot_tell_not_a_wrong_rank():
     """A verdict that names both ranks of two cannot tell them apart: neither right nor a
     wrong rank (seed 3's run 23 named both); naming two of three is a wrong rank."""
     two = next(e for e in pool_list.draw(3) if e.world == 2)
-    rec = {"verdict": {"class": "desync", "culprits": [0, 1]}}
-    row = pool.score(two, rec)
+    rec = {"verdict": {"class": "desync", "culprits": [0, 1], "evidence": "", "rule": "hand"}}
+    row = pool.score(two, FaultRecord.from_json(rec))
     assert (row["right"], row["cannot_tell"], row["wrong_rank"]) == (False, True, False)
     assert "1 cannot tell" in pool.tally([row]) and "0 wrong rank" in pool.tally([row])
     three = next(e for e in pool_list.draw(4) if e.world == 3)
     other = next(r for r in range(3) if r != three.rank)
-    row = pool.score(three, {"verdict": {"class": "desync", "culprits": [three.rank, other]}})
+    rec["verdict"]["culprits"] = [three.rank, other]
+    row = pool.score(three, FaultRecord.from_json(rec))
     assert (row["cannot_tell"], row["wrong_rank"]) == (False, True)
 
 

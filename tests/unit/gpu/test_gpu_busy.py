@@ -129,7 +129,7 @@ def test_host_ranks_see_the_gpus_the_run_took_by_uuid(other_run_holds_4_5, tmp_p
         ["up", "--layout", "host", "--gpus", "2", "--run-id", "h", "--runs", str(tmp_path / "runs")]
     )
     spec = options.spec_from(RunFlags.of(a))
-    assert spec.layout.gpu_ids == ("3", "6")
+    assert spec.layout.topology.plan.ids == ("3", "6")
     want = f"{uuid(3)},{uuid(6)}"
     commands = render.node_commands(spec.layout, spec.accelerate_config)
     assert commands["host"]["env"]["CUDA_VISIBLE_DEVICES"] == want

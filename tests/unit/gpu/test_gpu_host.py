@@ -204,7 +204,8 @@ def test_summary_records_the_gpus_by_index_and_uuid(smi, monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
     a = cli.parser().parse_args(["up", "--runs", str(tmp_path / "runs"), "--run-id", "t"])
     spec = options.spec_from(RunFlags.of(a))
-    assert spec.layout.gpu_ids == ("2", "5") and spec.layout.image == "tuning-harness:gpu"
+    plan = spec.layout.topology.plan
+    assert plan.ids == ("2", "5") and plan.image == "tuning-harness:gpu"
     assert spec.job["torch_dtype"] == "bfloat16"
     assert spec.accelerate_config.name == "fsdp.yaml"
     two, five = ({"index": i, "uuid": uuid(i), "name": H100} for i in (2, 5))

@@ -12,7 +12,9 @@ from tuning.harness.backends import compose
 from tuning.harness.commands import examples, kube
 from tuning.harness.errors import HarnessError
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.topology import Topology
 from tuning.harness.machine import image_recipes
+from tuning.harness.machine.devices import GpuPlan
 
 
 def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:
@@ -22,7 +24,9 @@ def gpu_service_checks(svc: dict, image: str = "tuning-harness:gpu") -> None:
 
 def test_single_gpu_render_keeps_p2p():
     (svc,) = compose.render(
-        Layout(kind="single", gpus=2, gpu_ids=("3", "6"), run_id="t", image="tuning-harness:gpu")
+        Layout(
+            run_id="t", topology=Topology("single", GpuPlan(2, "tuning-harness:gpu", ("3", "6")))
+        )
     )["services"].values()
     gpu_service_checks(svc)
     assert device_ids(svc) == ["3", "6"] and svc["shm_size"] == "2gb"
@@ -51,9 +55,8 @@ def test_per_rank_shared_disables_p2p_and_shares_shm(smi, tmp_path):
 
 def test_cpu_layouts_get_no_nccl_settings():
     for network in ("isolated", "shared"):
-        for svc in compose.render(Layout(kind="per-rank", network=network, run_id="t"))[
-            "services"
-        ].values():
+        layout = Layout(run_id="t", topology=Topology("per-rank", network=network))
+        for svc in compose.render(layout)["services"].values():
             assert not any(k.startswith("NCCL_") for k in svc["environment"])
             assert "ulimits" not in svc and svc["image"] == "tuning-harness:latest"
 
@@ -72,7 +75,7 @@ def test_pytorchjob_pods_say_they_are_gpu_ranks():
     _, job = kube.render(cpu, {"max_steps": 1}, "x: 1\n")
     assert kube.operator_pods(job)[0].env["HARNESS_DEVICE"] == "cpu"
     cu12 = kube.job_layout(1, 1, 1, cuda="12.8", name="tj", run_id="r1", run_dir="/tmp/r1")
-    assert cu12.image == "tuning-harness:gpu-cu128"
+    assert cu12.topology.plan.image == "tuning-harness:gpu-cu128"
 
 
 def test_examples_run_the_gpu_image():
@@ -81,10 +84,11 @@ def test_examples_run_the_gpu_image():
         for i, svc in enumerate(doc["services"].values()):
             gpu_service_checks(svc)
             assert svc["shm_size"] == "2gb"
-            want = [str(i)] if layout.kind == "per-rank" else [str(g) for g in range(layout.gpus)]
+            t = layout.topology
+            want = [str(i)] if t.kind == "per-rank" else [str(g) for g in range(t.gpus)]
             assert device_ids(svc) == want
             assert (svc["environment"].get("NCCL_SOCKET_IFNAME") == "eth0") is (
-                layout.kind == "per-rank"
+                t.kind == "per-rank"
             )
 
 

@@ -44,8 +44,9 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
         a, f, tmp_path / "b", "b-r1-per-rank-shared-probe", "per-rank-shared", probe=True, threads=3
     )
     lay = spec.layout
-    assert (lay.kind, lay.network, spec.runs_root) == ("per-rank", "shared", tmp_path / "b")
-    env = dict(lay.extra_env)
+    t = lay.topology
+    assert (t.kind, t.network, spec.runs_root) == ("per-rank", "shared", tmp_path / "b")
+    env = dict(lay.trainer.extra_env)
     assert env["OMP_NUM_THREADS"] == "3" and env["HARNESS_ENTRY"] == "tuning.probe"
     assert env["HARNESS_ENTRY_ARGS"].startswith("--out /output --min-bytes 1024")
     assert (f.layout, f.network, f.runs) == ("single", "isolated", str(tmp_path))
@@ -55,8 +56,9 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
     """NETWORK from `make up` to compose.yaml: flags/run_flags types it, layout/options hands it to
     the Layout, layout/layout checks it and says what it means for each node
     (`shared_namespaces`), and backends/compose renders what layout says. No other module
-    outside commands/ (where bench and fault choose layouts) reads it: cli and commands/up
-    pass the flags on untouched. (Compose's network, `<project>_train`, is COMPOSE_NETWORK.)"""
+    outside commands/ (where fault chooses layouts) and bench/plan.py (bench's) reads it: cli
+    and commands/up pass the flags on untouched. (Compose's network, `<project>_train`, is
+    COMPOSE_NETWORK.)"""
     import ast
 
     from support.paths import ROOT
@@ -72,7 +74,7 @@ def test_a_flags_way_to_the_compose_file_crosses_four_modules():
                 isinstance(n, ast.Name) and n.id in ("NETWORK", "NETWORKS")
             ):
                 readers.add(str(path.relative_to(harness)))
-    assert readers == {"layout/options.py", "layout/layout.py"}
+    assert readers == {"layout/options.py", "layout/layout.py", "bench/plan.py"}
     compose = (harness / "backends/compose.py").read_text()
     assert "layout.shared_namespaces" in compose
     assert "network" in RunFlags.__dataclass_fields__  # flags/run_flags.py: the fourth

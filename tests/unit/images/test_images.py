@@ -9,8 +9,8 @@ import sys
 
 from support.paths import ROOT
 from tuning.harness.backends import images
-from tuning.harness.layout.layout import IMAGE
 from tuning.harness.machine import image_recipes
+from tuning.harness.machine.image_recipes import IMAGE
 
 
 def test_the_default_image_is_the_devices_own_and_a_tag_picks_its_recipe():

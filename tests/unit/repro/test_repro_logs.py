@@ -246,8 +246,9 @@ def test_pods_still_running_with_nothing_failed_are_a_hang(tmp_path):
     assert rec["could_not_tell"][0].startswith("hung, nothing failed yet"), rec
     assert rec["hung"]["pods"] == ["sft-master-0", "sft-worker-0"]
     from tuning.harness.clusterlogs import write
+    from tuning.harness.clusterlogs.repro_json import ReproRecord
 
-    said = "\n".join(write.said({**rec, "replay": None}))
+    said = "\n".join(write.said(ReproRecord.from_json(rec)))
     assert "kubectl debug -it sft-worker-0" in said and "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in said
 
 

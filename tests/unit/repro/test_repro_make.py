@@ -137,7 +137,8 @@ def test_the_replay_kind_follows_how_the_rank_died(end, kind, tmp_path):
     rec = judged(folder)
     assert (rec["verdict"]["class"], rec["verdict"]["culprits"]) == ("died", [1]), rec
     from tuning.harness.clusterlogs import replay, seen, source
+    from tuning.harness.verdict.record import Verdict
 
     got = source.load(folder)
-    plan = replay.plan(rec["verdict"], seen.inputs(got), got, 2, False, 30)
+    plan = replay.plan(Verdict.from_json(rec["verdict"]), seen.inputs(got), got, 2, False, 30)
     assert plan.kind == kind, plan

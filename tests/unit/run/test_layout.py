@@ -14,10 +14,19 @@ from tuning import launch
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples
 from tuning.harness.layout.layout import Layout, LayoutError
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
+from tuning.harness.machine.devices import GpuPlan
+from tuning.harness.machine.image_recipes import IMAGE
+
+
+def topology(kind: str = "single", gpus: int = 0, **kw) -> Topology:
+    """GPUs 0..N-1 of a host not asked, on the default image."""
+    return Topology(kind, GpuPlan(gpus, IMAGE), **kw)
 
 
 def services(kind: str, gpus: int, **kw) -> dict:
-    return compose.render(Layout(kind=kind, gpus=gpus, run_id="t", **kw))["services"]
+    return compose.render(Layout(run_id="t", topology=topology(kind, gpus, **kw)))["services"]
 
 
 def gpu_ids(svc: dict) -> list[str]:
@@ -47,7 +56,9 @@ def test_per_rank_pins_one_gpu_per_service_and_rendezvous_on_rank0():
 
 @pytest.mark.parametrize("kind", ["single", "per-rank"])
 def test_nccl_needs_shm_and_memlock_and_the_network_is_internal(kind):
-    doc = compose.render(Layout(kind=kind, gpus=2, run_id="t", run_dir="/some/runs/t"))
+    doc = compose.render(
+        Layout(run_id="t", topology=topology(kind, 2), mounts=Mounts("/some/runs/t"))
+    )
     labels = {"harness.run": "t", "harness.runs": "/some/runs"}  # the run, and its RUNS folder
     for svc in doc["services"].values():
         assert svc["shm_size"] == "2gb"
@@ -78,7 +89,7 @@ def test_per_rank_shared_joins_rank0_namespaces():
 )
 def test_bad_layouts_say_what_is_wrong(changes, message):
     with pytest.raises(LayoutError, match=message):
-        Layout(**changes)
+        Layout(topology=topology(**changes))
 
 
 def test_checked_in_examples_equal_the_render():
@@ -88,7 +99,7 @@ def test_checked_in_examples_equal_the_render():
 
 
 def test_launcher_single_node():
-    env = Layout(kind="single", gpus=4, run_id="t").nodes()[0].env
+    env = Layout(run_id="t", topology=topology("single", 4)).nodes()[0].env
     fsdp = str(ROOT / "configs/accelerate/fsdp.yaml")  # the host's copy of /job/accelerate.yaml
     argv, extra = launch.command(env, ["--config", "/job/job.yaml"], fsdp)
     assert argv[:2] == ["accelerate", "launch"]
@@ -206,4 +217,4 @@ def test_one_table_names_every_layout():
     assert list(plan.LAYOUTS) == ["host", "single", "per-rank-isolated", "per-rank-shared"]
     assert fault.LAYOUTS == examples.KINDS == ("single", "per-rank")
     assert kube.KINDS == ("pytorchjob", "trainjob", "job")
-    assert job_layout.JobLayout().kind == "pytorchjob"
+    assert job_layout.JobLayout().topology.kind == "pytorchjob"

@@ -13,6 +13,8 @@ import pytest
 from tuning.harness.backends import compose
 from tuning.harness.backends.nodes import _die_with
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 from tuning.shared import affinity
 
 PINNED = ((affinity.VAR, "0;1"),)  # what bench gives 2 ranks on a 2-core machine
@@ -36,12 +38,13 @@ def test_split_gives_each_rank_its_own_contiguous_cores():
     ],
 )
 def test_every_container_gets_its_ranks_cores(kind, network, cpusets):
-    layout = Layout(kind=kind, network=network, run_id="t", extra_env=PINNED)
+    topology = Topology(kind, network=network)
+    layout = Layout(run_id="t", topology=topology, trainer=Trainer(extra_env=PINNED))
     services = compose.render(layout)["services"].values()
     assert [svc["cpuset"] for svc in services] == cpusets
     for svc in services:
         assert svc["environment"][affinity.VAR] == "0;1"  # each rank then takes its own
-    unpinned = compose.render(Layout(kind=kind, network=network, run_id="t"))["services"]
+    unpinned = compose.render(Layout(run_id="t", topology=topology))["services"]
     assert all("cpuset" not in svc for svc in unpinned.values())
 
 

@@ -18,6 +18,7 @@ from support.checkpoints import tree
 from support.harness import harness
 from tuning.harness.contract import ranks_user
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.trainer import Trainer
 from tuning.harness.run import output_dir
 from tuning.harness.run_files import folders
 
@@ -102,7 +103,7 @@ def test_resume_never_changes_the_earlier_runs_files(tmp_path):
     }
     out = tmp_path / "after/output"
     out.mkdir(parents=True)
-    output_dir.take_checkpoints(prev, out, Layout(kind="single", user="1000:1000"))
+    output_dir.take_checkpoints(prev, out, Layout(trainer=Trainer(user="1000:1000")))
     after = {
         f.name: (f.stat().st_uid, f.stat().st_mode)
         for f in (prev / "output/checkpoint-10").iterdir()
@@ -145,7 +146,7 @@ def test_resume_as_a_normal_user_links_and_changes_nothing():
             f.chmod(0o600)  # as the Trainer leaves model.safetensors
         with as_a_normal_user(tree):
             before = {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files}
-            layout = Layout(kind="single", **ranks_user.for_ranks("single"))
+            layout = Layout(trainer=Trainer(**ranks_user.for_ranks("single")))
             output_dir.take_checkpoints(prev, out, layout)
         assert {f.name: (f.stat().st_uid, f.stat().st_mode) for f in files} == before
         taken = {f.name: f.stat().st_ino for f in (out / "checkpoint-10").iterdir()}

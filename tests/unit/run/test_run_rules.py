@@ -17,6 +17,8 @@ from support.paths import ROOT
 from tuning.harness.backends import nodes
 from tuning.harness.errors import HarnessError
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
 from tuning.harness.machine import gpu_locks
 from tuning.harness.run import lifecycle
 from tuning.harness.run_files import folders
@@ -135,7 +137,7 @@ class TeardownFails(nodes.HostNodes):
 
 
 def test_a_teardown_error_ends_the_run_failed_with_the_reason(tmp_path):
-    layout = Layout(kind="host", run_dir=str(tmp_path))
+    layout = Layout(topology=Topology("host"), mounts=Mounts(str(tmp_path)))
     (tmp_path / "logs").mkdir()
     commands = {"host": {"argv": [sys.executable, "-c", "pass"], "env": {}}}
     backend = TeardownFails(layout, tmp_path, commands)

@@ -28,10 +28,12 @@ def test_make_down_is_scoped_to_runs_unless_all_is_typed():
 def test_a_run_carries_its_runs_folder_on_everything_compose_makes(tmp_path):
     from tuning.harness.backends import compose
     from tuning.harness.layout.layout import Layout
+    from tuning.harness.layout.mounts import Mounts
+    from tuning.harness.layout.topology import Topology
 
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "real")  # a RUNS folder reached through a link: its real path
-    layout = Layout(kind="per-rank", run_id="r", run_dir=str(link / "r"))
+    layout = Layout(run_id="r", topology=Topology("per-rank"), mounts=Mounts(str(link / "r")))
     want = {"harness.run": "r", "harness.runs": str((tmp_path / "real").resolve())}
     assert layout.labels == want
     doc = compose.render(layout)

@@ -13,6 +13,7 @@ from support.harness import harness
 from support.run_records import a_run
 from tuning.harness.checks import timeouts
 from tuning.harness.checks.timeouts import Measured, Timeouts
+from tuning.harness.faults.fault_json import FaultRecord
 
 
 def test_timeouts_that_fit_say_nothing(tmp_path):
@@ -133,7 +134,7 @@ def test_kube_advises_the_save_interval_and_takes_it_on_request(tmp_path):
 
 
 # --- make fault (issue 40, item 5) -----------------------------------------------------------
-def a_fault_run(run_dir: Path, *, fault_at: float, save_s: float = 8.0) -> dict:
+def a_fault_run(run_dir: Path, *, fault_at: float, save_s: float = 8.0) -> FaultRecord:
     """faults/record.py's build on a kill run of two ranks written as the trainer writes them:
     before the fault (t=16.5) steps of 0.2 s and a save of `save_s`; after it, a restart's
     rendezvous 60 s later and a 30 s step. Injection and follow as faults/follow.py sets them."""
@@ -165,19 +166,19 @@ def a_fault_run(run_dir: Path, *, fault_at: float, save_s: float = 8.0) -> dict:
     follow.t0, follow.injected_at, follow.finished_at = 0.0, fault_at, 92.0
     follow.inject_step, follow.how = 14, "docker kill"
     nodes = [SimpleNamespace(name=f"rank{r}", ranks=[r], nproc=1) for r in (0, 1)]
-    base = {
-        "run_id": run_dir.name,
-        "kind": "kill",
-        "layout": "per-rank",
-        "timeout_s": 20,
-        "rdzv_timeout_s": 20,
-        "rank": 1,
-        "at_step": 12,
-        "steps": 60,
-        "max_restarts": 0,
-        "world_size": 2,
-        "step_sleep_s": 0.2,
-    }
+    base = FaultRecord(
+        run_dir.name,
+        "kill",
+        "per-rank",
+        timeout_s=20,
+        rdzv_timeout_s=20,
+        rank=1,
+        at_step=12,
+        steps=60,
+        max_restarts=0,
+        world_size=2,
+        step_sleep_s=0.2,
+    )
     layout = SimpleNamespace(nodes=lambda: nodes)
     record = fault_record.build(base, follow, {"status": "failed"}, layout, run_dir, {})
     fault_write.write(run_dir, record)
@@ -193,7 +194,7 @@ def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_
         "in the next collective while one rank is that slow (a save a little slower on a "
         "cluster) time out and the job fails; set TIMEOUT=30 (ddp_timeout)"
     )
-    assert record["timeouts"] == [said]
+    assert record.timeouts == [said]
     assert f"harness: timeouts (what this run measured before the fault): {said}\n" in (
         capsys.readouterr().out
     )
@@ -201,11 +202,11 @@ def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_
     md = (tmp_path / "f1/fault.md").read_text()
     assert f"- timeouts, against what the run measured before the fault: {said}\n" in md
     # saves that fit: said so; no step before the fault: said as not checked
-    assert a_fault_run(tmp_path / "f2", fault_at=16.5, save_s=2.0)["timeouts"] == []
+    assert a_fault_run(tmp_path / "f2", fault_at=16.5, save_s=2.0).timeouts == []
     assert "- timeouts: fit what the run measured before the fault\n" in (
         (tmp_path / "f2/fault.md").read_text()
     )
-    assert a_fault_run(tmp_path / "f3", fault_at=0.5)["timeouts"] is None
+    assert a_fault_run(tmp_path / "f3", fault_at=0.5).timeouts is None
     assert "- timeouts: not checked (no step was measured before the fault)\n" in (
         (tmp_path / "f3/fault.md").read_text()
     )
@@ -213,10 +214,12 @@ def test_a_fault_run_checks_its_timeouts_against_what_came_before_the_fault(tmp_
 
 def test_a_fault_run_under_args_checks_the_trainers_own_collective_timeout():
     """ARGS is ENTRY's whole command line: TIMEOUT is then only the harness's wait."""
+    from dataclasses import replace
+
     from tuning.harness.faults.record import _collective_s
 
-    base = {"timeout_s": 20}
+    base = FaultRecord(timeout_s=20)
     assert _collective_s(base) == 20
-    assert _collective_s({**base, "trainer": {"args": ["--ddp_timeout", "90", "--x"]}}) == 90
-    assert _collective_s({**base, "trainer": {"args": ["--ddp_timeout=45.5"]}}) == 45.5
-    assert _collective_s({**base, "trainer": {"args": []}}) == timeouts.HF_DDP_TIMEOUT_S
+    assert _collective_s(replace(base, trainer={"args": ["--ddp_timeout", "90", "--x"]})) == 90
+    assert _collective_s(replace(base, trainer={"args": ["--ddp_timeout=45.5"]})) == 45.5
+    assert _collective_s(replace(base, trainer={"args": []})) == timeouts.HF_DDP_TIMEOUT_S

@@ -17,6 +17,9 @@ from tuning.harness.flags import trainers
 from tuning.harness.flags.run_flags import RunFlags
 from tuning.harness.layout.job_files import job_of_file, load_job
 from tuning.harness.layout.layout import Layout, LayoutError
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
+from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run import foreign
 from tuning.harness.run.render import node_commands
 from tuning.harness.run_files import metric_lines
@@ -24,8 +27,11 @@ from tuning.harness.run_files import metric_lines
 FMS_JOB = ROOT / "configs/jobs/fms-demo.json"
 
 
-def fms_layout(kind: str = "per-rank", **kw) -> Layout:
-    return Layout(kind=kind, nproc=2, entry="tuning.sft_trainer", image=trainers.FMS_IMAGE, **kw)
+def fms_layout(kind: str = "per-rank") -> Layout:
+    return Layout(
+        topology=Topology(kind, GpuPlan(0, trainers.FMS_IMAGE), nproc=2),
+        trainer=Trainer(entry="tuning.sft_trainer"),
+    )
 
 
 # --- static -----------------------------------------------------------------------------------
@@ -47,7 +53,7 @@ def test_foreign_service_gets_launcher_recorder_and_json_job():
     # fms's own top-level `tuning` package is not shadowed: only the launch dir is added
     assert env["PYTHONPATH"] == "/opt/harness-launch"
     # our own image is unchanged: its entrypoint, `--config /job/job.yaml`
-    ours = compose.render(Layout(kind="per-rank", nproc=2))["services"]["rank1"]
+    ours = compose.render(Layout(topology=Topology("per-rank", nproc=2)))["services"]["rank1"]
     assert "entrypoint" not in ours and ours["command"] == ["--config", "/job/job.yaml"]
 
 

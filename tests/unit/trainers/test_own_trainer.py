@@ -20,6 +20,9 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.flags import own_trainer
 from tuning.harness.flags.run_flags import RunFlags
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 
 SCRIPT = USER_SCRIPTS / "train_sft.py"  # a user's HfArgumentParser script
 
@@ -150,11 +153,11 @@ def test_args_arrive_whole_from_make_even_a_single_option():
 
 def test_src_is_bound_read_only_and_is_the_working_dir():
     layout = Layout(
-        kind="per-rank",
-        nproc=2,
-        entry=f"{SRC_DIR}/train_sft.py",
-        src=str(USER_SCRIPTS),
-        args=("--output_dir", "/output", "--max_steps", "3"),
+        topology=Topology("per-rank", nproc=2),
+        mounts=Mounts(src=str(USER_SCRIPTS)),
+        trainer=Trainer(
+            entry=f"{SRC_DIR}/train_sft.py", args=("--output_dir", "/output", "--max_steps", "3")
+        ),
     )
     svc = compose.render(layout)["services"]["rank1"]
     binds = {v["target"]: v for v in svc["volumes"]}
@@ -172,12 +175,12 @@ def test_src_is_bound_read_only_and_is_the_working_dir():
     assert "SFT_TRAINER_CONFIG_JSON_PATH" not in env  # ARGS is the whole job
     assert "HARNESS_STEP_LINES" not in env  # the recorder logs its steps
     assert binds["/opt/harness-launch/trainer_steps.py"]["read_only"]
-    fms = Layout(kind="single", entry="tuning.sft_trainer", recorder_steps=False)
+    fms = Layout(trainer=Trainer(entry="tuning.sft_trainer", recorder_steps=False))
     assert compose.render(fms)["services"]["trainer"]["environment"]["HARNESS_STEP_LINES"] == "0"
 
 
 def test_args_that_yaml_1_2_reads_as_numbers_are_written_quoted():
-    layout = Layout(kind="single", entry="train", args=YAML_12_WORDS)
+    layout = Layout(trainer=Trainer(entry="train", args=YAML_12_WORDS))
     text = compose.dump(compose.render(layout))
     for word in ("3e-3", "1e5", "0o17", ".5e3"):
         assert f'- "{word}"\n' in text

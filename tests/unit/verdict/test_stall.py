@@ -12,6 +12,8 @@ from support.clock import Clock
 from support.paths import ROOT
 from tuning.harness.stacks import dumps, stack_text, stall
 from tuning.harness.verdict import live
+from tuning.harness.verdict.record import Verdict
+from tuning.harness.watch import Stop
 
 
 def steps(rank: int, numbers, t0: float = 0.0, every_s: float = 1.0, step_s: float = 1.0):
@@ -162,7 +164,7 @@ def test_a_hang_is_ended_past_the_timeout_and_grace_unless_hang_wait(monkeypatch
         assert w(metrics, state, Nodes()) is None
         clock.now += 2
         got = w(metrics, state, Nodes())
-        assert (got == "stop") == stops, (hang, state)
+        assert isinstance(got, Stop) == stops, (hang, state)
         if stops:
             assert w.stop_reason.startswith("hung past its timeout (20 s, x)")
             assert extra["hang"]["ended_after_timeout_s"] == 31.0
@@ -173,8 +175,8 @@ def test_a_long_save_is_a_slow_phase_not_a_stall(tmp_path, monkeypatch, capsys):
     the saving rank says it saves, and nothing is reported or recorded as a stall."""
     taken, _ = saving_dump(tmp_path)
     monkeypatch.setattr(dumps, "take", lambda *a, **k: taken)
-    nobody = {"class": "unknown", "culprits": [], "evidence": "no rank stands out", "rule": "none"}
-    monkeypatch.setattr(stall.live, "judge_live", lambda *a: nobody)
+    nobody = Verdict("unknown", [], "no rank stands out", "none")
+    monkeypatch.setattr(live, "judge_live", lambda *a: nobody)
     clock = Clock()
     extra: dict = {}
     w = stall.StallWatch(None, extra, clock=clock, timeout_s=1800.0, timeout_said="x", verdict=live)

@@ -1,7 +1,8 @@
 """The verdict never reads what a fault injected (verdict/__init__.py): no module of it imports
 the fault side or names the injection, and a run's facts give the same verdict whether the
 culprit's error is the injector's own words or a user's, and whatever a fault record beside
-them says was struck."""
+them says was struck. And no module reads the verdict's or a record's keys but the one whose
+type writes and reads them."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_the_injectors_words_and_a_users_give_one_verdict(culprit):
     for words in ("RuntimeError: injected crash at step 9", "ValueError: bad batch at step 9"):
         metrics, exits = _run(culprit, words)
         v = rules.judge(facts.gather(4, metrics, None, exits))
-        said[words] = (v["class"], tuple(v["culprits"]))
+        said[words] = (v.kind, tuple(v.culprits))
     assert set(said.values()) == {("died", (culprit,))}, said
 
 
@@ -71,5 +72,73 @@ def test_a_fault_record_beside_the_facts_changes_nothing():
     f = facts.gather(4, metrics, None, lying)
     f["fault"] = {"kind": "crash", "rank": 3, "signature": "injected crash"}
     v = rules.judge(f)
-    assert (v["class"], v["culprits"]) == (base["class"], base["culprits"]) == ("died", [1])
-    assert "rank 3" not in json.dumps(v)
+    assert (v.kind, v.culprits) == (base.kind, base.culprits) == ("died", [1])
+    assert "rank 3" not in json.dumps(v.to_json())
+
+
+# The keys of the verdict's JSON and of the records' (fault.json, repro.json, report.json's
+# goals), by the module whose type is their one writer and reader. Keys other dicts hold too are
+# left out, as no name tells them apart: the facts' and the flight recorder's ("seq", "ranks",
+# "error", "ended_by", "signature"), the knobs' ("rank", "timeout_s", "at_step", "steps"),
+# summary.json's ("status", "verdict", "exit_code", "oom_killed"), report_stats' paired figures
+# ("median", "interval", "pairs", "per_round"), and words any dict may use ("kind", "name").
+RECORD_KEYS = {
+    "verdict/record.py": {
+        *("class", "culprits", "evidence", "rule", "waited_s", "fr_trace", "verdict_s"),
+        *("early", "read_from", "ran", "said", "agrees", "flagged", "repaired", "alike"),
+    },
+    "faults/fault_json.py": {
+        *("injected_t", "injected_step", "stopped_by", "outcome", "fault_to_end_s"),
+        *("hang_detected_s", "ranks_ended_s", "bound_s", "run_status", "steps_reached"),
+        *("leftovers", "checkpoints", "on_a_cluster", "timeline", "goal_met", "steps_note"),
+        *("args_note", "last_step_t", "end_t", "end_status", "node_exit_code"),
+        *("seen_signature", "before_fault"),
+    },
+    "clusterlogs/repro_json.py": {
+        *("could_not_tell", "caveats", "hung", "from_folder", "replay", "no_replay", "unread"),
+        *("world_stated", "missing_ranks", "roles_here", "matches"),
+    },
+    "bench/goal.py": {
+        *("target", "more_rounds", "past", "bound", "need", "lag1", "sentence", "spread"),
+        *("past_chance", "rounds_needed", "auto_decides"),
+    },
+}
+# Another format's key of the same name, read in the module that makes that format
+ALSO = {
+    "commands/pool.py": {"class", "culprits", "evidence", "rule", "verdict_s", "outcome"},  # rows
+    "verdict/torch_check.py": {"flagged", "repaired", "alike"},  # fr_check.py's output
+    "commands/kube/faults.py": {"outcome", "checkpoints", "timeline", "end_status"},  # restarts
+    "commands/kube/rehearse.py": {"outcome"},  # restarts.json
+    "commands/soak/__init__.py": {"leftovers"},  # soak.json
+    "commands/soak/write.py": {"leftovers"},
+}
+
+
+def test_no_module_reads_a_records_keys_but_the_one_that_defines_it():
+    """Under tuning/harness a verdict's or a record's key read by name (`x["culprits"]`,
+    `x.get("outcome")`) is read only in the module of its type (verdict/record.py,
+    faults/fault_json.py, clusterlogs/repro_json.py, bench/goal.py): everywhere else the
+    fields are attributes. Writing a dict under such a key is no read, and tests may read the
+    files on disk by key: that is the format they check."""
+    harness = ROOT / "tuning/harness"
+    owner = {key: module for module, keys in RECORD_KEYS.items() for key in keys}
+    read = []
+    for path in sorted(harness.rglob("*.py")):
+        module = str(path.relative_to(harness))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                key = node.slice
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and node.args
+            ):
+                key = node.args[0]
+            else:
+                continue
+            if not (isinstance(key, ast.Constant) and key.value in owner):
+                continue
+            if module != owner[key.value] and key.value not in ALSO.get(module, ()):
+                read.append(f"{module}:{node.lineno}: {key.value!r} ({owner[key.value]}'s)")
+    assert read == [], "\n".join(read)

@@ -29,7 +29,7 @@ def test_a_rank_in_fsdps_own_python_with_nothing_pending_is_busy_not_waiting():
     f = facts.gather(2, metrics, {"ranks": {0: waiting, 1: busy}}, progressing=True)
     assert "waiting" not in f["ranks"][1] and f["ranks"][1]["busy"], f["ranks"][1]
     v = rules.judge(f)
-    assert v["class"] != "desync" and 0 not in v["culprits"], v
+    assert v.kind != "desync" and 0 not in v.culprits, v
 
 
 def test_a_throttled_rank_among_seven_on_two_cores_is_named_slow():
@@ -47,11 +47,8 @@ def test_a_throttled_rank_among_seven_on_two_cores_is_named_slow():
         for r in range(7)
     }
     v = rules.judge({"world": 7, "progressing": True, "ranks": ranks})
-    assert (v["class"], v["culprits"]) == ("slow", [4]), v
-    assert (
-        v["waited_s"]["4"] > 0.009
-        and max(v["waited_s"][str(r)] for r in (0, 1, 2, 3, 5, 6)) < 0.0005
-    )
+    assert (v.kind, v.culprits) == ("slow", [4]), v
+    assert v.waited_s["4"] > 0.009 and max(v.waited_s[str(r)] for r in (0, 1, 2, 3, 5, 6)) < 0.0005
     # the 54 collectives the seven shared above need the dump's depth: a dump shows every entry
     # torch keeps (64), not 16
     from tuning.rank import stack_dump
@@ -77,4 +74,4 @@ def test_a_rooted_collectives_root_side_is_no_desync():
         for r in range(4)
     }
     v = rules.judge({"world": 4, "ranks": ranks})
-    assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
+    assert (v.kind, v.culprits) == ("never arrived", [0]), v

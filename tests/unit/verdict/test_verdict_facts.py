@@ -35,13 +35,13 @@ def _killed_rank_3(error: str) -> dict:
 
 def test_peers_that_exit_on_a_lost_connection_are_not_the_culprit():
     v = _killed_rank_3(PEER_LOST)
-    assert (v["class"], v["culprits"]) == ("died", [3]), v
-    assert v["evidence"].startswith("rank 3 was killed (SIGKILL, exit -9)"), v
+    assert (v.kind, v.culprits) == ("died", [3]), v
+    assert v.evidence.startswith("rank 3 was killed (SIGKILL, exit -9)"), v
 
 
 def test_a_rank_that_exits_on_its_own_error_is_still_named():
     v = _killed_rank_3("SystemExit(203) from ValueError: the batch has no labels")
-    assert (v["class"], v["culprits"]) == ("died", [0, 2]), v
+    assert (v.kind, v.culprits) == ("died", [0, 2]), v
 
 
 def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
@@ -55,7 +55,7 @@ def test_a_rank_in_slow_mains_work_under_an_fsdp_hook_never_arrived():
     }
     metrics = {r: [{"event": "phase", "name": "rendezvous"}] for r in range(4)}
     v = rules.judge(facts.gather(4, metrics, {"ranks": dumped}))
-    assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
+    assert (v.kind, v.culprits) == ("never arrived", [3]), v
 
 
 # The pool's run 21 (skip-collective on rank 0, single, our trainer, 4 ranks, DETAIL on): the
@@ -99,18 +99,18 @@ def _skip_in_a_save(world: int) -> dict:
 
 def test_a_skip_in_a_save_is_named_by_where_each_rank_called_its_collective():
     v = _skip_in_a_save(4)
-    assert (v["class"], v["culprits"]) == ("desync", [0]), v
-    assert v["evidence"] == (
+    assert (v.kind, v.culprits) == ("desync", [0]), v
+    assert v.evidence == (
         "ranks 1, 2 and 3 called all_gather from transformers/trainer_pt_utils.py:290 "
         "(distributed_broadcast_scalars); rank 0 called all_gather from "
         "accelerate/accelerator.py:3973 (get_state_dict), each as collective #185: rank 0 "
         "called it from elsewhere than the others"
-    ), v["evidence"]
+    ), v.evidence
 
 
 def test_with_two_ranks_both_callers_are_named():
     v = _skip_in_a_save(2)
-    assert (v["class"], v["culprits"]) == ("desync", [0, 1]), v
+    assert (v.kind, v.culprits) == ("desync", [0, 1]), v
 
 
 def _fp(seq: int, op: str, shape: str) -> str:
@@ -136,7 +136,7 @@ def test_torchs_mismatch_check_is_read_through_fms_exit_203():
     }
     exits = {r: {"code": 203, "t": 19.9, "by_itself": True} for r in range(4)}
     v = rules.judge(facts.gather(4, metrics, exits=exits))
-    assert (v["class"], v["culprits"], v["rule"]) == ("desync", [3], "torch"), v
+    assert (v.kind, v.culprits, v.rule) == ("desync", [3], "torch"), v
 
 
 def test_every_rank_failing_alike_names_no_rank():
@@ -149,8 +149,8 @@ def test_every_rank_failing_alike_names_no_rank():
     metrics = {r: _end(error) for r in range(4)}
     exits = {r: {"code": 1, "t": 30.3, "by_itself": True} for r in range(4)}
     v = rules.judge(facts.gather(4, metrics, exits=exits))
-    assert (v["class"], v["culprits"]) == ("died", []), v
-    assert v["evidence"].startswith("every rank raised SystemExit(203) from RuntimeError: "), v
+    assert (v.kind, v.culprits) == ("died", []), v
+    assert v.evidence.startswith("every rank raised SystemExit(203) from RuntimeError: "), v
 
 
 def test_a_rank_that_never_registered_never_arrived():
@@ -166,8 +166,8 @@ def test_a_rank_that_never_registered_never_arrived():
     dumped |= {r: {**stack_text.parse(wait), "state": "dumped"} for r in (1, 2, 3)}
     metrics = {r: [{"event": "phase", "name": "imports"}] for r in (1, 2, 3)}
     v = rules.judge(facts.gather(4, metrics, {"ranks": dumped}))
-    assert (v["class"], v["culprits"]) == ("never arrived", [0]), v
-    assert v["evidence"].startswith("rank 0 never started (its process wrote nothing"), v
+    assert (v.kind, v.culprits) == ("never arrived", [0]), v
+    assert v.evidence.startswith("rank 0 never started (its process wrote nothing"), v
 
 
 def test_a_rank_with_no_node_never_arrived_while_the_others_wait_to_register():
@@ -177,8 +177,8 @@ def test_a_rank_with_no_node_never_arrived_while_the_others_wait_to_register():
     dumped = {r: {"state": "not registered"} for r in (0, 1, 2)}
     dumped[3] = {"state": "not started (no container or process holds it)"}
     v = rules.judge(facts.gather(4, {}, {"ranks": dumped}))
-    assert (v["class"], v["culprits"]) == ("never arrived", [3]), v
-    assert v["evidence"].startswith("rank 3 never started (no container or process ever held"), v
+    assert (v.kind, v.culprits) == ("never arrived", [3]), v
+    assert v.evidence.startswith("rank 3 never started (no container or process ever held"), v
 
 
 def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
@@ -206,8 +206,8 @@ def test_a_throttled_rank_is_named_slow_though_the_machine_delays_others_too():
         for r in range(4)
     }
     v = rules.judge({"world": 4, "progressing": True, "ranks": ranks})
-    assert (v["class"], v["culprits"]) == ("slow", [0]), v
-    assert v["waited_s"]["0"] > 0.05 and max(v["waited_s"][r] for r in "123") < 0.002, v
+    assert (v.kind, v.culprits) == ("slow", [0]), v
+    assert v.waited_s["0"] > 0.05 and max(v.waited_s[r] for r in "123") < 0.002, v
 
 
 def _paused_rank_6(tmp_path, teardown_at):
@@ -235,7 +235,7 @@ def _paused_rank_6(tmp_path, teardown_at):
 
 def test_the_harnesss_own_teardown_is_no_stop_from_outside(tmp_path):
     v = _paused_rank_6(tmp_path, teardown_at=1000.0)
-    assert (v["class"], v["culprits"]) == ("stopped or frozen", [6]), v
+    assert (v.kind, v.culprits) == ("stopped or frozen", [6]), v
     # a SIGTERM before the harness began stopping the run is a stop from outside, as it was
     v = _paused_rank_6(tmp_path, teardown_at=1001.0)
-    assert v["class"] == "stopped from outside", v
+    assert v.kind == "stopped from outside", v

@@ -42,10 +42,10 @@ def test_a_stopped_rank_is_named_frozen_and_where_the_others_wait(ranks):  # noq
     finally:
         os.kill(_pid(r, 2), signal.SIGCONT)
     assert taken["ranks"][2]["state"] == "stopped (SIGSTOP: it cannot dump)"
-    assert (v["class"], v["culprits"]) == ("stopped or frozen", [2]), v
-    assert v["evidence"].startswith(
+    assert (v.kind, v.culprits) == ("stopped or frozen", [2]), v
+    assert v.evidence.startswith(
         "rank 2 is stopped (SIGSTOP: it cannot run or dump); ranks 0, 1 and 3 wait in all_"
-    ), v["evidence"]
+    ), v.evidence
 
 
 def test_a_throttled_rank_is_named_slow_by_when_it_reaches_each_collective(ranks):  # noqa: F811
@@ -71,9 +71,9 @@ def test_a_throttled_rank_is_named_slow_by_when_it_reaches_each_collective(ranks
         os.kill(pid, signal.SIGCONT)
     assert taken["ranks"][1]["state"] == "dumped", taken["summaries"]  # never called frozen
     v = rules.judge(facts.gather(4, r.metrics(), taken, progressing=True))
-    assert (v["class"], v["culprits"]) == ("slow", [1]), v
-    assert v["evidence"].startswith(
+    assert (v.kind, v.culprits) == ("slow", [1]), v
+    assert v.evidence.startswith(
         "rank 1 reaches the collectives late: the others waited for it alone a mean "
     )
-    late = v["waited_s"]
+    late = v.waited_s
     assert late["1"] > 0.02 and all(late[x] < late["1"] / 5 for x in ("0", "2", "3")), late

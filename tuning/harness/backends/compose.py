@@ -23,6 +23,7 @@ from tuning.harness.contract.container import (
 )
 from tuning.harness.errors import ROOT
 from tuning.harness.layout.layout import Layout, LayoutError, Node
+from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.shared import affinity
 
@@ -31,16 +32,19 @@ TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in
 SHM_SIZE = "2gb"  # Docker's 64 MB /dev/shm breaks NCCL (posix_fallocate); 1 GB is its advice
 
 
-def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
+def render(
+    layout: Layout, relative_to: str | Path | None = None, output: OwnOutput = RUN_OUTPUT
+) -> dict:
     """The Compose file as a dict. Host paths are absolute, or relative to `relative_to`
-    (the directory the file will be read from, as Compose resolves them)."""
-    if layout.kind == "host":
+    (the directory the file will be read from, as Compose resolves them). `output`: /output
+    where a command puts it (fault disk-full, kube's rehearsal)."""
+    if layout.topology.kind == "host":
         raise LayoutError("LAYOUT=host runs without containers; there is no Compose file for it")
     labels = layout.labels
     if relative_to is not None:  # a file read from elsewhere (the examples): as it is bound
-        labels[RUNS_LABEL] = _bind(Path(layout.run_dir).parent, "", relative_to)["source"]
+        labels[RUNS_LABEL] = _bind(Path(layout.mounts.run_dir).parent, "", relative_to)["source"]
     nodes = layout.nodes()
-    services = {node.name: _service(layout, node, relative_to, labels) for node in nodes}
+    services = {node.name: _service(layout, node, relative_to, labels, output) for node in nodes}
     if layout.shared_namespaces:
         # Ranks join rank 0's network and IPC namespaces: loopback and one /dev/shm,
         # the fastest per-rank shape on one host (and what the containers of a pod share).
@@ -57,46 +61,50 @@ def render(layout: Layout, relative_to: str | Path | None = None) -> dict:
         "services": services,
         "networks": {COMPOSE_NETWORK: {"internal": True, "labels": labels}},
     }
-    if layout.output_volume:  # made and removed by its owner (fault disk-full), not by Compose
-        out["volumes"] = {"output": {"external": True, "name": layout.output_volume}}
+    if output.volume:  # made and removed by its owner (fault disk-full), not by Compose
+        out["volumes"] = {"output": {"external": True, "name": output.volume}}
     return out
 
 
-def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -> dict:
-    output = Path(layout.run_dir, "output")
+def _service(
+    layout: Layout, node: Node, rel: str | Path | None, labels: dict, moved: OwnOutput
+) -> dict:
+    m, entry = layout.mounts, layout.trainer.entry
+    output = Path(m.run_dir, "output")
     volumes = [
-        _bind(Path(layout.run_dir, "job"), JOB_DIR, rel, read_only=True),
+        _bind(Path(m.run_dir, "job"), JOB_DIR, rel, read_only=True),
         _bind(output, OUTPUT_DIR, rel),
     ]
-    own = layout.output_of(node.name)
-    if layout.output_volume or own:  # the harness follows the ranks by their metrics: kept here
+    own = moved.of(node.name)
+    if moved.volume or own:  # the harness follows the ranks by their metrics: kept here
         volumes[1:] = [
             _bind(own, OUTPUT_DIR, rel)
             if own
             else {"type": "volume", "source": "output", "target": OUTPUT_DIR},
             _bind(output / "metrics", f"{OUTPUT_DIR}/metrics", rel),
         ]
-        if layout.entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
+        if entry:  # fms's steps: its own log, appended to (lifecycle makes the file)
             volumes.append(_bind(output / FMS_LOGS, f"{OUTPUT_DIR}/{FMS_LOGS}", rel))
-    if layout.model:
-        volumes.append(_bind(layout.model, MODEL_DIR, rel, read_only=True))
-    if layout.data:
-        volumes.append(_bind(layout.data, data_target(layout.data), rel, read_only=True))
-    if layout.entry and layout.launch_dir:  # kube's rehearsal: the launch ConfigMap's files
-        volumes.append(_bind(layout.launch_dir, LAUNCH_DIR, rel, read_only=True))
-    elif layout.entry:  # a user's image: our launcher and rank recorder come in read-only
+    if m.model:
+        volumes.append(_bind(m.model, MODEL_DIR, rel, read_only=True))
+    if m.data:
+        volumes.append(_bind(m.data, data_target(m.data), rel, read_only=True))
+    if entry and m.launch_dir:  # kube's rehearsal: the launch ConfigMap's files
+        volumes.append(_bind(m.launch_dir, LAUNCH_DIR, rel, read_only=True))
+    elif entry:  # a user's image: our launcher and rank recorder come in read-only
         for name, source in launch_files(TUNING).items():
             volumes.append(_bind(source, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
-    if layout.src:  # SRC: the user's code as it is now, so an edit needs no image rebuild
-        volumes.append(_bind(layout.src, SRC_DIR, rel, read_only=True))
+    if m.src:  # SRC: the user's code as it is now, so an edit needs no image rebuild
+        volumes.append(_bind(m.src, SRC_DIR, rel, read_only=True))
+    limits = layout.limits
     svc = {
-        "image": layout.image,
-        **({"entrypoint": ["python3", LAUNCHER]} if layout.entry else {}),
+        "image": layout.topology.plan.image,
+        **({"entrypoint": ["python3", LAUNCHER]} if entry else {}),
         **({"command": layout.trainer_args} if layout.trainer_args else {}),
         # relative paths in ARGS mean what they mean in the user's folder (`python train.py`)
-        **({"working_dir": SRC_DIR} if layout.src else {}),
+        **({"working_dir": SRC_DIR} if m.src else {}),
         "hostname": node.name,
-        "user": layout.user,
+        "user": layout.trainer.user,
         "environment": layout.container_env(node),
         "labels": {
             **labels,
@@ -122,10 +130,10 @@ def _service(layout: Layout, node: Node, rel: str | Path | None, labels: dict) -
         "tmpfs": [f"{TMP_DIR}:exec,mode=1777"],
         "stop_grace_period": "30s",
         "restart": "no",
-        **({"mem_limit": layout.memory} if layout.memory else {}),
-        **({"pids_limit": layout.pids} if layout.pids else {}),
+        **({"mem_limit": limits.memory} if limits.memory else {}),
+        **({"pids_limit": limits.pids} if limits.pids else {}),
     }
-    cpus = affinity.union(dict(layout.extra_env).get(affinity.VAR, ""), node.ranks)
+    cpus = affinity.union(dict(layout.trainer.extra_env).get(affinity.VAR, ""), node.ranks)
     if cpus:  # bench: the node's ranks' cores (each rank then pins itself to its own)
         svc["cpuset"] = cpus
     if node.gpu_ids:

@@ -16,6 +16,7 @@ import docker.errors
 
 from tuning.harness.contract.container import LABEL, RUNS_LABEL
 from tuning.harness.errors import HarnessError
+from tuning.harness.layout.topology import Topology
 
 
 def client() -> docker.DockerClient:
@@ -73,6 +74,15 @@ def compose(project_file: Path, *args: str, check=True, capture=False, **kw):
 def has_nvidia_runtime(c: docker.DockerClient) -> bool:
     info = c.info()
     return "nvidia" in (info.get("Runtimes") or {}) or bool(info.get("CDISpecDirs"))
+
+
+def check_gpu_runtime(c: docker.DockerClient, topology: Topology) -> None:
+    """GPU ranks need the engine's NVIDIA runtime (or CDI): refused before anything starts."""
+    if topology.device == "gpu" and not has_nvidia_runtime(c):
+        raise HarnessError(
+            f"GPUS={topology.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
+            "Container Toolkit, or use GPUS=0 for CPU ranks"
+        )
 
 
 def image_present(c: docker.DockerClient, tag: str) -> bool:

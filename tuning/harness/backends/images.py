@@ -219,23 +219,24 @@ def _build(c: docker.DockerClient, recipe: Recipe, tag: str, want: str, old, log
 def ready(client, layout: Layout, log=print) -> None:
     """The run's image, there to start: a user's (ENTRY) checked, never built from our
     recipes; ours built if it is missing."""
-    if layout.entry:
+    if layout.trainer.entry:
         check_image(client, layout)
     else:
-        ensure(client, layout.image, layout.device, log=log)
+        ensure(client, layout.topology.plan.image, layout.topology.device, log=log)
 
 
 def check_image(client, layout: Layout) -> None:
     """A foreign image must be on the engine already (nothing is pulled); the fms one is
     built from docker/fms.Dockerfile when it is missing."""
-    if layout.image == FMS_IMAGE:
+    image = layout.topology.plan.image
+    if image == FMS_IMAGE:
         ensure(client, FMS_IMAGE)
         _prune_build_stages(client)
         return
-    if not engine.image_present(client, layout.image):
+    if not engine.image_present(client, image):
         raise HarnessError(
-            f"IMAGE={layout.image} is not on this engine and nothing is pulled; build it "
-            f"(docker build -t {layout.image} ...) or load it (docker load -i FILE) first"
+            f"IMAGE={image} is not on this engine and nothing is pulled; build it "
+            f"(docker build -t {image} ...) or load it (docker load -i FILE) first"
         )
 
 

@@ -22,10 +22,12 @@ reads before PET_NODE_RANK and RANK (tuning/launch.py); the same for every kind 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tuning.harness.backends import kube_pod
 from tuning.harness.errors import HarnessError
 from tuning.harness.layout.job_layout import JobLayout
-from tuning.harness.layout.layout import Layout, Node
+from tuning.harness.layout.layout import Node, nccl_env
 
 API_VERSION = "batch/v1"
 MANIFEST = "job.yaml"
@@ -43,8 +45,8 @@ def render(layout: JobLayout, max_restarts: int = 0):
     c = kube_pod.k8s()
     n = layout.per_pod
     # What NCCL needs when each container sees one GPU of a shared /dev/shm (layout.nccl_env)
-    nccl = Layout(kind="per-rank", network="shared", gpus=layout.gpus).nccl_env()
-    gpus = 1 if layout.gpus else 0
+    nccl = nccl_env(replace(layout.topology, kind="per-rank", network="shared"))
+    gpus = 1 if layout.topology.device == "gpu" else 0
     containers, tmps = [], []
     for rank in range(n):
         name = container_name(rank)

@@ -68,7 +68,10 @@ def config_map(layout: JobLayout, job: dict, accelerate_yaml: str):
         api_version="v1",
         kind="ConfigMap",
         metadata=c.V1ObjectMeta(name=config_map_name(layout), labels=labels(layout)),
-        data={layout.job_file: job_text(job, layout.job_file), "accelerate.yaml": accelerate_yaml},
+        data={
+            layout.trainer.job_file: job_text(job, layout.trainer.job_file),
+            "accelerate.yaml": accelerate_yaml,
+        },
     )
 
 
@@ -94,7 +97,7 @@ def src_map_name(layout: JobLayout) -> str:
 def src_config_map(layout: JobLayout):
     """SRC: the user's code (kube_src.py), each file under a key of its own, mounted at /src."""
     c = k8s()
-    text, binary = kube_src.data(layout.src)
+    text, binary = kube_src.data(layout.mounts.src)
     return c.V1ConfigMap(
         api_version="v1",
         kind="ConfigMap",
@@ -107,9 +110,9 @@ def src_config_map(layout: JobLayout):
 def config_maps(layout: JobLayout, job: dict, accelerate_yaml: str) -> tuple:
     """Every ConfigMap the pods mount: the job's, the launcher's for ENTRY, SRC's."""
     maps = [config_map(layout, job, accelerate_yaml)]
-    if layout.entry:
+    if layout.trainer.entry:
         maps.append(launch_config_map(layout))
-    if layout.src:
+    if layout.mounts.src:
         maps.append(src_config_map(layout))
     return tuple(maps)
 
@@ -119,7 +122,7 @@ def resources(layout: JobLayout, ranks: int | None = None, gpus: int | None = No
     c = k8s()
     ranks = layout.per_pod if ranks is None else ranks
     gpus = layout.gpus_per_pod if gpus is None else gpus
-    memory = MEMORY_PER_RANK[layout.device] * ranks
+    memory = MEMORY_PER_RANK[layout.topology.device] * ranks
     gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return c.V1ResourceRequirements(
         requests={"cpu": str(CPU_PER_RANK * ranks), "memory": f"{memory}Gi", **gpu},
@@ -157,10 +160,10 @@ def env(layout: JobLayout) -> list:
     values = {
         "ACCELERATE_CONFIG": f"{JOB_DIR}/accelerate.yaml",
         # GPU ranks or not, said: a pod's devices keep the node's names (/dev/nvidia5)
-        "HARNESS_DEVICE": layout.device,
+        "HARNESS_DEVICE": layout.topology.device,
         "HOME": TMP_DIR,  # caches (~/.cache, ~/.triton) stay writable
         # ENTRY: the rank recorder runs it; its job is job.json (layout.foreign_env)
-        **(layout.foreign_env() if layout.entry else {}),
+        **(layout.foreign_env() if layout.trainer.entry else {}),
         # RDZV_TIMEOUT: how long the static rendezvous waits for every pod (tuning/launch.py)
         **({"HARNESS_RDZV_TIMEOUT": str(layout.rdzv_timeout)} if layout.rdzv_timeout else {}),
     }
@@ -170,7 +173,7 @@ def env(layout: JobLayout) -> list:
 def launch_command(layout: JobLayout, explicit: bool = False) -> list[str] | None:
     """The container's command: the launcher from its ConfigMap for ENTRY; else the image's
     own ENTRYPOINT (None), said out loud where the object needs a command (TrainJob)."""
-    if layout.entry:
+    if layout.trainer.entry:
         return ["python3", LAUNCHER]
     return list(COMMAND) if explicit else None
 
@@ -192,9 +195,9 @@ def mounts(layout: JobLayout, tmp: str = "tmp") -> list:
         c.V1VolumeMount(name="output", mount_path=OUTPUT_DIR),
         c.V1VolumeMount(name=tmp, mount_path=TMP_DIR),
     ]
-    if layout.entry:
+    if layout.trainer.entry:
         out.append(c.V1VolumeMount(name="launch", mount_path=LAUNCH_DIR, read_only=True))
-    if layout.src:
+    if layout.mounts.src:
         out.append(c.V1VolumeMount(name="src", mount_path=SRC_DIR, read_only=True))
     names = volume_names(layout)
     for m in layout.claims:
@@ -216,18 +219,18 @@ def container(layout: JobLayout, name: str, tmp: str = "tmp", **kw):
     c = k8s()
     # KUBE_UID=auto: the platform assigns the uid (OpenShift's restricted SCC, from the
     # namespace's range, in group 0): nothing of it is set here
-    uid, gid = (None, None) if layout.uid_auto else ids(layout.user)
+    uid, gid = (None, None) if layout.uid_auto else ids(layout.trainer.user)
     fields = dict(
         name=name,
-        image=layout.image,
-        image_pull_policy=pull_policy(layout.image),
+        image=layout.topology.plan.image,
+        image_pull_policy=pull_policy(layout.topology.plan.image),
         command=launch_command(layout),
         args=layout.trainer_args or None,
         env=env(layout),
         resources=resources(layout),
         volume_mounts=mounts(layout, tmp),
         # relative paths in ARGS mean what they mean in the user's folder, as under Compose
-        working_dir=SRC_DIR if layout.src else None,
+        working_dir=SRC_DIR if layout.mounts.src else None,
         # The Pod Security Standard "restricted": the image's non-root user, no capabilities,
         # no privilege escalation, the runtime's seccomp profile, and a read-only root: the
         # trainer writes only to /output, /dev/shm and /tmp, each a volume.
@@ -264,14 +267,15 @@ def volumes(layout: JobLayout, tmps: tuple[str, ...] = ("tmp",)) -> list:
         else c.V1Volume(name="output", empty_dir=c.V1EmptyDirVolumeSource()),
         *(c.V1Volume(name=t, empty_dir=c.V1EmptyDirVolumeSource()) for t in tmps),
     ]
-    if layout.entry:
+    if layout.trainer.entry:
         out.append(
             c.V1Volume(
                 name="launch", config_map=c.V1ConfigMapVolumeSource(name=launch_map_name(layout))
             )
         )
-    if layout.src:  # each key at its path in SRC (a key holds no '/')
-        items = [c.V1KeyToPath(key=key, path=path) for key, path in kube_src.items(layout.src)]
+    if layout.mounts.src:  # each key at its path in SRC (a key holds no '/')
+        paths = kube_src.items(layout.mounts.src)
+        items = [c.V1KeyToPath(key=key, path=path) for key, path in paths]
         source = c.V1ConfigMapVolumeSource(name=src_map_name(layout), items=items)
         out.append(c.V1Volume(name="src", config_map=source))
     for claim, name in names.items():
@@ -289,7 +293,7 @@ def pod_template(
     **spec_kw,
 ):
     c = k8s()
-    gid = int(layout.user.split(":")[1])
+    gid = int(layout.trainer.user.split(":")[1])
     # A claim's files belong to whoever made them: fsGroup makes the kubelet give a claim that
     # supports ownership (most block and CSI volumes; not NFS, whose export must let the gid
     # in) to the group of the image's user, so uid 1000 writes /output and reads MODEL/DATA.

@@ -37,7 +37,7 @@ def render(layout: JobLayout, max_restarts: int = 0, restart_policy: str | None 
     policy defaults to Never without restarts, ExitCode with them."""
     kf, k8s = sdk(), kube_pod.k8s()
     policy = kube_restarts.v1_policy(restart_policy, max_restarts)
-    port = k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.port, protocol="TCP")
+    port = k8s.V1ContainerPort(name=PORT_NAME, container_port=layout.topology.port, protocol="TCP")
     template = kube_pod.pod_template(layout, [kube_pod.container(layout, CONTAINER, ports=[port])])
     specs = {
         "Master": kf.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy=policy, template=template)

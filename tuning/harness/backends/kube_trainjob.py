@@ -85,7 +85,7 @@ def render(layout: JobLayout, job: dict, accelerate_yaml: str, max_restarts: int
                     "name": layout.name,
                 },
                 "trainer": {
-                    "image": layout.image,
+                    "image": layout.topology.plan.image,
                     "command": kube_pod.launch_command(layout, explicit=True),
                     **({"args": layout.trainer_args} if layout.trainer_args else {}),
                     "env": [kube_pod.plain(e) for e in kube_pod.env(layout)],

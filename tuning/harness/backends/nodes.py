@@ -22,6 +22,7 @@ from tuning.harness.backends import compose, engine
 from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import ROOT, NodeLost
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 from tuning.shared import affinity
 
 
@@ -36,7 +37,7 @@ class Nodes(Protocol):
     stopping_at: float | None
 
     @staticmethod
-    def render(layout: Layout) -> dict[str, str]:
+    def render(layout: Layout, output: OwnOutput = RUN_OUTPUT) -> dict[str, str]:
         """The backend's own files (path in the run directory -> text); the dry run's."""
 
     def start(self) -> None: ...
@@ -48,7 +49,7 @@ class Nodes(Protocol):
 
 
 def backend(layout: Layout) -> type:
-    return HostNodes if layout.kind == "host" else ComposeNodes
+    return HostNodes if layout.topology.kind == "host" else ComposeNodes
 
 
 class ComposeNodes:
@@ -66,13 +67,13 @@ class ComposeNodes:
         self.containers: dict[str, object] = {}
         self.issued_at: float | None = None
         # per-rank MAX_RESTARTS: the harness restarts the whole group (torchrun does in single)
-        self.restarts_left = layout.max_restarts if layout.kind == "per-rank" else 0
+        self.restarts_left = layout.limits.max_restarts if layout.topology.kind == "per-rank" else 0
         self.restarts: list[dict] = []
         self.stopping_at: float | None = None
 
     @staticmethod
-    def render(layout: Layout) -> dict[str, str]:
-        return {"compose.yaml": compose.dump(compose.render(layout))}
+    def render(layout: Layout, output: OwnOutput = RUN_OUTPUT) -> dict[str, str]:
+        return {"compose.yaml": compose.dump(compose.render(layout, output=output))}
 
     def container(self, name: str):
         """The engine's container of node `name` (once started)."""
@@ -242,7 +243,7 @@ class HostNodes:
         self.stopping_at: float | None = None
 
     @staticmethod
-    def render(layout: Layout) -> dict[str, str]:
+    def render(layout: Layout, output: OwnOutput = RUN_OUTPUT) -> dict[str, str]:
         return {}  # no file of its own: the launch command is the whole of it
 
     def start(self) -> None:
@@ -250,7 +251,7 @@ class HostNodes:
         bindir = str(Path(sys.executable).parent)
         env = {**os.environ, **{k: v for k, v in self.env.items() if v is not None}}
         env["PATH"] = bindir + os.pathsep + os.environ["PATH"]
-        cpus = affinity.union(env.get(affinity.VAR, ""), range(self.layout.world_size))
+        cpus = affinity.union(env.get(affinity.VAR, ""), range(self.layout.topology.world_size))
         self.issued_at = time.time()
         self.proc = subprocess.Popen(
             self.argv,

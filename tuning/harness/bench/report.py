@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tuning.harness.bench.goal import Goal
 from tuning.harness.bench.report_derive import PHASES, derive
 from tuning.harness.bench.report_goals import lag1_line, need_line
 from tuning.harness.bench.stopping import FIXED, from_meta
@@ -143,9 +144,9 @@ def markdown(report: dict, derived: dict) -> str:
     if workload(meta):
         lines += [workload(meta), ""]
     design = from_meta(meta)
-    for g in derived["goals"]:
-        lines.append(f"- {g['verdict']}: {g['sentence']}")
-        if g["verdict"] == "UNRESOLVED" and need_line(g):
+    for g in map(Goal.from_json, derived["goals"]):
+        lines.append(f"- {g.verdict}: {g.sentence}")
+        if g.verdict == "UNRESOLVED" and need_line(g):
             lines.append(f"  - {need_line(g)}")
         if lag1_line(g, design):
             lines.append(f"  - rounds: {lag1_line(g, design)}")

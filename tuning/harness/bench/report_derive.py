@@ -192,5 +192,6 @@ def derive(report: dict, design: Design | None = None) -> dict:
             }
             for metric in ("step_s", "busbw_largest_GBps", "tokens_per_s", "launch_to_first_step_s")
         }
-    derived["goals"] = goals(report, derived, per, design or from_meta(report.get("meta")))
+    decided = goals(report, derived, per, design or from_meta(report.get("meta")))
+    derived["goals"] = [g.to_json() for g in decided]  # as report.json holds them
     return derived

@@ -25,6 +25,7 @@ such a connection ``gloo/eth0 via lo``). Otherwise it says that no measured part
 from __future__ import annotations
 
 from tuning.harness.bench import stopping
+from tuning.harness.bench.goal import Decision, Goal
 from tuning.harness.bench.report_stats import (
     MAX_ROUNDS_SHOWN,
     MIN_PAIRS,
@@ -37,8 +38,7 @@ GOAL_BUSBW_RATIO = 0.95
 GOAL_LAUNCH_DELTA_S = 2.0
 
 
-def _iv(p: dict, fmt: str) -> str:
-    iv = p.get("interval")
+def _iv(iv: list[float] | None, fmt: str) -> str:
     return f"[{format(iv[0], fmt)}, {format(iv[1], fmt)}]" if iv else "[no interval: one pair]"
 
 
@@ -63,7 +63,7 @@ def _step_cause(report: dict, derived: dict, per: dict) -> str:
     bw = paired(per["single"]["busbw_largest_GBps"], per["host"]["busbw_largest_GBps"])
     if bw["median"] is None:
         return "no probe pairs to tell whether the collective explains it."
-    shown = f"busbw ratio single/host {bw['median']:.3f} {_iv(bw, '.3f')}"
+    shown = f"busbw ratio single/host {bw['median']:.3f} {_iv(bw['interval'], '.3f')}"
     if bw["interval"] and bw["interval"][1] < 1.0:
         return f"the collective is slower ({shown}); " + _transport_cause(derived, "single", "host")
     return (
@@ -87,7 +87,9 @@ def _phase_cause(report: dict, derived: dict, per: dict) -> str:
     if not found:
         return "no phase is later beyond its uncertainty."
     m, p, d = max(found)
-    return f"{p} is later by {m:+.3f} s {_iv(d, '+.3f')} (median of paired differences)."
+    return (
+        f"{p} is later by {m:+.3f} s {_iv(d['interval'], '+.3f')} (median of paired differences)."
+    )
 
 
 # (name, layout, reference, per-round figure, paired by, target, op, unit, cause of a miss)
@@ -128,7 +130,7 @@ GOALS = (
 )
 
 
-def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list[dict]:
+def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list[Goal]:
     """Every goal: value, interval, pairs, per-round values, verdict and its sentence."""
     out = []
     for name, layout, ref, figure, by, target, op, unit, cause in GOALS:
@@ -136,29 +138,17 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
         absent = [n for n in (layout, ref) if n not in per]
         p = paired(per[layout][figure], per[ref][figure], by) if not absent else None
         if p is None or p["median"] is None:
+            said = f"{name}: not measured (no {' or '.join(absent) or 'paired data'})."
             out.append(
-                {
-                    "name": name,
-                    "target": shown_target,
-                    "value": None,
-                    "interval": None,
-                    "pairs": 0,
-                    "per_round": [],
-                    "verdict": "NOT MEASURED",
-                    "more_rounds": 0,
-                    "need": None,
-                    "lag1": None,
-                    "sentence": f"{name}: not measured (no "
-                    f"{' or '.join(absent) or 'paired data'}).",
-                }
+                Goal(name, shown_target, None, None, 0, [], "NOT MEASURED", 0, sentence=said)
             )
             continue
         d = stopping.decide(p["per_round"], target, op, design)
-        v, iv, n, tag, more = d["median"], d["interval"], d["pairs"], d["verdict"], d["more_rounds"]
+        v, iv, n, tag, more = d.median, d.interval, d.pairs, d.verdict, d.more_rounds
         fmt = ".3f" if by == "ratio" else "+.3f"
         if design.kind == "fixed":
             sure = (
-                f"{p['coverage']:.0%}".replace("%", " %") + f" interval {_iv(d, fmt)}{unit}"
+                f"{p['coverage']:.0%}".replace("%", " %") + f" interval {_iv(iv, fmt)}{unit}"
                 if p["coverage"]
                 else "no interval: one pair"
             )
@@ -168,12 +158,10 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
             )
         else:
             counts = (
-                f"; {d['past']} past the target, at most {d['bound']} to decide"
-                if d["bound"] >= 0
-                else ""
+                f"; {d.past} past the target, at most {d.bound} to decide" if d.bound >= 0 else ""
             )
             s = (
-                f"{name} {by} {format(v, fmt)}{unit}, sequential interval {_iv(d, fmt)}{unit} "
+                f"{name} {by} {format(v, fmt)}{unit}, sequential interval {_iv(iv, fmt)}{unit} "
                 f"at round {n} (target {shown_target}, median of {n} paired {by}s{counts}): "
             )
         if tag == "MET":
@@ -186,32 +174,32 @@ def goals(report: dict, derived: dict, per: dict, design=stopping.FIXED) -> list
             s += f" {p['pairs'] - n} later pairs, run for another goal, are not looked at."
         need = stopping.need(p["per_round"][:n], target, op) if tag == "UNRESOLVED" else None
         out.append(
-            {
-                "name": name,
-                "target": shown_target,
-                "value": v,
-                "interval": iv,
-                "pairs": n,
-                "per_round": p["per_round"],
-                "verdict": tag,
-                "more_rounds": more,
-                "past": d["past"],
-                "bound": d["bound"],
-                "need": need,
-                "lag1": stopping.lag1(p["per_round"]),
-                "sentence": s,
-            }
+            Goal(
+                name,
+                shown_target,
+                value=v,
+                interval=iv,
+                pairs=n,
+                per_round=p["per_round"],
+                verdict=tag,
+                more_rounds=more,
+                past=d.past,
+                bound=d.bound,
+                need=need,
+                lag1=stopping.lag1(p["per_round"]),
+                sentence=s,
+            )
         )
     return out
 
 
-def _unresolved(design, d: dict) -> str:
+def _unresolved(design, d: Decision) -> str:
     """Why a goal is open, and about how many more rounds would decide it."""
-    n, more = d["pairs"], d["more_rounds"]
+    n, more = d.pairs, d.more_rounds
     if design.kind == "fixed":
         why = (
             "one pair gives no interval"
-            if not d["interval"]
+            if not d.interval
             else "the interval spans the target"
             if n >= MIN_PAIRS
             else f"{n} rounds give no 90 % interval (it takes {MIN_PAIRS})"
@@ -231,37 +219,37 @@ def _unresolved(design, d: dict) -> str:
     return f"{why}; about {more} more round{'s' if more != 1 else ''} would decide it 4 times in 5."
 
 
-def need_line(g: dict) -> str | None:
+def need_line(g: Goal) -> str | None:
     """report.md's line under an unresolved goal: its rounds' spread and what a decision takes."""
-    need = g.get("need") or {}
-    if need.get("spread") is None:
+    need = g.need
+    if need is None or need.spread is None:
         return None
-    unit = " s" if g["target"].endswith(" s") else ""
-    n = need["rounds_needed"]
+    unit = " s" if g.target.endswith(" s") else ""
+    n = need.rounds_needed
     rounds = (
         f"more than {MAX_ROUNDS_SHOWN} rounds"
         if n > MAX_ROUNDS_SHOWN
         else f"about {n} rounds (REPEAT={n})"
     )
     return (
-        f"why: its paired rounds spread ±{need['spread']:.3f}{unit} (1.4826 x their median "
-        f"absolute deviation) about a median {need['gap']:.3f}{unit} from "
-        f"the target, so about {need['past_chance']:.0%} of rounds land past it; a fixed "
+        f"why: its paired rounds spread ±{need.spread:.3f}{unit} (1.4826 x their median "
+        f"absolute deviation) about a median {need.gap:.3f}{unit} from "
+        f"the target, so about {need.past_chance:.0%} of rounds land past it; a fixed "
         f"bench, looked at once, would need {rounds} to decide it 4 times in 5, and a "
         f"REPEAT=auto bench decides it within its {stopping.LAST} rounds "
-        f"{need['auto_decides']:.0%} of the time."
+        f"{need.auto_decides:.0%} of the time."
     ).replace("%", " %")
 
 
-def lag1_line(g: dict, design) -> str | None:
+def lag1_line(g: Goal, design) -> str | None:
     """report.md's line under a goal: its rounds' lag-1 correlation against what the design's
     error allows (stopping.RHO)."""
-    c = g.get("lag1")
+    c = g.lag1
     if not c:
         return None
-    lo, hi = c["interval"]
+    lo, hi = c.interval
     said = (
-        f"its {c['n']} paired rounds correlate {c['r']:+.2f} from one round to the next "
+        f"its {c.n} paired rounds correlate {c.r:+.2f} from one round to the next "
         f"(90 % interval [{lo:+.2f}, {hi:+.2f}])"
     )
     allowed = getattr(design, "rho", 0.0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from tuning.harness.bench.goal import Goal
 from tuning.harness.bench.report_derive import derive
 from tuning.harness.bench.report_goals import GOALS
 from tuning.harness.bench.report_stats import MIN_PAIRS
@@ -84,8 +85,8 @@ class Rounds:
             return False
         per_round = elapsed / self.done if self.done else 0.0
         if self.auto and self.done >= MIN_ROUNDS:
-            goals = derive(raw, self.design)["goals"]
-            open_goals = [g["name"] for g in goals if g["verdict"] == "UNRESOLVED"]
+            goals = map(Goal.from_json, derive(raw, self.design)["goals"])
+            open_goals = [g.name for g in goals if g.verdict == "UNRESOLVED"]
             self.open_layouts = {n for g in open_goals for n in READS[g]}
             if not open_goals:
                 self.stopped = f"REPEAT=auto: every goal resolved after {self.done} rounds."

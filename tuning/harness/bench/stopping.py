@@ -41,6 +41,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from tuning.harness.bench.goal import Decision, Lag1, Need
 from tuning.harness.bench.report_stats import (
     LEVEL,
     MAX_ROUNDS_SHOWN,
@@ -223,7 +224,7 @@ def _walk(
     return met, missed, tuple(by)
 
 
-def lag1(values: list[float]) -> dict | None:
+def lag1(values: list[float]) -> Lag1 | None:
     """The paired rounds' lag-1 correlation, in round order, with a 90 % interval (its large-
     sample spread sqrt((1 - r^2) / n)); None under 4 rounds."""
     n = len(values)
@@ -234,35 +235,19 @@ def lag1(values: list[float]) -> dict | None:
     var = sum(x * x for x in dev)
     r = sum(a * b for a, b in zip(dev, dev[1:], strict=False)) / var if var else 0.0
     half = 1.645 * math.sqrt(max(1 - r * r, 0.0) / n)
-    return {"r": r, "interval": [max(r - half, -1.0), min(r + half, 1.0)], "n": n}
+    return Lag1(r, [max(r - half, -1.0), min(r + half, 1.0)], n)
 
 
-def decide(values: list[float], target: float, op: str, design: Design) -> dict:
+def decide(values: list[float], target: float, op: str, design: Design) -> Decision:
     """The verdict of `values` (paired rounds in round order) under `design`: the look it was
     decided at (else the last look seen), that look's median, interval and counts."""
     if not values:
-        return {
-            "verdict": "UNRESOLVED",
-            "pairs": 0,
-            "median": None,
-            "interval": None,
-            "past": 0,
-            "bound": -1,
-            "more_rounds": design.first,
-        }
+        return Decision("UNRESOLVED", 0, None, None, past=0, bound=-1, more_rounds=design.first)
     if design.kind == "fixed":  # one look: report_stats' 90 % interval and verdict
         med, iv, n = statistics.median(values), interval(values), len(values)
         tag, more = verdict(med, iv, target, op, n)
         past = sum(not meets(x, target, op) for x in values)
-        return {
-            "verdict": tag,
-            "pairs": n,
-            "median": med,
-            "interval": list(iv) if iv else None,
-            "past": past,
-            "bound": design.bound(n),
-            "more_rounds": more,
-        }
+        return Decision(tag, n, med, list(iv) if iv else None, past, design.bound(n), more)
     # The walk counts (cheap after every round); the deciding look's interval then says the
     # same: at most a rounds past the target is its upper end meeting it, and so on.
     bounds, past, n = _bounds(design), 0, 0
@@ -275,15 +260,7 @@ def decide(values: list[float], target: float, op: str, design: Design) -> dict:
     iv = interval(head, a + 1 if a >= 0 else 1)  # before a bound exists: the whole range
     tag = (clears(iv, target, op) if a >= 0 else None) or "UNRESOLVED"
     more = _more(design, n, past, head, target, op) if tag == "UNRESOLVED" else 0
-    return {
-        "verdict": tag,
-        "pairs": n,
-        "median": statistics.median(head),
-        "interval": list(iv) if iv else None,
-        "past": past,
-        "bound": a,
-        "more_rounds": more,
-    }
+    return Decision(tag, n, statistics.median(head), list(iv) if iv else None, past, a, more)
 
 
 def past_chance(values: list[float], target: float, op: str) -> tuple[float, float]:
@@ -322,25 +299,19 @@ def rounds_needed(p: float) -> int:
     return MAX_ROUNDS_SHOWN + 1
 
 
-def need(values: list[float], target: float, op: str) -> dict:
+def need(values: list[float], target: float, op: str) -> Need:
     """Why a goal is unresolved and what it would take: its rounds' spread, their median's
     distance to the target, the chance a round lands past it, and the rounds a new fixed bench
     needs to decide 4 times in 5 (a pilot's figure: its rounds are not to be pooled)."""
     if len(values) < 2:
-        return {
-            "spread": None,
-            "gap": None,
-            "past_chance": None,
-            "rounds_needed": None,
-            "auto_decides": None,
-        }
+        return Need(None, None, None, None, None)
     sd, p = past_chance(values, target, op)
     looks = tuple(range(SEQUENTIAL.first, SEQUENTIAL.last + 1))
     met, missed, _ = _walk(SEQUENTIAL, looks, round(p, 3))
-    return {
-        "spread": sd,
-        "gap": abs(statistics.median(values) - target),
-        "past_chance": p,
-        "rounds_needed": rounds_needed(round(p, 3)),
-        "auto_decides": met + missed,  # a new REPEAT=auto bench, within its last look
-    }
+    return Need(
+        spread=sd,
+        gap=abs(statistics.median(values) - target),
+        past_chance=p,
+        rounds_needed=rounds_needed(round(p, 3)),
+        auto_decides=met + missed,  # a new REPEAT=auto bench, within its last look
+    )

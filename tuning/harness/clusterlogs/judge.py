@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuning.harness.clusterlogs import seen, source
+from tuning.harness.clusterlogs.repro_json import Hung, LogsRead, ReproRecord
 from tuning.harness.verdict import facts, rules
+from tuning.harness.verdict.record import Verdict
 
 
 def judge(
@@ -16,7 +18,7 @@ def judge(
     records: dict | None = None,
     metrics: dict | None = None,
     say=None,
-) -> tuple[dict, seen.Inputs, source.Read]:
+) -> tuple[ReproRecord, seen.Inputs, source.Read]:
     """(the record: what the folder shows, the verdict, what the logs could not tell; the
     inputs the verdict was given; what was read). `records`: a harness run's own flight
     recorder of each rank that failed (stacks/dumps.py failed), and `metrics` its ranks' own
@@ -36,51 +38,38 @@ def judge(
     for rank, lines in (metrics or {}).items():  # ... and its ranks' own lines (ends, signals)
         if rank in inp.metrics and any(y.get("event") == "end" for y in lines):
             inp.metrics[rank] = lines
-    rec = {
-        "read": {
-            "files": got.files,
-            "unread": got.unread,
-            "notes": got.notes,
-            "world_size": got.world,
-            "world_stated": got.world_stated,
-            "pods": [c.name for c in got.containers],
-            "missing_ranks": inp.missing,
-            "step": inp.step,
-        },
-        "verdict": None,
-        "could_not_tell": [],
-        "caveats": [],
-        "hung": None,
-    }
+    read = LogsRead(
+        files=got.files,
+        unread=got.unread,
+        notes=got.notes,
+        world_size=got.world,
+        world_stated=got.world_stated,
+        pods=[c.name for c in got.containers],
+        missing_ranks=inp.missing,
+        step=inp.step,
+    )
     why = cannot_read(got, inp)
     if why:
-        rec["could_not_tell"] += [why, *launchers(got)]
-        rec["hung"] = hung(got, inp) if why.startswith("hung") else None
-        return rec, inp, got
+        stuck = hung(got, inp) if why.startswith("hung") else None
+        return ReproRecord(read, could_not_tell=[why, *launchers(got)], hung=stuck), inp, got
     found = facts.gather(
         inp.world, inp.metrics, None, inp.exits, inp.nodes, False, None, inp.failed
     )
     v = rules.judge(found)
-    rec["verdict"] = v
     told = [restarted] if restarted else []
-    if v["culprits"]:  # named: what the logs could not tell only qualifies it
-        rec["caveats"] = told + limits(v, inp, got)
-    else:
-        rec["could_not_tell"] = [
-            f"the logs name no culprit: {v['evidence']}",
-            *told,
-            *limits(v, inp, got),
-        ]
-    return rec, inp, got
+    if v.culprits:  # named: what the logs could not tell only qualifies it
+        return ReproRecord(read, v, caveats=told + limits(v, inp, got)), inp, got
+    could_not_tell = [f"the logs name no culprit: {v.evidence}", *told, *limits(v, inp, got)]
+    return ReproRecord(read, v, could_not_tell=could_not_tell), inp, got
 
 
-def hung(got: source.Read, inp: seen.Inputs) -> dict | None:
+def hung(got: source.Read, inp: seen.Inputs) -> Hung | None:
     """Pods still running with no rank failed: the job is hung, nothing failed yet. How to get
     each rank's stack and flight recorder from the running pods."""
     running = [p for p in got.pods.values() if p.running]
     if not running:
         return None
-    return {"pods": [p.name for p in running], "containers": [p.container for p in running]}
+    return Hung([p.name for p in running], [p.container for p in running])
 
 
 def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
@@ -118,7 +107,7 @@ def cannot_read(got: source.Read, inp: seen.Inputs) -> str | None:
     return None
 
 
-def limits(v: dict, inp: seen.Inputs, got: source.Read) -> list[str]:
+def limits(v: Verdict, inp: seen.Inputs, got: source.Read) -> list[str]:
     """What these logs could not tell, said with the verdict."""
     out = []
     if inp.missing:
@@ -126,7 +115,7 @@ def limits(v: dict, inp: seen.Inputs, got: source.Read) -> list[str]:
             f"no log and no object of rank(s) {', '.join(map(str, inp.missing))}: "
             "nothing is known of them"
         )
-    if v["class"] in ("never arrived", "desync", "unknown") and v.get("rule") != "torch":
+    if v.kind in ("never arrived", "desync", "unknown") and v.rule != "torch":
         out.append(
             "no flight recorder dump: a rank that never entered a collective cannot be "
             "told from one in another collective (a desync) by the logs alone"

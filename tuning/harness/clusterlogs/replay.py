@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tuning.harness.clusterlogs.seen import Inputs
 from tuning.harness.clusterlogs.source import Read
 from tuning.harness.faults.kinds import TABLE
+from tuning.harness.verdict.record import Verdict
 
 ROLES = ("rank 0", "a rank on rank 0's node", "a rank on another node")
 
@@ -57,9 +58,9 @@ def role(rank: int, nproc_per_node: int, nodes: int) -> str:
     return ROLES[1] if rank // nproc_per_node == 0 or nodes == 1 else ROLES[2]
 
 
-def kind_of(v: dict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
+def kind_of(v: Verdict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
     """(the fault kind that causes the verdict's class on its culprit, why), or (None, why not)."""
-    cls, culprit = v["class"], v["culprits"][0] if v["culprits"] else None
+    cls, culprit = v.kind, v.culprits[0] if v.culprits else None
     if culprit is None:
         return None, "no culprit named"
     ex = inp.exits.get(culprit) or {}
@@ -72,7 +73,7 @@ def kind_of(v: dict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
             return "segv", "a segfault (signal 11): the rank ends as native code's fault ends it"
         if ex.get("signal"):
             return "kill", f"signal {ex['signal']}: the rank killed (SIGKILL)"
-        if "out of memory" in v.get("evidence", "") or "OutOfMemoryError" in v.get("evidence", ""):
+        if "out of memory" in v.evidence or "OutOfMemoryError" in v.evidence:
             why = (
                 "a CUDA out-of-memory exception is the rank's own error, not the kernel's OOM "
                 "killer"
@@ -93,7 +94,7 @@ def kind_of(v: dict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
             return "no-show", "the rank's node never started"
         return "slow-main", "the rank busy outside the collective the others wait in"
     if cls == "desync":
-        said = v.get("evidence", "")
+        said = v.evidence
         if "TensorShape" in said or "shape" in said:
             return "mismatch-shape", "a collective of another size on the rank"
         if "left" in said or "skip" in said:
@@ -106,12 +107,12 @@ def kind_of(v: dict, inp: Inputs, foreign: bool) -> tuple[str | None, str]:
 
 
 def plan(
-    v: dict, inp: Inputs, got: Read, nproc: int, foreign: bool, steps: int | None
+    v: Verdict, inp: Inputs, got: Read, nproc: int, foreign: bool, steps: int | None
 ) -> Replay | None:
     kind, why = kind_of(v, inp, foreign)
     if kind is None:
         return None
-    culprit = v["culprits"][0]
+    culprit = v.culprits[0]
     per_node = next((c.nproc for c in got.containers), 1)
     nodes = max(1, -(-inp.world // per_node))
     r = role(culprit, per_node, nodes)

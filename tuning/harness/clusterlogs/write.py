@@ -3,6 +3,9 @@ replay (its `make fault` line, and with RUN=1 whether its verdict matched)."""
 
 from __future__ import annotations
 
+from tuning.harness.clusterlogs.repro_json import Hung, LogsRead, ReproRecord
+from tuning.harness.verdict.record import Verdict
+
 COLLECT = (
     "collect per pod: `kubectl logs --timestamps <pod> > <pod>.log`, `kubectl logs --timestamps "
     "--previous <pod> > <pod>.previous.log`, and `kubectl get pods -l "
@@ -13,20 +16,20 @@ COLLECT = (
 )
 
 
-def world(read: dict) -> str:
+def world(read: LogsRead) -> str:
     """ "8", or "at least 2" where no line or object says the world size."""
-    n = read["world_size"]
-    return str(n) if read.get("world_stated", True) else f"at least {n}"
+    n = read.world_size
+    return str(n) if read.world_stated else f"at least {n}"
 
 
-def _who(v: dict) -> str:
-    return ", ".join(map(str, v["culprits"])) or "none named"
+def _who(v: Verdict) -> str:
+    return ", ".join(map(str, v.culprits)) or "none named"
 
 
-def hung_commands(h: dict) -> list[str]:
+def hung_commands(h: Hung) -> list[str]:
     """How to get each rank's stack and flight recorder from pods still running."""
     out = []
-    for pod, ctr in zip(h["pods"], h["containers"], strict=True):
+    for pod, ctr in zip(h.pods, h.containers, strict=True):
         out += [
             f"kubectl debug -it {pod} --image=python:3.11-slim --target={ctr} "
             "--profile=sysadmin -- sh -c 'pip install -q py-spy && for p in $(pgrep -f "
@@ -41,77 +44,74 @@ def hung_commands(h: dict) -> list[str]:
     return out
 
 
-def said(rec: dict) -> list[str]:
-    v = rec.get("verdict")
-    out = [f"repro: not read: {x}" for x in rec["read"]["unread"]]
-    out += [f"repro: note: {x}" for x in rec["read"]["notes"]]
-    if v and v["culprits"]:
-        out.append(
-            f"repro: {v['class']}, culprit rank(s) {_who(v)} of {world(rec['read'])}:"
-            f" {v['evidence']}"
-        )
-        out += [f"repro: how sure: {why}" for why in rec.get("caveats") or []]
+def said(rec: ReproRecord) -> list[str]:
+    v = rec.verdict
+    out = [f"repro: not read: {x}" for x in rec.read.unread]
+    out += [f"repro: note: {x}" for x in rec.read.notes]
+    if rec.named:
+        out.append(f"repro: {v.kind}, culprit rank(s) {_who(v)} of {world(rec.read)}: {v.evidence}")
+        out += [f"repro: how sure: {why}" for why in rec.caveats]
     else:
-        out += [f"repro: the logs cannot tell: {why}" for why in rec["could_not_tell"]]
-    r = rec.get("replay")
+        out += [f"repro: the logs cannot tell: {why}" for why in rec.could_not_tell]
+    r = rec.replay
     if r:
-        out.append(f"repro: replay here: {r['command']}")
-        out.append(f"repro:   {r['why']}")
-        if r.get("run"):
-            out.append(f"repro: to run it and compare the verdicts: {r['run']}")
-    elif rec.get("no_replay"):
-        out.append(f"repro: {rec['no_replay']}")
-    elif rec.get("hung"):
+        out.append(f"repro: replay here: {r.command}")
+        out.append(f"repro:   {r.plan.why}")
+        if r.run:
+            out.append(f"repro: to run it and compare the verdicts: {r.run}")
+    elif rec.no_replay:
+        out.append(f"repro: {rec.no_replay}")
+    elif rec.hung:
         out.append("repro: each rank's stack and flight recorder, from the running pods:")
-        out += [f"repro:   {x}" for x in hung_commands(rec["hung"])]
+        out += [f"repro:   {x}" for x in hung_commands(rec.hung)]
     else:
         out.append(f"repro: {COLLECT}")
-    run = rec.get("run")
+    run = rec.run
     if run:
-        here = run["verdict"]
-        word = "matches" if run["matches"] else "does not match"
+        here = run.verdict
+        word = "matches" if run.matches else "does not match"
         out.append(
-            f"repro: the replay's verdict {word} the cluster's: {here.get('class')}, "
+            f"repro: the replay's verdict {word} the cluster's: {here.kind if here else None}, "
             f"culprit rank(s) {_who(here) if here else 'none'} here "
-            f"({', '.join(run['roles_here']) or 'no role'}; run {run['run_id']})"
+            f"({', '.join(run.roles_here) or 'no role'}; run {run.run_id})"
         )
     return out
 
 
-def markdown(rec: dict) -> str:
-    read = rec["read"]
+def markdown(rec: ReproRecord) -> str:
+    read = rec.read
     lines = [
-        f"# repro {rec['run_id']}",
+        f"# repro {rec.run_id}",
         "",
-        f"From `{rec['from_folder']}`: {len(read['files'])} file(s) read "
-        f"({', '.join(read['files']) or 'none'}); pods {', '.join(read['pods']) or 'none'}; "
+        f"From `{rec.from_folder}`: {len(read.files)} file(s) read "
+        f"({', '.join(read.files) or 'none'}); pods {', '.join(read.pods) or 'none'}; "
         f"world size {world(read)}; the last step the logs show: "
-        f"{read['step'] if read['step'] else 'none'}.",
+        f"{read.step if read.step else 'none'}.",
         "",
     ]
-    if read["unread"] or read["notes"]:
-        lines += [f"- {x}" for x in read["unread"] + read["notes"]] + [""]
-    v = rec.get("verdict")
+    if read.unread or read.notes:
+        lines += [f"- {x}" for x in read.unread + read.notes] + [""]
+    v = rec.verdict
     if v:
         lines += [
-            f"- **verdict: {v['class']}; culprit rank(s): {_who(v)}**",
-            f"- evidence: {v['evidence']}",
+            f"- **verdict: {v.kind}; culprit rank(s): {_who(v)}**",
+            f"- evidence: {v.evidence}",
         ]
-    if v and v["culprits"]:
-        lines += [f"- how sure: {why}" for why in rec.get("caveats") or []]
+    if rec.named:
+        lines += [f"- how sure: {why}" for why in rec.caveats]
     else:
-        lines += [f"- the logs cannot tell: {why}" for why in rec["could_not_tell"]]
-    r = rec.get("replay")
+        lines += [f"- the logs cannot tell: {why}" for why in rec.could_not_tell]
+    r = rec.replay
     if r:
-        lines += ["", "## The replay here", "", "```sh", r["command"], "```", "", r["why"]]
-    elif rec.get("no_replay"):
-        lines += ["", f"No replay: {rec['no_replay']}."]
-    elif rec.get("hung"):
+        lines += ["", "## The replay here", "", "```sh", r.command, "```", "", r.plan.why]
+    elif rec.no_replay:
+        lines += ["", f"No replay: {rec.no_replay}."]
+    elif rec.hung:
         lines += ["", "Each rank's stack and flight recorder, from the running pods:", ""]
-        lines += ["```sh", *hung_commands(rec["hung"]), "```"]
+        lines += ["```sh", *hung_commands(rec.hung), "```"]
     else:
         lines += ["", f"To collect next: {COLLECT}."]
-    run = rec.get("run")
+    run = rec.run
     if run:
         last = said(rec)[-1].removeprefix("repro: ")
         lines += ["", "## Replayed (RUN=1)", "", f"- {last}"]

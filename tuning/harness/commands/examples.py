@@ -18,6 +18,8 @@ from tuning.harness.errors import ROOT
 from tuning.harness.flags import trainers
 from tuning.harness.layout.job_files import job_of_file
 from tuning.harness.layout.layout import CONTAINER_KINDS, Layout
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
 from tuning.harness.machine import devices
 
 DIR = ROOT / "compose/examples"
@@ -30,14 +32,10 @@ def layouts() -> dict[str, Layout]:
     out = {}
     for kind in KINDS:
         for gpus in GPU_COUNTS:
-            plan = devices.assumed(gpus)
             out[f"{kind}-{gpus}gpu.yaml"] = Layout(
-                kind=kind,
-                gpus=plan.count,
-                gpu_ids=plan.ids,
-                image=plan.image,
                 run_id="example",
-                run_dir=str(DIR / "run"),
+                topology=Topology(kind, devices.assumed(gpus)),
+                mounts=Mounts(str(DIR / "run")),
             )
     return out
 

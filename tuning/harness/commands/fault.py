@@ -21,6 +21,7 @@ from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults import record as fault_record
 from tuning.harness.faults import write
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.follow import Follow
 from tuning.harness.faults.kinds import KNOBS, NAMES, TABLE
 from tuning.harness.flags.run_flags import RunFlags, int_arg
@@ -78,22 +79,22 @@ def main(a: argparse.Namespace) -> int:
     if len(records) > 1 and not f.dry_run:
         out = write.write_matrix(Path(f.runs).resolve() / f"{base}-fault-matrix", records)
         print(f"harness: fault matrix: {out}")
-    return 0 if all(r["goal_met"] is not False for r in records) else 1
+    return 0 if all(r.goal_met is not False for r in records) else 1
 
 
-def dry_run(spec, kind, k: dict, run_id: str, reason: str | None) -> dict:
+def dry_run(spec, kind, k: dict, run_id: str, reason: str | None) -> FaultRecord:
     """DRY_RUN=1: what the fault run would do (the run, the strike, the timeouts), printed;
     nothing written, nothing started."""
     layout = spec.layout
-    where = f"fault {kind.name} ({layout.kind}), run {run_id}"
+    where = f"fault {kind.name} ({layout.topology.kind}), run {run_id}"
     if reason:
         print(f"# {where}: would be recorded not applicable: {reason}")
-        return {"run_id": run_id, "kind": kind.name, "goal_met": None}
+        return FaultRecord(run_id, kind.name)
     target = next(n.name for n in layout.nodes() if k["rank"] in n.ranks)
     print(f"# {where}")
     print(
-        f"#   the run: {layout.world_size} rank(s) in {len(layout.nodes())} container(s), "
-        f"STEPS={k['steps']}, every step paced {kind.step_sleep_s} s"
+        f"#   the run: {layout.topology.world_size} rank(s) in {len(layout.nodes())} "
+        f"container(s), STEPS={k['steps']}, every step paced {kind.step_sleep_s} s"
     )
     print(
         f"#   the strike: {kind.name} on rank {k['rank']} (container {target}) at step "
@@ -107,7 +108,7 @@ def dry_run(spec, kind, k: dict, run_id: str, reason: str | None) -> dict:
     expected = kind.expect.name if kind.expect else "its own rule"
     print(f"#   expected: {expected}; a verdict of {kind.judged or '(not scored)'}")
     render.dry_run(layout, spec.accelerate_config)
-    return {"run_id": run_id, "kind": kind.name, "goal_met": None}
+    return FaultRecord(run_id, kind.name)
 
 
 def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
@@ -128,7 +129,7 @@ def _knobs(a: argparse.Namespace, f: RunFlags) -> dict:
     }
 
 
-def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) -> dict:
+def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) -> FaultRecord:
     kind, layout_name = TABLE[name], f.layout
     if kind.rank is not None:
         k = {**k, "rank": kind.rank}  # it always hits that rank, whatever RANK
@@ -143,25 +144,31 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
 
     spec = options.spec_from(f, run_id, ranks_env)
     layout = spec.layout
-    if not 0 <= k["rank"] < layout.world_size:
-        raise HarnessError(f"RANK={k['rank']} is outside the {layout.world_size} rank(s)")
-    base = {
-        "run_id": run_id,
-        "kind": name,
-        "layout": layout_name,
-        **k,
-        "max_restarts": layout.max_restarts,
-        "world_size": layout.world_size,
-        "step_sleep_s": kind.step_sleep_s,
-    }
-    if layout.entry:
-        base["trainer"] = foreign.trainer_record(layout)
-        if not layout.recorder_steps:  # fms: rank 0's own log, not paced
-            base["steps_note"] = FOREIGN_STEPS
-            base["step_sleep_s"] = None  # HARNESS_STEP_SLEEP paces the recorder's steps only
-        if layout.args is not None:  # the Trainer's own max_steps, once it logs it
-            base.update(steps=None, args_note=ARGS_NOTE)
-    reason = kind.why_not(layout_name, layout.network, bool(layout.entry))
+    world = layout.topology.world_size
+    if not 0 <= k["rank"] < world:
+        raise HarnessError(f"RANK={k['rank']} is outside the {world} rank(s)")
+    base = FaultRecord(
+        run_id,
+        name,
+        layout_name,
+        timeout_s=k["timeout_s"],
+        rdzv_timeout_s=k["rdzv_timeout_s"],
+        rank=k["rank"],
+        at_step=k["at_step"],
+        steps=k["steps"],
+        knobs={knob.key: k[knob.key] for knob in KNOBS},
+        max_restarts=layout.limits.max_restarts,
+        world_size=layout.topology.world_size,
+        step_sleep_s=kind.step_sleep_s,
+    )
+    if layout.trainer.entry:
+        base = replace(base, trainer=foreign.trainer_record(layout))
+        if not layout.trainer.recorder_steps:  # fms: rank 0's own log, not paced
+            # HARNESS_STEP_SLEEP paces the recorder's steps only
+            base = replace(base, steps_note=FOREIGN_STEPS, step_sleep_s=None)
+        if layout.trainer.args is not None:  # the Trainer's own max_steps, once it logs it
+            base = replace(base, steps=None, args_note=ARGS_NOTE)
+    reason = kind.why_not(layout_name, layout.topology.network, bool(layout.trainer.entry))
     refused = kind.refuse and kind.refuse(layout, spec.job, k)
     if refused and alone:
         raise HarnessError(f"FAULT={name}: {refused}")
@@ -175,14 +182,7 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
         return dry_run(spec, kind, k, run_id, reason)
     if reason:
         run_dir = folders.create(spec.runs_root, run_id)
-        record = {
-            **base,
-            "status": status,
-            "reason": reason,
-            "outcome": status,
-            "goal_met": None,
-            "leftovers": [],
-        }
+        record = replace(base, status=status, reason=reason, outcome=status)
         write.write(run_dir, record)
         print(f"harness: fault {name} ({layout_name}): {status}: {reason}")
         return record
@@ -191,9 +191,9 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
         spec.services = [n.name for n in layout.nodes() if n.name != target]
     knobs = {
         **k,
-        "world_size": layout.world_size,
-        "max_restarts": layout.max_restarts,
-        "group_steps": bool(layout.entry) and not layout.recorder_steps,
+        "world_size": layout.topology.world_size,
+        "max_restarts": layout.limits.max_restarts,
+        "group_steps": bool(layout.trainer.entry) and not layout.trainer.recorder_steps,
     }
     follow = Follow(name, layout_name, target, knobs, run_id)
     with kind.staged(spec) if kind.staged else nullcontext():  # e.g. a volume of its own
@@ -204,8 +204,8 @@ def run_one(f: RunFlags, k: dict, name: str, run_id: str, alone: bool = True) ->
     record = fault_record.build(base, follow, summary, layout, run_dir, leftovers)
     write.write(run_dir, record)
     print(
-        f"harness: fault {name} ({layout_name}): {record['outcome']}; "
-        f"fault to end {record['fault_to_end_s']} s (bound {record['bound_s']} s); "
+        f"harness: fault {name} ({layout_name}): {record.outcome}; "
+        f"fault to end {record.fault_to_end_s} s (bound {record.bound_s} s); "
         f"{run_dir / 'fault.md'}"
     )
     return record

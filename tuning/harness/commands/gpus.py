@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 
-from tuning.harness.layout.layout import IMAGE
 from tuning.harness.machine import image_recipes, nvidia
 from tuning.harness.machine.devices import busy_why, check_driver
+from tuning.harness.machine.image_recipes import IMAGE
 
 
 def register(sub) -> None:

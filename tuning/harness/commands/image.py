@@ -8,8 +8,8 @@ import argparse
 from tuning.harness.backends import engine, images
 from tuning.harness.errors import HarnessError
 from tuning.harness.flags import trainers
-from tuning.harness.layout.layout import IMAGE
 from tuning.harness.machine import devices, image_recipes, nvidia
+from tuning.harness.machine.image_recipes import IMAGE
 
 
 def register(sub) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tuning.harness.errors import ROOT, HarnessError
 from tuning.harness.faults import pool_list
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.flags.run_flags import int_arg
 from tuning.harness.layout import options
@@ -112,7 +113,7 @@ def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
             ).returncode
         except subprocess.TimeoutExpired:
             code = None
-    rec = folders.read_json(runs_root / run_id / "fault.json")
+    rec = FaultRecord.from_json(folders.read_json(runs_root / run_id / "fault.json"))
     row = score(e, rec)
     row.update(run_id=run_id, exit_code=code, wall_s=round(time.time() - t, 1))
     print(
@@ -121,16 +122,18 @@ def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
     return row
 
 
-def score(e: pool_list.Experiment, rec: dict) -> dict:
-    """One experiment's verdict against what was injected."""
-    v = rec.get("verdict") or {}
-    culprits = v.get("culprits")
+def score(e: pool_list.Experiment, rec: FaultRecord) -> dict:
+    """One experiment's verdict against what was injected (a run with no fault.json: an empty
+    record)."""
+    v = rec.verdict
+    culprits = v.culprits if v else None
     said = (
-        f"{v['class']}: {', '.join(map(str, culprits)) or 'none'}"
+        f"{v.kind}: {', '.join(map(str, culprits)) or 'none'}"
         if v
-        else f"no verdict ({rec.get('status') or 'no record'})"
+        else f"no verdict ({rec.status or 'no record'})"
     )
-    timeout = rec.get("timeout_s")
+    timeout = rec.timeout_s
+    verdict_s = v.verdict_s if v else None
     return {
         "n": e.n,
         "experiment": e.name,
@@ -139,21 +142,19 @@ def score(e: pool_list.Experiment, rec: dict) -> dict:
         "layout": e.layout,
         "trainer": e.trainer,
         "at_step": e.at_step,
-        "outcome": rec.get("outcome"),
+        "outcome": rec.outcome,
         "verdict": said,
-        "class": v.get("class"),
+        "class": v.kind if v else None,
         "culprits": culprits,
         **named(culprits, e.world, e.rank),
         "world": e.world,
-        "class_right": v.get("class") == TABLE[e.kind].judged,
-        "verdict_s": v.get("verdict_s"),
+        "class_right": (v.kind if v else None) == TABLE[e.kind].judged,
+        "verdict_s": verdict_s,
         "timeout_s": timeout,
-        "before_timeout": v.get("verdict_s") is not None
-        and timeout is not None
-        and v["verdict_s"] < timeout,
-        "evidence": v.get("evidence"),
-        "rule": v.get("rule"),
-        "torch_agrees": (v.get("fr_trace") or {}).get("agrees"),
+        "before_timeout": verdict_s is not None and timeout is not None and verdict_s < timeout,
+        "evidence": v.evidence if v else None,
+        "rule": v.rule if v else None,
+        "torch_agrees": v.fr_trace.agrees if v and v.fr_trace else None,
     }
 
 

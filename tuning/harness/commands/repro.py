@@ -20,15 +20,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from tuning.harness.clusterlogs import collect, replay, write
 from tuning.harness.clusterlogs.judge import judge
+from tuning.harness.clusterlogs.repro_json import ReplayLine, ReplayRun
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.flags import flag_args, own_trainer, run_flags
 from tuning.harness.layout import job_files, options
 from tuning.harness.machine import nvidia
 from tuning.harness.run_files import folders
+from tuning.harness.verdict.record import Verdict
 
 CANNOT_TELL = 2
 # What a replay may not be told: repro chooses them from the culprit's role
@@ -75,23 +79,23 @@ def main(a: argparse.Namespace) -> int:
         run_dir = folders.create(runs_root, run_id, starts=False)
         if view is not None:
             shutil.copytree(view, run_dir / "from")
-    rec.update(run_id=run_id, from_folder=str(Path(raw).resolve()), replay=None)
-    named = bool(rec["verdict"] and rec["verdict"]["culprits"])
+    rec = replace(rec, run_id=run_id, from_folder=str(Path(raw).resolve()))
+    named = rec.named
     if named:
-        plan = replay.plan(rec["verdict"], inp, got, f.nproc, bool(f.entry), local_steps(f))
-        rec["replay"] = plan and {
-            **plan.__dict__,
-            "command": plan.typed(typed_job(a, gpus=_gpus_word(a))),
-            "run": f"make repro FROM={shlex.quote(raw)} RUN=1 {typed_job(a)}".strip(),
-        }
-    if named and not rec["replay"]:
-        cls = rec["verdict"]["class"]
-        rec["no_replay"] = f"no fault kind here causes a verdict of {cls!r}: nothing replays it"
+        plan = replay.plan(rec.verdict, inp, got, f.nproc, bool(f.entry), local_steps(f))
+        if plan:
+            run = f"make repro FROM={shlex.quote(raw)} RUN=1 {typed_job(a)}".strip()
+            line = ReplayLine(plan, plan.typed(typed_job(a, gpus=_gpus_word(a))), run)
+            rec = replace(rec, replay=line)
+    if named and not rec.replay:
+        cls = rec.verdict.kind
+        why = f"no fault kind here causes a verdict of {cls!r}: nothing replays it"
+        rec = replace(rec, no_replay=why)
     code = 0 if named else CANNOT_TELL
-    if rec["replay"] and a.run:
-        rec["run"] = replay_here(a, rec["replay"], rec["verdict"], runs_root, run_id)
-        code = 0 if rec["run"]["matches"] else 1
-    folders.write_json(run_dir / "repro.json", rec)
+    if rec.replay and a.run:
+        rec = replace(rec, run=replay_here(a, rec.replay.plan, rec.verdict, runs_root, run_id))
+        code = 0 if rec.run.matches else 1
+    folders.write_json(run_dir / "repro.json", rec.to_json())
     (run_dir / "repro.md").write_text(write.markdown(rec))
     for line in write.said(rec):
         print(f"harness: {line}", file=sys.stdout if code == 0 else sys.stderr)
@@ -142,13 +146,12 @@ def typed_job(a: argparse.Namespace, gpus: str | None = None) -> str:
 
 
 def replay_here(
-    a: argparse.Namespace, r: dict, cluster: dict, runs_root: Path, run_id: str
-) -> dict:
+    a: argparse.Namespace, plan: replay.Replay, cluster: Verdict, runs_root: Path, run_id: str
+) -> ReplayRun:
     """RUN=1: the fault run, as a user types it (`python -m tuning.harness fault ...`, as the
     pool runs them), and whether its verdict matches the cluster's: the same class, and its
     culprits in the culprit's role here."""
     local_id = f"{run_id}-replay"[: folders.LABEL_MAX]
-    plan = replay.Replay(**{k: r[k] for k in replay.Replay.__dataclass_fields__})
     job = [fl.option if fl.switch else f"{fl.option}={getattr(a, fl.dest)}" for fl in _job_flags(a)]
     argv = [
         sys.executable,
@@ -163,14 +166,8 @@ def replay_here(
         *job,
     ]
     code = subprocess.run(argv, cwd=ROOT).returncode
-    here = folders.read_json(runs_root / local_id / "fault.json").get("verdict") or {}
+    here = FaultRecord.from_json(folders.read_json(runs_root / local_id / "fault.json")).verdict
     nodes = 1 if plan.layout == "single" else plan.nproc
-    roles = {replay.role(c, plan.nproc // nodes, nodes) for c in here.get("culprits") or []}
-    matches = here.get("class") == cluster["class"] and roles == {plan.role}
-    return {
-        "run_id": local_id,
-        "exit": code,
-        "verdict": here,
-        "roles_here": sorted(roles),
-        "matches": bool(matches),
-    }
+    roles = {replay.role(c, plan.nproc // nodes, nodes) for c in (here.culprits if here else [])}
+    matches = here is not None and here.kind == cluster.kind and roles == {plan.role}
+    return ReplayRun(local_id, code, here, sorted(roles), bool(matches))

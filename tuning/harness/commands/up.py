@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import yaml
 
@@ -16,6 +17,7 @@ from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import EXIT_CODES, Status
 from tuning.harness.stacks import stall
 from tuning.harness.verdict import live
+from tuning.harness.verdict.record import Verdict
 
 
 def register(sub) -> None:
@@ -28,14 +30,15 @@ def main(a: argparse.Namespace) -> int:
     after = run_flags.seconds("STALL", a.stall) if a.stall is not None else None
     spec = options.spec_from(RunFlags.of(a))
     if a.dry_run:
-        if spec.plan and spec.plan.chosen:
-            print(f"# gpus: {spec.plan.describe()}; driver {spec.plan.driver}")
+        said = spec.layout.topology.gpus_said()
+        if said:
+            print(f"# {said}")
         if spec.user_config:  # as a real run checks it, with accelerate's own loader
             preflight.check_accelerate_config(spec.accelerate_config, None)
         render.dry_run(spec.layout, spec.accelerate_config)
         # The job every rank reads, as a second YAML document (kube's ConfigMap holds the same)
         print(
-            f"---\n# {spec.layout.job_dir}/{spec.layout.job_file}: {spec.sources_said()}; "
+            f"---\n# {spec.layout.job_dir}/{spec.layout.trainer.job_file}: {spec.sources_said()}; "
             f"accelerate config {spec.accelerate_config}"
         )
         print(yaml.safe_dump(spec.job, sort_keys=False), end="")
@@ -55,7 +58,7 @@ def main(a: argparse.Namespace) -> int:
             timeout_s=timeout_s,
             timeout_said=said,
             hang=hang,
-            backend="nccl" if spec.layout.gpus else "gloo",
+            backend=spec.layout.topology.backend,
             verdict=live,
         )
         if after != 0
@@ -70,7 +73,8 @@ def main(a: argparse.Namespace) -> int:
     run_dir = spec.runs_root / spec.layout.run_id
     # a stall's verdict that named nobody (taken while a script with no step lines was still
     # busy, say) gives way to the one its end shows
-    if summary["status"] == Status.FAILED and not (summary.get("verdict") or {}).get("culprits"):
+    watched = summary.get("verdict")  # the stall watch's, as summary.json holds it
+    if summary["status"] == Status.FAILED and not (watched and Verdict.from_json(watched).culprits):
         summary = verdict_from_logs(run_dir, summary)
     m = timeouts.measured(run_dir)
     if m is not None:  # the stall time the watch used: set, or the default from this run's steps
@@ -86,7 +90,8 @@ def job_timeout(spec) -> tuple[float | None, str]:
     """The job's collective timeout where its files state one: ARGS' --ddp_timeout, the job's
     ddp_timeout (TIMEOUT: ours and fms's); else None (the stall watch reads what the ranks'
     process groups got: a script may set it in its code)."""
-    words = spec.layout.args if spec.layout.entry else None  # ARGS as words (own_trainer)
+    trainer = spec.layout.trainer
+    words = trainer.args if trainer.entry else None  # ARGS as words (own_trainer)
     if words is not None:
         raw = own_trainer.value_in(words, "ddp_timeout")
         if raw and raw.replace(".", "", 1).isdigit():
@@ -110,10 +115,11 @@ def verdict_from_logs(run_dir, summary: dict) -> dict:
     logs, teardown_at = run_dir / "logs", summary.get("teardown_at")
     ranks = live.from_outside(metric_lines.read_metrics(output), logs, teardown_at)
     rec, _, _ = judge.judge(view, dumps.failed(output), ranks)
-    v = rec["verdict"]
+    v = rec.verdict
     if not v:
         return summary
-    summary = {**summary, "verdict": {**v, "read_from": "its logs and its containers' ends"}}
+    from_logs = replace(v, read_from="its logs and its containers' ends")
+    summary = {**summary, "verdict": from_logs.to_json()}
     folders.write_json(run_dir / "summary.json", summary)
     print("\n".join(live.said(v)))
     return summary

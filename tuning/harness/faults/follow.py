@@ -14,6 +14,7 @@ from tuning.harness.faults.record import SLACK_S
 from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL
 from tuning.harness.stacks.hung import HangStacks
+from tuning.harness.watch import Stop
 
 LINGER_S = 5  # every worker ended this long ago but a launcher still runs: stop it
 # The harness's tick while it waits for the step of a trainer it cannot pace (fms: 0.05-0.1 s a
@@ -90,10 +91,10 @@ class Follow:
             except docker.errors.APIError as e:
                 self.event(f"injection failed: {e.explanation or e}")
                 self.stopped_by = "injection failed"
-                return "stop"
+                return Stop()
             if self.injected_at is None and now - self.first_tick > START_DEADLINE_S:
                 self.stopped_by = "never reached the step"
-                return "stop"
+                return Stop()
             return None
         return self.watch(metrics, state, nodes, now)
 
@@ -170,8 +171,8 @@ class Follow:
             x.get("event") == "end" for r, lines in metrics.items() if r != self.rank for x in lines
         )
 
-    def stop(self) -> str:
+    def stop(self) -> Stop:
         self.hang_stacks.at_stop(self, self.nodes)  # before a heal (unpause, thaw)
         self.inject.release()
         self.finished_at = time.time()
-        return "stop"
+        return Stop()

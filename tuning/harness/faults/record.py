@@ -1,5 +1,5 @@
-"""What a fault run leaves on record: fault.json's facts (faults/write.py writes them, and
-fault.md, the same, readable).
+"""What a fault run leaves on record: fault.json's facts (fault_json.py's FaultRecord;
+faults/write.py writes them, and fault.md, the same, readable).
 
 Per rank: its last step, when it ended, exit code, signal, OOM flag and the error signature
 found in its end line or its log. For the run: the outcome, fault-to-end time against the
@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from tuning.harness.checks import timeouts
 from tuning.harness.faults import verdicts
+from tuning.harness.faults.fault_json import Checkpoint, FaultRecord, RankEnd
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL, Status
@@ -69,11 +71,14 @@ def is_timeout(text: str) -> bool:
     return signature(text) in TIMEOUTS
 
 
-def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: dict) -> dict:
+def build(
+    base: FaultRecord, follow, summary: dict, layout, run_dir: Path, leftovers: dict
+) -> FaultRecord:
+    """`base`: what was asked (commands/fault.py); the record adds what happened."""
     t0, fault_at = follow.t0, follow.injected_at
     metrics = metric_lines.read_metrics(run_dir / "output")
-    if base.get("steps", 0) is None:  # ENTRY with ARGS: the steps its Trainer said it runs
-        base = {**base, "steps": metric_lines.trainer_max_steps(metrics)}
+    if base.steps is None:  # ENTRY with ARGS: the steps its Trainer said it runs
+        base = replace(base, steps=metric_lines.trainer_max_steps(metrics))
     logs = {p.stem: p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
     node_rows = {r["node"]: r for r in summary.get("ranks", [])}
     ranks = []
@@ -84,11 +89,11 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         for r in node.ranks:
             ranks.append(_rank(r, node, d, log, failures, metrics.get(r, []), follow, t0))
     job_end = max([*follow.ended.values(), follow.finished_at or 0]) or None
-    outcome = _outcome(follow, ranks, fault_at, job_end, base["timeout_s"])
+    outcome = _outcome(follow, ranks, fault_at, job_end, base.timeout_s)
     restarts = summary.get("restarts") or []
     if outcome == "finished" and restarts and summary.get("status") == Status.SUCCEEDED:
         outcome = "recovered"  # MAX_RESTARTS: the group came back from a checkpoint and ended
-    bound = base["timeout_s"] + SLACK_S
+    bound = base.timeout_s + SLACK_S
     fault_to_end = round(job_end - fault_at, 2) if fault_at and job_end else None
     detect = round(follow.detected_at - fault_at, 2) if follow.detected_at and fault_at else None
     left = [
@@ -96,43 +101,43 @@ def build(base: dict, follow, summary: dict, layout, run_dir: Path, leftovers: d
         for kind, objs in leftovers.items()
         for o in objs
     ]
-    record = {
-        **base,
-        "status": "done" if fault_at else "not injected",
-        "how": follow.how,
-        "injected_t": round(fault_at - t0, 2) if fault_at else None,
-        "injected_step": follow.inject_step,
-        "stopped_by": follow.stopped_by,
-        "outcome": outcome,
-        "fault_to_end_s": fault_to_end,
-        "hang_detected_s": detect,
-        "ranks_ended_s": round(max(x["end_t"] for x in ranks) + t0 - fault_at, 2)
-        if fault_at and ranks and all(x["end_t"] for x in ranks)
+    record = replace(
+        base,
+        status="done" if fault_at else "not injected",
+        how=follow.how,
+        injected_t=round(fault_at - t0, 2) if fault_at else None,
+        injected_step=follow.inject_step,
+        stopped_by=follow.stopped_by,
+        outcome=outcome,
+        fault_to_end_s=fault_to_end,
+        hang_detected_s=detect,
+        ranks_ended_s=round(max(x.end_t for x in ranks) + t0 - fault_at, 2)
+        if fault_at and ranks and all(x.end_t for x in ranks)
         else None,
-        "bound_s": bound,
-        "run_status": summary.get("status"),
-        "restarts": restarts,
-        "steps_reached": max((x for x, _ in summary.get("losses") or []), default=None),
-        "ranks": ranks,
-        "timeline": follow.timeline,
-        "leftovers": left,
-        "checkpoints": _checkpoints(run_dir / "output", metrics, fault_at),
-        "on_a_cluster": follow.kind.cluster or _cluster_cost(ranks, base),
-        "timeouts": _timeouts(base, metrics, fault_at, run_dir.name),
-    }
-    timed_out = any(x["signature"] in TIMEOUTS for x in ranks)
-    record.update(hung.record(follow, timed_out))  # a hang's stacks (stacks/dumps.py)
+        bound_s=bound,
+        run_status=summary.get("status"),
+        restarts=restarts,
+        steps_reached=max((x for x, _ in summary.get("losses") or []), default=None),
+        ranks=ranks,
+        timeline=follow.timeline,
+        leftovers=left,
+        checkpoints=_checkpoints(run_dir / "output", metrics, fault_at),
+        on_a_cluster=follow.kind.cluster or _cluster_cost(ranks, base),
+        timeouts=_timeouts(base, metrics, fault_at, run_dir.name),
+    )
+    timed_out = any(x.signature in TIMEOUTS for x in ranks)
+    record = replace(record, **hung.record(follow, timed_out))  # a hang's stacks (dumps.py)
     if follow.kind.facts:  # what the kind adds: its save, volume, late master, step times
         seen = SimpleNamespace(
             output=run_dir / "output", ranks=ranks, logs=logs, metrics=metrics, job_end=job_end
         )
-        record.update(follow.kind.facts(follow, seen))
-    record["verdict"] = verdicts.final(record, follow, run_dir, follow.hang_stacks.taken)
-    record["goal_met"] = follow.kind.met(record)
-    return record
+        record = replace(record, own=follow.kind.facts(follow, seen))
+    verdict = verdicts.final(record, follow, run_dir, follow.hang_stacks.taken)
+    record = replace(record, verdict=verdict)
+    return replace(record, goal_met=follow.kind.met(record))
 
 
-def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
+def _rank(r, node, d, log, failures, lines, follow, t0) -> RankEnd:
     steps = metric_lines.steps(lines)
     end = next((x for x in reversed(lines) if x.get("event") == "end"), None)
     own_log = "\n".join(x for x in log.splitlines() if x.startswith(f"[rank{r}]"))
@@ -165,22 +170,22 @@ def _rank(r, node, d, log, failures, lines, follow, t0) -> dict:
     if oom and r == follow.rank:
         found = "OOM-killed"
     end_t = end["time"] if end else ended
-    return {
-        "rank": r,
-        "node": node.name,
-        "last_step": steps[-1]["step"] if steps else None,
-        "last_step_t": round(steps[-1]["time"] - t0, 2) if steps else None,
-        "end_t": round(end_t - t0, 2) if end_t else None,
-        "ended_by": "itself" if ended else "harness teardown",
-        "end_status": (end or {}).get("status"),
-        "exit_code": code,
-        "node_exit_code": d.get("exit_code") if ended else None,
-        "signal": sig,
-        "oom_killed": oom,
-        "signature": found,
-        "seen_signature": seen,  # what the verdict reads: a user's run would show it too
-        "error": ((end or {}).get("error") or "")[:300] or None,
-    }
+    return RankEnd(
+        rank=r,
+        node=node.name,
+        last_step=steps[-1]["step"] if steps else None,
+        last_step_t=round(steps[-1]["time"] - t0, 2) if steps else None,
+        end_t=round(end_t - t0, 2) if end_t else None,
+        ended_by="itself" if ended else "harness teardown",
+        end_status=(end or {}).get("status"),
+        exit_code=code,
+        node_exit_code=d.get("exit_code") if ended else None,
+        signal=sig,
+        oom_killed=oom,
+        signature=found,
+        seen_signature=seen,
+        error=((end or {}).get("error") or "")[:300] or None,
+    )
 
 
 def _aborted(r: int, node, log: str, failures: dict) -> str | None:
@@ -200,17 +205,17 @@ def _outcome(follow, ranks, fault_at, job_end, timeout) -> str:
         return "hung (detected)"
     if follow.stopped_by == "deadline":
         return "hung until the deadline"
-    statuses = {x["end_status"] for x in ranks}
+    statuses = {x.end_status for x in ranks}
     if statuses == {"preempted"}:
         return "preempted"
-    if statuses == {"completed"} or all(x["exit_code"] == 0 for x in ranks):
+    if statuses == {"completed"} or all(x.exit_code == 0 for x in ranks):
         return "finished"
     if job_end and job_end - fault_at <= timeout + SLACK_S:
         return "failed fast"
     return "failed slowly"
 
 
-def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
+def _checkpoints(output: Path, metrics, fault_at) -> list[Checkpoint]:
     saved = {
         x["step"]: x["time"]
         for lines in metrics.values()
@@ -222,22 +227,22 @@ def _checkpoints(output: Path, metrics, fault_at) -> list[dict]:
         step = int(path.name.split("-")[-1])
         at = saved.get(step)
         out.append(
-            {
-                "name": path.name,
-                "step": step,
-                "complete": torn.missing(path) is None,
-                "before_fault": bool(at and fault_at and at < fault_at),
-            }
+            Checkpoint(
+                name=path.name,
+                step=step,
+                complete=torn.missing(path) is None,
+                before_fault=bool(at and fault_at and at < fault_at),
+            )
         )
     return out
 
 
-def _timeouts(base: dict, metrics: dict, fault_at: float | None, run_id: str) -> list | None:
+def _timeouts(base: FaultRecord, metrics: dict, fault_at: float | None, run_id: str) -> list | None:
     """timeouts.check's findings on what the run measured before the fault (None: no step came
     before it): what the fault does to steps, saves and a restart's rendezvous is no healthy
     wait. There is no stall watch here, so the check `make up` runs before the run has nothing
     to compare; said too (timeouts.say)."""
-    t = timeouts.Timeouts(_collective_s(base), float(base["rdzv_timeout_s"]))
+    t = timeouts.Timeouts(_collective_s(base), float(base.rdzv_timeout_s))
     with tempfile.TemporaryDirectory() as tmp:  # timeouts.measured reads a run's metrics files
         out = Path(tmp, run_id, "output", "metrics")
         out.mkdir(parents=True)
@@ -252,33 +257,33 @@ def _timeouts(base: dict, metrics: dict, fault_at: float | None, run_id: str) ->
     return found
 
 
-def _collective_s(base: dict) -> float:
+def _collective_s(base: FaultRecord) -> float:
     """TIMEOUT is the job's ddp_timeout; under ARGS the trainer's own --ddp_timeout is."""
-    args = (base.get("trainer") or {}).get("args")
+    args = (base.trainer or {}).get("args")
     if args is None:
-        return float(base["timeout_s"])
+        return float(base.timeout_s)
     own = re.search(r"--ddp_timeout[= ](\d+(?:\.\d*)?)(?:\s|$)", " ".join(args))
     return float(own[1]) if own else float(timeouts.HF_DDP_TIMEOUT_S)
 
 
-def _cluster_cost(ranks, base) -> str:
+def _cluster_cost(ranks: list[RankEnd], base: FaultRecord) -> str:
     """What the same fault costs on a cluster with default timeouts, by the ranks' signatures
     (a kind whose cost does not follow from them says its own: Kind.cluster)."""
-    sigs = {x["signature"] for x in ranks}
+    sigs = {x.signature for x in ranks}
     if "rendezvous timeout" in sigs:
         return (
-            f"peers gave up after RDZV_TIMEOUT={base['rdzv_timeout_s']} s; with "
+            f"peers gave up after RDZV_TIMEOUT={base.rdzv_timeout_s} s; with "
             f"{CLUSTER['rendezvous']} they would wait 10 min for the missing rank"
         )
     if "process-group timeout" in sigs:
         return (
-            f"peers gave up building the process group after TIMEOUT={base['timeout_s']} s "
+            f"peers gave up building the process group after TIMEOUT={base.timeout_s} s "
             f"(that wait uses the collective timeout); with the defaults "
             f"({CLUSTER['collective']}) the same fault holds the job that long"
         )
     if "collective timeout" in sigs:
         return (
-            f"peers gave up after TIMEOUT={base['timeout_s']} s; with the defaults "
+            f"peers gave up after TIMEOUT={base.timeout_s} s; with the defaults "
             f"({CLUSTER['collective']}) the same fault holds the job that long"
         )
     return "no timeout was involved: peers failed on the broken connection, as on a cluster"

@@ -15,12 +15,11 @@ from tuning.harness.flags.run_flags import RunFlags
 from tuning.harness.layout import job_paths
 from tuning.harness.layout.job_paths import Source
 from tuning.harness.layout.layout import Layout
-from tuning.harness.machine import devices
 
 
 def accelerate_config(f: RunFlags, layout: Layout) -> Path:
     if not f.config:
-        return devices.accelerate_default(layout.device)
+        return layout.topology.plan.accelerate_config
     path = Path(f.config)
     if not path.is_file():
         fixtures = sorted(trainers.CONFIGS.glob("accelerate/*"))
@@ -51,7 +50,7 @@ def job_for(
     """The trainer's job: the job file's, with the paths where the ranks find the model, the
     data and the output, and the run's flags. A foreign trainer resumes by itself (fms)."""
     job = dict(base)
-    job.setdefault("torch_dtype", devices.DTYPE[layout.device])
+    job.setdefault("torch_dtype", layout.topology.plan.dtype)
     job.update(
         model_name_or_path=job_paths.rank_path(model, layout),
         training_data_path=job_paths.rank_path(data, layout),
@@ -60,7 +59,7 @@ def job_for(
     for key, value in (("max_steps", steps), ("seed", seed), ("ddp_timeout", timeout)):
         if value is not None:
             job[key] = value
-    if resume and not layout.entry:
+    if resume and not layout.trainer.entry:
         job["resume_from_checkpoint"] = True
     return job
 
@@ -76,7 +75,8 @@ def job_of_file(
     """job_for of a job file run here with no MODEL or DATA: its own paths, else the demo's."""
     base = load_job(path)
     model, data = (
-        job_paths.for_run(v, None, base, path, bool(layout.entry)) for v in ("MODEL", "DATA")
+        job_paths.for_run(v, None, base, path, bool(layout.trainer.entry))
+        for v in ("MODEL", "DATA")
     )
     return job_for(layout, base, model, data, steps, seed, timeout, resume)
 
@@ -84,10 +84,11 @@ def job_of_file(
 def args_job(layout: Layout) -> dict:
     """A run whose ENTRY takes ARGS writes this in place of a job (job/job.json): what each rank
     runs, and where MODEL, DATA and SRC are bound; no rank reads it."""
-    out = {"entry": layout.entry, "args": list(layout.args or ()), "output_dir": layout.output_dir}
-    for var, host, there in (("model", layout.model, MODEL_DIR), ("src", layout.src, SRC_DIR)):
+    t, m = layout.trainer, layout.mounts
+    out = {"entry": t.entry, "args": list(t.args or ()), "output_dir": layout.output_dir}
+    for var, host, there in (("model", m.model, MODEL_DIR), ("src", m.src, SRC_DIR)):
         if host:
             out[var] = {"host": host, "ranks": there}
-    if layout.data:
-        out["data"] = {"host": layout.data, "ranks": data_target(layout.data)}
+    if m.data:
+        out["data"] = {"host": m.data, "ranks": data_target(m.data)}
     return out

@@ -5,10 +5,11 @@ option 2) one pod whose containers each hold one rank. And the claims its pods m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 
 from tuning.harness.contract.container import OUTPUT_DIR
 from tuning.harness.layout.layout import JOB_KINDS, Layout, LayoutError, Node
+from tuning.harness.layout.topology import Topology
 
 JOB_KIND = JOB_KINDS[0]  # the default kind: a PyTorchJob
 ONE_POD = "job"  # option 2: one pod, a container per rank (a batch/v1 Job)
@@ -47,12 +48,11 @@ class ClaimMount:
 class JobLayout(Layout):
     """A Kubernetes job on the layout model: `replicas` pods (PyTorchJob Master + Workers,
     TrainJob nodes), `per_pod` ranks in each; KIND=job: one pod of `per_pod` containers, one
-    rank each. `gpus` and `nproc` keep their meaning (GPUs in all; CPU ranks in all), so world
-    size, device and the job paths come from `Layout`. `pods` are the nodes as the operator
-    makes them (`operator_pods`); empty until the job is rendered."""
+    rank each. The topology's GPUs and `nproc` keep their meaning (GPUs in all; CPU ranks in
+    all), so world size, device and the job paths come from `Layout`. `pods` are the nodes as
+    the operator makes them (`operator_pods`); empty until the job is rendered."""
 
-    kind: str = JOB_KIND
-    port: int = OPERATOR_PORT
+    topology: Topology = field(default_factory=lambda: Topology(kind=JOB_KIND, port=OPERATOR_PORT))
     name: str = "sft"
     replicas: int = 1
     pods: tuple[Node, ...] = ()
@@ -63,10 +63,11 @@ class JobLayout(Layout):
     uid_auto: bool = False  # KUBE_UID=auto: the platform assigns the pods' uid (OpenShift)
 
     def __post_init__(self) -> None:
-        # The layout model's own checks, on the fields it knows; then the job's.
-        Layout(**{f.name: getattr(self, f.name) for f in fields(Layout)} | {"kind": "single"})
-        if self.kind not in JOB_KINDS:
-            raise LayoutError(f"KIND={self.kind!r} is unknown; use one of {', '.join(JOB_KINDS)}")
+        # The layout model's own checks (its kinds aside); then the job's.
+        self.check()
+        kind = self.topology.kind
+        if kind not in JOB_KINDS:
+            raise LayoutError(f"KIND={kind!r} is unknown; use one of {', '.join(JOB_KINDS)}")
         if not (len(self.name) <= NAME_MAX and NAME_RE.fullmatch(self.name)):
             raise LayoutError(
                 f"NAME={self.name!r}: a job's name here is lower-case letters, digits and "
@@ -74,28 +75,29 @@ class JobLayout(Layout):
             )
         if self.replicas < 1:
             raise LayoutError(f"NODES={self.replicas} must be at least 1")
-        if self.kind == ONE_POD and self.replicas != 1:
+        if kind == ONE_POD and self.replicas != 1:
             raise LayoutError(
                 f"KIND=job is one pod (a container per rank); NODES={self.replicas} pods are "
                 "KIND=pytorchjob or KIND=trainjob"
             )
-        if self.world_size % self.replicas:
-            raise LayoutError(f"{self.world_size} ranks do not split over {self.replicas} pods")
+        world = self.topology.world_size
+        if world % self.replicas:
+            raise LayoutError(f"{world} ranks do not split over {self.replicas} pods")
         for mount in self.claims:
             mount.check()
 
     @property
     def per_pod(self) -> int:
-        return self.world_size // self.replicas
+        return self.topology.world_size // self.replicas
 
     @property
     def gpus_per_pod(self) -> int:
-        return self.gpus // self.replicas
+        return self.topology.gpus // self.replicas
 
     @property
     def one_pod(self) -> bool:
         """Option 2: the ranks are containers of one pod."""
-        return self.kind == ONE_POD
+        return self.topology.kind == ONE_POD
 
     @property
     def shared_namespaces(self) -> bool:

@@ -203,7 +203,7 @@ def rank_path(src: Source, layout: Layout) -> str:
     mounted (the same places), or a path in the image as it is. LAYOUT=host reads host paths
     as they are, and the demo's assets made on the host (lifecycle)."""
     host_assets = {IMAGE_MODEL: HOST_ASSETS / "tiny-model", IMAGE_DATA: HOST_ASSETS / "demo.jsonl"}
-    if layout.kind == "host":
+    if layout.topology.kind == "host":
         return str(host_assets.get(src.path, src.path))
     if src.where in ("host", "claim"):
         return mount_target(src)

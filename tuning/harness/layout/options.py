@@ -23,6 +23,11 @@ from tuning.harness.layout import job_paths
 from tuning.harness.layout.job_files import accelerate_config, args_job, job_for, load_job
 from tuning.harness.layout.job_paths import Source
 from tuning.harness.layout.layout import Layout, LayoutError
+from tuning.harness.layout.limits import Limits
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run_files import folders
@@ -101,28 +106,20 @@ def layout_from(
     own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     try:
         return Layout(
-            secrets=secrets,
-            extra_env=extra,
-            kind=f.layout,
-            gpus=plan.count,
-            gpu_ids=plan.ids,
-            nproc=nproc,
             run_id=run_id,
-            gpu_uuids=tuple(g.uuid for g in plan.chosen),
-            image=plan.image,
-            port=free_port() if f.layout == "host" else PORT,
-            network=f.network,
-            model=_host(model),
-            data=_host(data),
-            run_dir=str(run_dir),
-            max_restarts=f.max_restarts,
-            memory=f.memory,
-            pids=f.pids,
-            **ranks,
-            entry=own and own.entry,
-            src=own and own.src,
-            args=own and own.args,
-            recorder_steps=not trainers.logs_own_steps(f.trainer),
+            topology=Topology(
+                f.layout, plan, nproc, free_port() if f.layout == "host" else PORT, f.network
+            ),
+            mounts=Mounts(str(run_dir), _host(model), _host(data), src=own and own.src),
+            trainer=Trainer(
+                entry=own and own.entry,
+                args=own and own.args,
+                recorder_steps=not trainers.logs_own_steps(f.trainer),
+                extra_env=extra,
+                secrets=secrets,
+                **ranks,
+            ),
+            limits=Limits(f.memory, f.pids, f.max_restarts),
         )
     except LayoutError as e:
         raise HarnessError(str(e)) from None
@@ -153,7 +150,7 @@ class Spec:
     summary_extra: dict = field(default_factory=dict)  # more keys for summary.json
     explain: bool = True  # say why ranks failed, from their logs
     quiet: bool = False  # no start, step or closing lines (bench off a terminal: one per run)
-    plan: GpuPlan | None = None  # the host GPUs it runs on (devices.for_host)
+    own_output: OwnOutput = RUN_OUTPUT  # /output elsewhere (fault disk-full, kube's rehearsal)
     sources: tuple[Source, ...] = ()  # where the ranks find the model and data (job_paths)
 
     def sources_said(self) -> str:
@@ -176,19 +173,19 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
     layout = layout_from(f, run_id, runs_root / run_id, plan, env, model, data)
     preflight.check_runs_dir(runs_root, create=not f.dry_run)
     # MAX_RESTARTS: every (re)start of the group resumes from the newest checkpoint in /output.
-    resume = bool(f.resume or f.resume_from) or layout.max_restarts > 0
+    resume = bool(f.resume or f.resume_from) or layout.limits.max_restarts > 0
     job = job_for(layout, base, model, data, f.steps, f.seed, f.timeout, resume)
     sources = (model, data)
     if with_args:  # what the ranks get, recorded; MODEL and DATA: where ARGS finds them
         job = args_job(layout)
         sources = tuple(s for s in sources if s.where != "demo")
-    if not layout.entry:  # a foreign trainer checks its own job and data (fms: at start)
+    if not layout.trainer.entry:  # a foreign trainer checks its own job and data (fms: at start)
         cfg = preflight.check_job(job, f"job file {f.job}")
-        preflight.check_data(layout.data, cfg, layout.model)
+        preflight.check_data(layout.mounts.data, cfg, layout.mounts.model)
     resume_from = resume_source(f, runs_root, layout)
     config = accelerate_config(f, layout)
     if f.config:
-        preflight.check_world_size(config, layout.world_size)
+        preflight.check_world_size(config, layout.topology.world_size)
     extra = {} if with_args else {"job_file": str(Path(f.job).resolve())}
     extra.update({s.var.lower(): s.describe() for s in sources})
     if plan.chosen:
@@ -201,7 +198,6 @@ def spec_from(f: RunFlags, run_id: str | None = None, env: Env | None = None) ->
         f.grace,
         resume_from=resume_from,
         user_config=bool(f.config),
-        plan=plan,
         sources=sources,
         summary_extra=extra,
     )
@@ -236,10 +232,11 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
             "it is moved aside in this run, never loaded"
         )
     saved_by = folders.checkpoint_world_size(newest)
-    if saved_by and saved_by != layout.world_size:
+    world = layout.topology.world_size
+    if saved_by and saved_by != world:
         raise HarnessError(
             f"{what}: {newest.name} of run {previous.name} was saved by {saved_by} rank(s); this "
-            f"run has {layout.world_size}. Resume with {saved_by} rank(s) (GPUS or NPROC), "
+            f"run has {world}. Resume with {saved_by} rank(s) (GPUS or NPROC), "
             "or start afresh"
         )
     status = folders.read_json(previous / "summary.json").get("status", "no summary")

@@ -30,7 +30,7 @@ def device_of(gpus: int) -> str:
 
 @dataclass(frozen=True)
 class GpuPlan:
-    count: int  # GPUs in use (kube: per pod); 0 = CPU ranks on gloo
+    count: int  # GPUs in use, in all (kube: over every pod); 0 = CPU ranks on gloo
     image: str
     ids: tuple[str, ...] = ()  # host GPU indices; () where no host is asked (a cluster)
     chosen: tuple[nvidia.Gpu, ...] = ()  # what nvidia-smi said of them
@@ -64,8 +64,10 @@ def accelerate_default(device: str) -> Path:
     return CONFIGS / "accelerate" / ("fsdp.yaml" if gpu else cpu.name)
 
 
-def for_cluster(gpus_per_pod: int, image: str = IMAGE, cuda: str | None = None) -> GpuPlan:
-    return GpuPlan(gpus_per_pod, image_recipes.resolve(image, device_of(gpus_per_pod), cuda))
+def for_cluster(
+    gpus_per_pod: int, image: str = IMAGE, cuda: str | None = None, pods: int = 1
+) -> GpuPlan:
+    return GpuPlan(gpus_per_pod * pods, image_recipes.resolve(image, device_of(gpus_per_pod), cuda))
 
 
 def assumed(gpus: int, image: str = IMAGE) -> GpuPlan:

@@ -30,11 +30,11 @@ RECORDER_NOTE = (
 
 def trainer_record(layout: Layout) -> dict:
     """The foreign trainer a run ran: image and ENTRY, and SRC and ARGS when given."""
-    out = {"image": layout.image, "entry": layout.entry}
-    if layout.src:
-        out["src"] = layout.src
-    if layout.args is not None:
-        out["args"] = list(layout.args)
+    out = {"image": layout.topology.plan.image, "entry": layout.trainer.entry}
+    if layout.mounts.src:
+        out["src"] = layout.mounts.src
+    if layout.trainer.args is not None:
+        out["args"] = list(layout.trainer.args)
     return out
 
 
@@ -84,9 +84,10 @@ def trl_tokens(
 
 def said(layout: Layout) -> str:
     """The run's opening line on a trainer of your own: what runs, from where, with what."""
-    src = f" from {layout.src} (SRC, read-only at {SRC_DIR})" if layout.src else ""
-    args = shlex.join(layout.args) if layout.args is not None else "none (a JSON job)"
-    return f"ENTRY {layout.entry}{src} in {layout.image}; ARGS: {args}"
+    t, where = layout.trainer, layout.mounts.src
+    src = f" from {where} (SRC, read-only at {SRC_DIR})" if where else ""
+    args = shlex.join(t.args) if t.args is not None else "none (a JSON job)"
+    return f"ENTRY {t.entry}{src} in {layout.topology.plan.image}; ARGS: {args}"
 
 
 def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]) -> dict:
@@ -100,7 +101,7 @@ def summary_fields(layout: Layout, run_dir: Path, metrics: dict[int, list[dict]]
     }
     out = {
         "trainer": trainer_record(layout),
-        "metrics_source": RECORDER_NOTE if layout.recorder_steps else METRICS_NOTE,
+        "metrics_source": RECORDER_NOTE if layout.trainer.recorder_steps else METRICS_NOTE,
         # what the config asked for, and what accelerate set up in each rank (recorder)
         "distributed_type_asked": cfg.get("distributed_type"),
         "distributed_type_seen": seen,

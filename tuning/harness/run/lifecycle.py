@@ -16,7 +16,7 @@ from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
 from tuning.harness.checks import preflight
 from tuning.harness.contract.container import RUNS_LABEL
-from tuning.harness.errors import HarnessError, NodeLost
+from tuning.harness.errors import NodeLost
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.options import Spec
 from tuning.harness.machine import gpu_locks
@@ -25,9 +25,8 @@ from tuning.harness.run import summary as run_summary
 from tuning.harness.run.progress import Progress
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status, status_of
+from tuning.harness.watch import TICK_S, Restarted, Stop, Watcher
 from tuning.rank import torn
-
-TICK_S = 0.5  # how often a run's metrics and containers are read (an on_tick's tick_s, if set)
 
 
 class Interrupted(Exception):
@@ -40,21 +39,17 @@ def _raise_interrupted(signum, _frame):
 
 def prepare(layout: Layout):
     """The engine client with the image ready (None for LAYOUT=host, whose assets it makes)."""
-    if layout.kind == "host":
+    if layout.topology.kind == "host":
         host_assets.demo()
         return None
     client = engine.client()
     engine.compose_cmd()
-    if layout.gpus and not engine.has_nvidia_runtime(client):
-        raise HarnessError(
-            f"GPUS={layout.gpus} but the engine has no NVIDIA runtime; install the NVIDIA "
-            "Container Toolkit, or use GPUS=0 for CPU ranks"
-        )
+    engine.check_gpu_runtime(client, layout.topology)
     images.ready(client, layout)
     return client
 
 
-def start(spec: Spec, on_tick=None) -> dict:
+def start(spec: Spec, on_tick: Watcher | None = None) -> dict:
     """Run one spec to its end and record it; returns the summary (also in summary.json)."""
     t0 = time.time()
     layout = spec.layout
@@ -63,8 +58,10 @@ def start(spec: Spec, on_tick=None) -> dict:
     if client:  # a run id going in another RUNS folder: refused before anything is written
         engine.refuse_shared_project(client, layout.project, layout.labels[RUNS_LABEL])
     if spec.user_config:
-        preflight.check_accelerate_config(spec.accelerate_config, client and layout.image)
-    held = gpu_locks.take(sorted({g for n in layout.nodes() for g in n.gpu_ids}), layout.run_id)
+        preflight.check_accelerate_config(
+            spec.accelerate_config, client and layout.topology.plan.image
+        )
+    held = gpu_locks.take(layout.device_ids(), layout.run_id)
     try:
         return _run(spec, client, t0, on_tick)
     finally:
@@ -81,27 +78,27 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     )
     leftovers.claim(run_dir)
     if spec.job_files is None:
-        folders.write_job(run_dir, spec.job, spec.accelerate_config, layout.job_file)
+        folders.write_job(run_dir, spec.job, spec.accelerate_config, layout.trainer.job_file)
     for key, text in (spec.job_files or {}).items():
         (run_dir / "job" / key).write_text(text)  # a ConfigMap volume, as kubelet would
     if spec.resume_from:
         output_dir.take_checkpoints(spec.resume_from, run_dir / "output", layout)
         torn.move_aside(run_dir / "output")  # a torn newest one: named, renamed, not loaded
-    for path, text in render.render(layout, commands).items():
+    for path, text in render.render(layout, commands, spec.own_output).items():
         (run_dir / path).write_text(text)
-    output_dir.prepare(run_dir / "output", layout)
+    output_dir.prepare(run_dir / "output", layout, spec.own_output)
     nodes = backend(layout)(layout, run_dir, commands, client, spec.services)
-    kind = "GPU" if layout.gpus else "CPU"
+    kind = layout.topology.device.upper()  # GPU or CPU ranks
     if not spec.quiet:
         print(
             spec.banner
-            or f"harness: run {layout.run_id}: layout {layout.kind}, "
-            f"{layout.world_size} {kind} rank(s) in {len(commands)} node(s); "
+            or f"harness: run {layout.run_id}: layout {layout.topology.kind}, "
+            f"{layout.topology.world_size} {kind} rank(s) in {len(commands)} node(s); "
             f"{run_dir}"
         )
         if spec.sources:  # what trains, said: never the demo's without a word
             print(f"harness: {spec.sources_said()}")
-        if layout.entry and layout.recorder_steps:
+        if layout.trainer.entry and layout.trainer.recorder_steps:
             print(f"harness: {foreign.said(layout)}")
     status, details, reason = execute(
         layout, run_dir, nodes, spec.job.get("max_steps"), spec.grace, t0, on_tick, spec.quiet
@@ -112,7 +109,7 @@ def _run(spec: Spec, client, t0: float, on_tick) -> dict:
     )
     extra = {
         **({"reason": reason} if reason else {}),
-        "image": engine.image_record(client, layout.image),
+        "image": engine.image_record(client, layout.topology.plan.image),
         "teardown_at": nodes.stopping_at,
         **spec.summary_extra,
     }
@@ -135,16 +132,16 @@ def execute(
     total_steps: int | None,
     grace: float,
     t0: float,
-    on_tick=None,
+    on_tick: Watcher | None = None,
     quiet=False,
 ) -> tuple[Status, dict, str | None]:
     """Start, follow to the end, tear down. Returns (status, per-node details, why it is not
     `succeeded`); the status comes from what the ranks did (status_of), not only from
     their exit codes.
 
-    `on_tick(metrics, state, nodes)` is called on every poll while ranks run (fault injection
-    waits for a step there); it may return "stop" to end the follow early (its `stop_reason`
-    says why), or "restarted" when it restarted the group itself (a soak)."""
+    `on_tick(metrics, state, nodes)` (watch.py's Watcher) is called on every poll while ranks
+    run (fault injection waits for a step there); it may return a `Stop` to end the follow early,
+    or `Restarted` when it restarted the group itself (a soak)."""
     old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     status, reason = Status.FAILED, None
     progress = Progress(total_steps=total_steps, quiet=quiet)
@@ -157,18 +154,16 @@ def execute(
             metrics = read_metrics()
             progress.update(metrics)
             state = nodes.poll()
-            verdict = on_tick(metrics, state, nodes) if on_tick else None
-            if verdict == "stop":
+            told = on_tick(metrics, state, nodes) if on_tick else None
+            if isinstance(told, Stop):
                 # Every rank may have ended already (a launcher lingers in torchrun's exit
                 # barrier): then they say how the run went; else the harness cut it short.
-                if len(metric_lines.returned_now(metrics)) == layout.world_size:
+                if len(metric_lines.returned_now(metrics)) == layout.topology.world_size:
                     status, reason = status_of({n: c or 0 for n, c in state.items()}, metrics)
                 else:
-                    reason = getattr(on_tick, "stop_reason", None) or (
-                        "stopped by the harness (fault injection)"
-                    )
+                    reason = told.why
                 break
-            if verdict == "restarted":  # the on_tick restarted the group itself (make soak)
+            if isinstance(told, Restarted):  # the watcher restarted the group itself (soak)
                 failed_at = ended_at = None
                 continue
             failed = any(code not in (None, 0) for code in state.values())
@@ -182,7 +177,7 @@ def execute(
             # Every trainer returned, a node runs on: torchrun's exit takes seconds (20-30 s
             # throttled); past GRACE a process hung on its way out (destroy_process_group, an
             # atexit handler) and would hold the run for ever.
-            if len(metric_lines.returned_now(metrics)) == layout.world_size:
+            if len(metric_lines.returned_now(metrics)) == layout.topology.world_size:
                 ended_at = ended_at or time.monotonic()
                 if time.monotonic() - ended_at > grace:
                     reason = _hung_on_exit(nodes, state, metrics, grace)
@@ -198,7 +193,7 @@ def execute(
                 )
                 print(f"harness: {reason}", file=sys.stderr)
                 break
-            time.sleep(getattr(on_tick, "tick_s", None) or TICK_S)
+            time.sleep((on_tick and on_tick.tick_s) or TICK_S)
         progress.finish(read_metrics())
     except Interrupted as e:
         print(f"\nharness: {e} received; stopping the run", file=sys.stderr)

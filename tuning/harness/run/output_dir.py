@@ -2,9 +2,9 @@
 
 The ranks run as the invoking user (contract/ranks_user.py), who made the folder: it is theirs
 already. Under root they run as the image's user, 1000:1000, and are given it here. When
-/output is a Docker volume instead (fault disk-full: Layout.output_volume), what the harness
-follows the ranks by (their metrics, fms's step log) is still bound from here, so it is made
-here first.
+/output is elsewhere (own_output.OwnOutput: fault disk-full's volume, the rehearsal's folders),
+what the harness follows the ranks by (their metrics, fms's step log) is still bound from here,
+so it is made here first.
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ from pathlib import Path
 
 from tuning.harness.contract.ranks_user import ids
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.rank import torn
 
 
-def prepare(output: Path, layout: Layout) -> None:
-    """`output` (runs/<id>/output) and what is bound from it, given to the ranks' user."""
-    for own in dict.fromkeys(folder for _, folder in layout.node_outputs):  # kube rehearsal
+def prepare(output: Path, layout: Layout, moved: OwnOutput = RUN_OUTPUT) -> None:
+    """`output` (runs/<id>/output) and what is bound from it, given to the ranks' user; and
+    the folders `moved` puts at /output (kube's rehearsal)."""
+    for own in dict.fromkeys(folder for _, folder in moved.nodes):
         Path(own).mkdir(parents=True, exist_ok=True)
         give(Path(own), layout)
-    if layout.output_volume or layout.node_outputs:
+    if moved:
         (output / "metrics").mkdir(exist_ok=True)
         (output / FMS_LOGS).touch()  # bound as a file: it must exist
         give(output / "metrics", layout)
@@ -35,7 +37,7 @@ def prepare(output: Path, layout: Layout) -> None:
 def owner(layout: Layout) -> tuple[int | None, int | None]:
     """The ranks' uid and gid when the harness must give them files: they are not the harness's
     own, and the harness is root (the only one who can; a user's runs are the user's)."""
-    uid, gid = ids(layout.user)
+    uid, gid = ids(layout.trainer.user)
     if uid == os.geteuid() or os.geteuid() != 0:
         return None, None
     return uid, gid
@@ -53,7 +55,7 @@ def take_checkpoints(previous: Path, output: Path, layout: Layout) -> None:
     owns it already, else copied (and the copy given to them under root): the earlier run's own
     files never change owner or mode (a link shares both), and what lands in this run is the
     ranks' (a user's run: the user's, to delete)."""
-    ranks = ids(layout.user)[0]
+    ranks = ids(layout.trainer.user)[0]
     uid, gid = owner(layout)
     for ckpt in torn.checkpoints(previous / "output"):
         shutil.copytree(

@@ -10,6 +10,7 @@ from pathlib import Path
 from tuning import launch
 from tuning.harness.backends.nodes import backend
 from tuning.harness.layout.layout import Layout
+from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 
 
 def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
@@ -23,14 +24,17 @@ def node_commands(layout: Layout, accelerate_config: Path) -> dict[str, dict]:
     return out
 
 
-def render(layout: Layout, commands: dict[str, dict]) -> dict[str, str]:
+def render(
+    layout: Layout, commands: dict[str, dict], output: OwnOutput = RUN_OUTPUT
+) -> dict[str, str]:
     """The files a run writes before its nodes start, besides /job (path in the run
-    directory -> text): each node's launch command, and the backend's own (compose.yaml)."""
+    directory -> text): each node's launch command, and the backend's own (compose.yaml);
+    `output`: /output where the run's command puts it."""
     files = {
         f"ranks/{name}.launch.json": json.dumps(cmd, indent=2) + "\n"
         for name, cmd in commands.items()
     }
-    return {**files, **backend(layout).render(layout)}
+    return {**files, **backend(layout).render(layout, output)}
 
 
 def dry_run(layout: Layout, accelerate_config: Path, prefix: str = "# ", files=True) -> None:

@@ -45,7 +45,7 @@ def write(
         "restarts": [{**x, "t": round(x["time"] - t0, 2)} for x in restarts],
         "torn_checkpoints": torn.moved(run_dir / "output"),
     }
-    if layout.entry:
+    if layout.trainer.entry:
         summary.update(foreign.summary_fields(layout, run_dir, metrics))
     summary.update(extra or {})
     folders.write_json(run_dir / "summary.json", summary)

@@ -77,7 +77,7 @@ def nodes_of(nodes) -> list[Node]:
     """The backend's nodes (lifecycle's ComposeNodes or HostNodes) as places to signal."""
     if hasattr(nodes, "all_containers"):
         return from_containers(nodes.all_containers())
-    return [Node("host", list(range(nodes.layout.world_size)))]
+    return [Node("host", list(range(nodes.layout.topology.world_size)))]
 
 
 def from_containers(containers) -> list[Node]:
@@ -243,7 +243,7 @@ def take(nodes, why: str, say: bool = True) -> dict | None:
     end must not fail over a diagnostic (None, and why on stderr, where it could not). `say`
     False: the summaries are kept, not printed (the stall watch's looks after its first)."""
     try:
-        world = nodes.layout.world_size  # ranks with no node yet (no-show) are said too
+        world = nodes.layout.topology.world_size  # ranks with no node yet (no-show) are said too
         taken = dump(nodes.run_dir / "output", nodes_of(nodes), why, world)
     except Exception as e:
         print(f"harness: could not dump the ranks' stacks: {e}", file=sys.stderr)

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from tuning.harness.run_files import metric_lines
 from tuning.harness.stacks import dumps, stack_text
+from tuning.harness.watch import Stop
 
 FLOOR_S = 60.0  # the stall time before the ranks' step times are known
 # ... and once they are: the floor of 10 x the median step, 12 s so that the dump and the
@@ -90,12 +91,21 @@ def collective_timeout(metrics, job_s: float | None, said: str) -> tuple[float, 
     return 1800.0, "torch's default"
 
 
+class Found(Protocol):
+    """What the watch reads of a verdict (verdict/record.py's Verdict): its culprits, and its
+    JSON for summary.json."""
+
+    culprits: list[int]
+
+    def to_json(self) -> dict: ...
+
+
 class Verdict(Protocol):
     """What the watch asks of a verdict (verdict/live.py): one on the ranks as they are."""
 
-    def judge_live(self, nodes, metrics: dict, taken: dict) -> dict: ...
+    def judge_live(self, nodes, metrics: dict, taken: dict) -> Found: ...
 
-    def said(self, found: dict) -> list[str]: ...
+    def said(self, found: Found) -> list[str]: ...
 
 
 class StallWatch:
@@ -125,6 +135,7 @@ class StallWatch:
         self.job_timeout = (timeout_s, timeout_said)
         self.hang, self.backend = hang, backend
         self.verdict = verdict  # verdict/live.py: this layer sits below the verdict's
+        self.newest: Found | None = None  # the verdict said last (summary.json's "verdict")
         self.stop_reason: str | None = None
         self.tick_s = None
 
@@ -186,13 +197,14 @@ class StallWatch:
             self.slow_said = True
         elif not self.reported:
             self._report(quiet, self.limit(metrics), taken, found, busy, metrics, nodes)
-        elif found.get("culprits") != (self.extra.get("verdict") or {}).get("culprits"):
+        elif found.culprits != (self.newest.culprits if self.newest else None):
             print(f"harness: {quiet:.0f} s without progress; the verdict changed:")
             print("\n".join(self.verdict.said(found)))
-            self.extra["verdict"] = found  # summary.json's: the newest
+            self.newest = found
+            self.extra["verdict"] = found.to_json()  # summary.json's: the newest
         return None
 
-    def _slow_phase(self, found: dict, taken: dict) -> bool:
+    def _slow_phase(self, found: Found, taken: dict) -> bool:
         """The dump found a healthy slow phase: its culprits (or, with none, some rank) in a
         save, an evaluation, a model's load or the data, as its stack shows."""
         ranks = taken.get("ranks") or {}
@@ -202,7 +214,7 @@ class StallWatch:
             if x.get("threads") and (p := stack_text.phase(x))
         }
         slow = {r for r, name in phases.items() if name in SLOW_BUT_HEALTHY}
-        culprits = set(found.get("culprits") or [])
+        culprits = set(found.culprits)
         return bool(slow) and (culprits <= slow if culprits else True)
 
     def _report(self, quiet, limit, taken, found, busy, metrics, nodes) -> None:
@@ -244,19 +256,20 @@ class StallWatch:
             "summaries": taken["summaries"],
             "phases": busy,
             "stacks_dir": "output/stacks",
-            "verdict": found,
+            "verdict": found.to_json(),
             "timeout_s": timeout,
         }
         self.extra["stall"] = first or record  # the first spell's, and how many there were
         self.extra["stall"]["spells"] = self.extra["stall"].get("spells", 0) + 1
-        self.extra["verdict"] = found  # summary.json's: the newest
+        self.newest = found
+        self.extra["verdict"] = found.to_json()  # summary.json's: the newest
         print("\n".join(self.verdict.said(found)))
         # from the last progress to the verdict said: the quiet time, the dump, the judging
         self.extra["stall"].setdefault("verdict_after_s", round(self.clock() - self.last, 1))
         self.reported = True
 
-    def _hung_past_timeout(self, metrics, state, nodes) -> str | None:
-        """ "stop" once every rank has been without progress past the collective timeout and
+    def _hung_past_timeout(self, metrics, state, nodes) -> Stop | None:
+        """A Stop once every rank has been without progress past the collective timeout and
         HANG_GRACE_S, and none has exited: the run is ended here."""
         if self.hang != "end" or not self.reported:
             return None
@@ -279,4 +292,4 @@ class StallWatch:
             "summaries": (taken or {}).get("summaries"),
         }
         print(f"harness: {self.stop_reason}")
-        return "stop"
+        return Stop(self.stop_reason)

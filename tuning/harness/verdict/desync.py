@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from tuning.harness.verdict.words import ranks_text, verdict
+from tuning.harness.verdict.record import Verdict
+from tuning.harness.verdict.words import ranks_text
 
 # A rooted collective's one side is the root's alone (scatter's inputs, gather's outputs): the
 # root records sizes there that the others have none of, and that is no desync (a stall watch's
@@ -56,7 +57,7 @@ def first_disagreement(hist) -> tuple[int, dict[tuple, list[int]]] | None:
     return None
 
 
-def desync(ranks) -> dict | None:
+def desync(ranks) -> Verdict | None:
     hist = _histories(ranks)
     found = first_disagreement(hist)
     if not found:
@@ -67,7 +68,7 @@ def desync(ranks) -> dict | None:
         # a tie among the ranks that recorded it, others silent: which is odd is not known
         said = "; ".join(f"{ranks_text(rs)} called {shape(hist[rs[0]][seq])}" for rs in ordered)
         silent = sorted(set(ranks) - {r for rs in ordered for r in rs})
-        return verdict(
+        return Verdict(
             "desync",
             [],
             f"{said} as collective #{seq}, and {ranks_text(silent)} "
@@ -78,7 +79,7 @@ def desync(ranks) -> dict | None:
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
         said = "; ".join(f"{ranks_text(rs)} called {shape(hist[rs[0]][seq])}" for rs in ordered)
         named = sorted(r for rs in ordered for r in rs)
-        return verdict(
+        return Verdict(
             "desync",
             named,
             f"{said} as collective #{seq}: with no majority there is "
@@ -92,7 +93,7 @@ def desync(ranks) -> dict | None:
     waits, after = _after(hist[most[0]], seq)
     if follows and all(sig(hist[r][seq]) == follows for r in odd):
         where = f", where {ranks_text(most)} wait" if waits else f" ({ranks_text(most)} {after})"
-        return verdict(
+        return Verdict(
             "left a collective",
             odd,
             f"{ranks_text(odd)} skipped {shape(theirs)} "
@@ -104,7 +105,7 @@ def desync(ranks) -> dict | None:
         )
     said = "; ".join(f"rank {r} called {shape(hist[r][seq])}{_site(ranks, r, seq)}" for r in odd)
     where = " and wait in it" if waits else (f", {after}" if after else "")
-    return verdict(
+    return Verdict(
         "desync",
         odd,
         f"{said} as collective #{seq}, where {ranks_text(most)} called {shape(theirs)}{where}",
@@ -154,7 +155,7 @@ def _hint(hist, seq, ordered) -> str:
     return ""
 
 
-def by_caller(ranks) -> dict | None:
+def by_caller(ranks) -> Verdict | None:
     """Every rank waits in a collective, at one sequence number, called from different places:
     the odd ones out are named. A rank's collective that its flight recorder has not recorded
     yet (torch's DETAIL check runs first, and waits for every rank) is the one after its last on
@@ -181,7 +182,7 @@ def by_caller(ranks) -> dict | None:
         f"{ranks_text(rs)} called {at[rs[0]][2]} from {at[rs[0]][1]}" for rs in ordered
     )
     if len(ordered[0]) == len(ordered[1]):  # no odd one out: every rank is named
-        return verdict(
+        return Verdict(
             "desync",
             sorted(at),
             f"{said}, each as collective #{seq}: with no "
@@ -190,7 +191,7 @@ def by_caller(ranks) -> dict | None:
             seq=seq,
         )
     odd = sorted(r for rs in ordered[1:] for r in rs)
-    return verdict(
+    return Verdict(
         "desync",
         odd,
         f"{said}, each as collective #{seq}: {ranks_text(odd)} called "
@@ -200,7 +201,7 @@ def by_caller(ranks) -> dict | None:
     )
 
 
-def by_op(ranks) -> dict | None:
+def by_op(ranks) -> Verdict | None:
     """No sequence numbers (a cluster's logs: gloo says none), but every rank failed in a
     collective, the group hung (a timeout ended it) and no rank died by itself, and not all
     were in the same one: they waited on each other in unlike calls (a barrier inside an if: one
@@ -220,7 +221,7 @@ def by_op(ranks) -> dict | None:
     ordered = sorted(groups.values(), key=len, reverse=True)
     said = "; ".join(f"{ranks_text(rs)} waited in {waits[rs[0]]['op']}" for rs in ordered)
     if len(ordered[0]) == len(ordered[1]):
-        return verdict(
+        return Verdict(
             "desync",
             sorted(waits),
             f"{said}, until the group timed out: with no "
@@ -228,7 +229,7 @@ def by_op(ranks) -> dict | None:
             "hand",
         )
     odd = sorted(r for rs in ordered[1:] for r in rs)
-    return verdict(
+    return Verdict(
         "desync",
         odd,
         f"{said}, until the group timed out: they waited on each other "

@@ -11,6 +11,7 @@ from pathlib import Path
 from tuning.harness.layout.layout import off_network
 from tuning.harness.stacks import dumps
 from tuning.harness.verdict import facts, rules, torch_check
+from tuning.harness.verdict.record import Verdict
 
 
 def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
@@ -18,7 +19,7 @@ def node_facts(nodes, started: set[str] | None = None) -> dict[int, dict]:
     names of the nodes seen running so far, where the caller knows); in a per-rank isolated
     layout, a container with no interface on the run's network has lost it."""
     layout = nodes.layout
-    out = {r: {"started": True} for r in range(layout.world_size)}
+    out = {r: {"started": True} for r in range(layout.topology.world_size)}
     if not hasattr(nodes, "all_containers"):
         return out
     try:
@@ -88,7 +89,7 @@ def judge(
     fr: dict | None = None,
     exits: dict | None = None,
     facts_of_nodes: dict | None = None,
-) -> dict:
+) -> Verdict:
     """The verdict over a dump `taken` (None: none; its "progressing": taken while the ranks
     still stepped), torch's analysis `fr`, the metrics and what failed ranks recorded."""
     progressing = bool(taken and taken.get("progressing"))
@@ -98,10 +99,10 @@ def judge(
     return rules.judge(found)
 
 
-def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
+def judge_live(nodes, metrics: dict, taken: dict | None) -> Verdict:
     """The verdict now, for a run the harness is driving (its nodes as they are)."""
     return judge(
-        nodes.layout.world_size,
+        nodes.layout.topology.world_size,
         nodes.run_dir / "output",
         metrics,
         taken,
@@ -110,15 +111,15 @@ def judge_live(nodes, metrics: dict, taken: dict | None) -> dict:
     )
 
 
-def said(v: dict) -> list[str]:
+def said(v: Verdict) -> list[str]:
     """The console's lines for a verdict."""
-    who = ", ".join(map(str, v["culprits"])) or "none named"
-    by = "torch's own check" if v["rule"] == "torch" else "the harness's reading"
-    lines = [f"harness: verdict ({by}): {v['class']}, culprit rank(s): {who}: {v['evidence']}"]
-    fr = v.get("fr_trace")
-    if fr and fr.get("said"):
+    who = ", ".join(map(str, v.culprits)) or "none named"
+    by = "torch's own check" if v.rule == "torch" else "the harness's reading"
+    lines = [f"harness: verdict ({by}): {v.kind}, culprit rank(s): {who}: {v.evidence}"]
+    fr = v.fr_trace
+    if fr and fr.said:
         agrees = {True: " (the same collective)", False: " (another collective)"}
-        lines.append(f"harness:   {fr['said']}{agrees.get(fr.get('agrees'), '')}")
-    elif fr and fr.get("error"):
-        lines.append(f"harness:   torch's fr_trace could not run: {fr['error']}")
+        lines.append(f"harness:   {fr.said}{agrees.get(fr.agrees, '')}")
+    elif fr and fr.error:
+        lines.append(f"harness:   torch's fr_trace could not run: {fr.error}")
     return lines

@@ -31,7 +31,8 @@ where it ran, with whether it agrees: it finds the same first bad collective, bu
 from __future__ import annotations
 
 from tuning.harness.verdict import desync, torch_check
-from tuning.harness.verdict.words import ranks_text, verdict
+from tuning.harness.verdict.record import Verdict
+from tuning.harness.verdict.words import ranks_text
 
 CONSEQUENCES = {  # an end these say is a peer's failure or a timeout, not a cause
     "Connection reset by peer",
@@ -54,7 +55,7 @@ LATE_S = 0.005
 SLOW_X = 5
 
 
-def judge(facts: dict) -> dict:
+def judge(facts: dict) -> Verdict:
     """facts: {"world", "progressing", "ranks": {rank: {...}}, "fr_check"} (facts.py)."""
     ranks = facts["ranks"]
     found = (
@@ -72,7 +73,7 @@ def judge(facts: dict) -> dict:
         or (None if facts.get("progressing") else _busy(ranks))
         or _alone(ranks)
         or _left(ranks)
-        or verdict("unknown", [], _nothing(ranks), "none")
+        or Verdict("unknown", [], _nothing(ranks), "none")
     )
     return torch_check.attach(found, facts.get("fr_check"))
 
@@ -107,7 +108,7 @@ def _wait(ranks, waiting) -> str:
     return "wait"
 
 
-def _died(ranks) -> dict | None:
+def _died(ranks) -> Verdict | None:
     first = {r: x["died"] for r, x in ranks.items() if x.get("died")}
     if not first:
         return None
@@ -115,7 +116,7 @@ def _died(ranks) -> dict | None:
     culprits = [r for r, d in first.items() if d["t"] - t0 <= 1.0]  # the first, and any with it
     hows = {first[r]["how"] for r in culprits}
     if len(culprits) == len(ranks) > 1 and len(hows) == 1:  # a cause they share, not a rank's
-        return verdict(
+        return Verdict(
             "died",
             [],
             f"every rank {hows.pop()}: a cause they share (the job, "
@@ -123,10 +124,10 @@ def _died(ranks) -> dict | None:
             "hand",
         )
     how = "; ".join(f"rank {r} {first[r]['how']}" for r in culprits)
-    return verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
+    return Verdict("died", culprits, f"{how}{_where_others(ranks, culprits)}", "hand")
 
 
-def _stopped_outside(ranks) -> dict | None:
+def _stopped_outside(ranks) -> Verdict | None:
     """No rank died by itself, and one got a SIGTERM first: from outside the job (an eviction,
     a preemption, a deletion; a fault's `term`). A launcher that stops the other ranks after
     that sends theirs later: only the first is named."""
@@ -135,7 +136,7 @@ def _stopped_outside(ranks) -> dict | None:
         return None
     first, *rest = sorted(got, key=lambda r: got[r]["t"])
     if len(got) == len(ranks) > 1 and got[rest[0]]["t"] - got[first]["t"] < WHOLE_JOB_S:
-        return verdict(
+        return Verdict(
             "stopped from outside",
             [],
             "every rank got SIGTERM at once: the whole "
@@ -144,16 +145,16 @@ def _stopped_outside(ranks) -> dict | None:
             "hand",
         )
     said = f"rank {first} was stopped from outside ({got[first]['why']}) before any rank failed"
-    return verdict("stopped from outside", [first], said + _where_others(ranks, [first]), "hand")
+    return Verdict("stopped from outside", [first], said + _where_others(ranks, [first]), "hand")
 
 
-def _never_started(ranks) -> dict | None:
+def _never_started(ranks) -> Verdict | None:
     absent = [r for r, x in ranks.items() if not x.get("started")]
     present = [r for r in ranks if r not in absent]
     if not absent or not present:
         return None
     seen = f"{ranks_text(absent)} never started ({ranks[absent[0]].get('why_absent')})"
-    return verdict("never arrived", absent, seen + _where_others(ranks, absent), "hand")
+    return Verdict("never arrived", absent, seen + _where_others(ranks, absent), "hand")
 
 
 def _marked(ranks, key: str, say) -> tuple[list[int], str]:
@@ -162,35 +163,35 @@ def _marked(ranks, key: str, say) -> tuple[list[int], str]:
     return found, "; ".join(say(r, ranks[r][key]) for r in found)
 
 
-def _frozen(ranks) -> dict | None:
+def _frozen(ranks) -> Verdict | None:
     frozen, said = _marked(ranks, "frozen", lambda r, how: f"rank {r} {how}")
     if not frozen:
         return None
     unjoined = [r for r in frozen if not ranks[r].get("joined")]
     joined_others = [r for r, x in ranks.items() if r not in frozen and x.get("joined")]
     if unjoined == frozen and joined_others:  # it never got as far as the group
-        return verdict(
+        return Verdict(
             "never arrived",
             frozen,
             f"{said}, before it joined the process group{_where_others(ranks, frozen)}",
             "hand",
         )
-    return verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
+    return Verdict("stopped or frozen", frozen, said + _where_others(ranks, frozen), "hand")
 
 
-def _network(ranks) -> dict | None:
+def _network(ranks) -> Verdict | None:
     cut, said = _marked(ranks, "net", lambda r, what: f"rank {r}'s {what}")
     if not cut:
         return None
     if len(cut) == len(ranks) > 1:  # every node alike: the address or the network, not a rank
-        return verdict(
+        return Verdict(
             "network",
             [],
             f"every rank's node could not reach the others ({ranks[cut[0]]['net']}): a cause "
             "they share (the master's address, its port, the network), not one rank's",
             "hand",
         )
-    return verdict("network", cut, said + _where_others(ranks, cut), "hand")
+    return Verdict("network", cut, said + _where_others(ranks, cut), "hand")
 
 
 def waited_for(ranks) -> dict[int, float]:
@@ -219,7 +220,7 @@ def waited_for(ranks) -> dict[int, float]:
     return {r: v / len(common) for r, v in alone.items()}
 
 
-def _slow(ranks) -> dict | None:
+def _slow(ranks) -> Verdict | None:
     alone = waited_for(ranks)
     if len(alone) < 2:
         return None
@@ -227,7 +228,7 @@ def _slow(ranks) -> dict | None:
     others = [v for r, v in alone.items() if r != worst]
     if alone[worst] < LATE_S or alone[worst] < SLOW_X * max(others):
         return None
-    return verdict(
+    return Verdict(
         "slow",
         [worst],
         f"rank {worst} reaches the collectives late: the others "
@@ -238,7 +239,7 @@ def _slow(ranks) -> dict | None:
     )
 
 
-def _busy(ranks) -> dict | None:
+def _busy(ranks) -> Verdict | None:
     waiting = {r: x["waiting"] for r, x in ranks.items() if x.get("waiting")}
     busy = [r for r, x in ranks.items() if x.get("busy") and not x.get("waiting")]
     if waiting and busy:
@@ -246,18 +247,19 @@ def _busy(ranks) -> dict | None:
         recorded = [p for p in waiting.values() if p.get("seq") is not None]
         p = (recorded or list(waiting.values()))[0]
         what = _what(p)
-        return verdict(
+        return Verdict(
             "never arrived",
             busy,
             f"{ranks_text(busy)} never entered {what}, where "
             f"{ranks_text(waiting)} {_wait(ranks, waiting)}; {said}",
             "hand",
             seq=p.get("seq"),
+            at_collective=True,
         )
     return None
 
 
-def _alone(ranks) -> dict | None:
+def _alone(ranks) -> Verdict | None:
     """Fewer ranks waited in a collective, to their timeout, than did not wait in it at all
     (make repro's "passed": a job that ran on with nothing ended): the waiting ranks called a
     collective the others finished with other sizes, or never called."""
@@ -270,22 +272,23 @@ def _alone(ranks) -> dict | None:
     return _odd_waiters(ranks, waiting, f" until the timeout; of {said}", they)
 
 
-def _odd_waiters(ranks, waiting: list[int], others: str, they: str) -> dict:
+def _odd_waiters(ranks, waiting: list[int], others: str, they: str) -> Verdict:
     """The few ranks waiting in a collective the many did not wait in: the odd ones (a desync),
     who called a collective the others `they` (finished with other sizes, never called)."""
     p = ranks[waiting[0]]["waiting"]
     what = _what(p)
-    return verdict(
+    return Verdict(
         "desync",
         waiting,
         f"{ranks_text(waiting)} waited alone in {what}{others}: {ranks_text(waiting)} called a "
         f"collective the others {they}",
         "hand",
         seq=p.get("seq"),
+        at_collective=True,
     )
 
 
-def _left(ranks) -> dict | None:
+def _left(ranks) -> Verdict | None:
     """Ranks ended (completed) while others wait in a collective. The fewer side is the odd one,
     as with ranks behind (make repro's _behind): the few that ended skipped a collective the
     many still wait in; the few that wait called one the many ended without (a save's barrier
@@ -297,7 +300,7 @@ def _left(ranks) -> dict | None:
     if len(waiting) < len(done):
         said = f", which {ranks_text(done)} ended (completed) without"
         return _odd_waiters(ranks, waiting, said, "never called")
-    return verdict(
+    return Verdict(
         "left a collective",
         done,
         f"{ranks_text(done)} ended (completed) while {_where_others(ranks, done)[2:]}",

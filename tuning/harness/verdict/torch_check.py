@@ -20,9 +20,11 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 
 from tuning.harness.errors import ROOT
-from tuning.harness.verdict.words import ranks_text, verdict
+from tuning.harness.verdict.record import FrTrace, Verdict
+from tuning.harness.verdict.words import ranks_text
 
 _DETAIL = re.compile(
     r"Detected mismatch between collectives on ranks\. Rank (\d+) is running "
@@ -40,7 +42,7 @@ def _print(fingerprint: str) -> str:
     return (op.group(1) if op else "?") + (f" [{shape.group(1)}]" if shape else "")
 
 
-def detail_mismatch(ranks: dict) -> dict | None:
+def detail_mismatch(ranks: dict) -> Verdict | None:
     """The verdict from DETAIL's messages in the ranks' errors, or None when there are none."""
     said = {}
     for r, x in ranks.items():
@@ -60,7 +62,7 @@ def detail_mismatch(ranks: dict) -> dict | None:
             f"rank {r} ran {mine}, rank {o} {theirs}"
             for r, (o, mine, theirs, _) in sorted(said.items())
         )
-        return verdict(
+        return Verdict(
             "desync",
             odd,
             f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped "
@@ -72,7 +74,7 @@ def detail_mismatch(ranks: dict) -> dict | None:
     _, mine, theirs, fp = said[accusers[0]]
     seq = _SEQ.search(fp)
     at = f" (their collective #{seq.group(1)})" if seq else ""
-    return verdict(
+    return Verdict(
         "desync",
         odd,
         f"torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check stopped the "
@@ -116,30 +118,34 @@ def run_fr_check(places, output, since: float) -> dict | None:
     return None
 
 
-def attach(found: dict, fr: dict | None) -> dict:
-    """The verdict with torch's flight recorder analysis beside it: its first flagged
-    collective, the ranks it calls culprits, and whether it points at the same collective."""
+def attach(found: Verdict, fr: dict | None) -> Verdict:
+    """The verdict with torch's flight recorder analysis beside it (`fr`: fr_check.py's
+    output): its first flagged collective, the ranks it calls culprits, and whether it points
+    at the same collective."""
     if not fr:
         return found
     if not fr.get("ok"):
-        return {**found, "fr_trace": {"ran": False, "error": fr.get("error")}}
+        return replace(found, fr_trace=FrTrace(False, error=fr.get("error")))
     first = (fr.get("flagged") or [None])[0]
-    out = {
-        "ran": True,
-        "ranks": fr.get("ranks"),
-        "repaired": fr.get("repaired"),
-        "flagged": first,
-        "alike": fr.get("alike", 0),
-    }
+    agrees = None
     if first:
         differs = ", ".join(f"rank {r}: {d['op']} {d['in']}" for r, d in first["differs"].items())
         missing = f"; missing ranks {first['missing']}" if first["missing"] else ""
-        out["said"] = (
+        said = (
             f"torch's fr_trace flags {first['op']} {first['in']} #{first['seq']}"
             f"{': ' + differs if differs else ''}{missing}"
         )
-        if found.get("seq") is not None:
-            out["agrees"] = first["seq"] == found["seq"]
+        if found.seq is not None:
+            agrees = first["seq"] == found.seq
     else:
-        out["said"] = "torch's fr_trace found every recorded collective called alike"
-    return {**found, "fr_trace": out}
+        said = "torch's fr_trace found every recorded collective called alike"
+    trace = FrTrace(
+        True,
+        ranks=fr.get("ranks"),
+        repaired=fr.get("repaired"),
+        flagged=first,
+        alike=fr.get("alike", 0),
+        said=said,
+        agrees=agrees,
+    )
+    return replace(found, fr_trace=trace)

@@ -1,4 +1,5 @@
-"""The verdict's shape and its way of naming ranks (rules.py, torch_check.py)."""
+"""The verdict's way of naming ranks (rules.py, desync.py, torch_check.py); its shape is
+record.py's `Verdict`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,3 @@ def ranks_text(ranks) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
-
-
-def verdict(kind: str, culprits, evidence: str, rule: str, **more) -> dict:
-    """{"class", "culprits", "evidence", "rule": "torch" (torch's own check) | "hand", ...}."""
-    return {"class": kind, "culprits": sorted(culprits), "evidence": evidence, "rule": rule, **more}

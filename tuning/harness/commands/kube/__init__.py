@@ -41,9 +41,13 @@ from tuning.harness.contract.container import CONTAINER_UID, OUTPUT_DIR, SRC_DIR
 from tuning.harness.errors import HarnessError
 from tuning.harness.flags import own_trainer, run_flags
 from tuning.harness.layout import job_files, job_paths, options
-from tuning.harness.layout.job_layout import ClaimMount, JobLayout
-from tuning.harness.layout.layout import IMAGE, JOB_KINDS, LayoutError, Node
+from tuning.harness.layout.job_layout import OPERATOR_PORT, ClaimMount, JobLayout
+from tuning.harness.layout.layout import JOB_KINDS, LayoutError, Node
+from tuning.harness.layout.mounts import Mounts
+from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
 from tuning.harness.machine import devices, image_recipes, nvidia
+from tuning.harness.machine.image_recipes import IMAGE
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES
 
@@ -60,13 +64,34 @@ config_map_name = kube_pod.config_map_name
 
 
 def job_layout(
-    gpus_per_pod: int, nproc_per_pod: int, nodes: int, cuda: str | None = None, **kw
+    gpus_per_pod: int,
+    nproc_per_pod: int,
+    nodes: int,
+    cuda: str | None = None,
+    *,
+    run_id: str,
+    run_dir: str,
+    kind: str = JOB_KINDS[0],
+    image: str | None = None,
+    user: str = CONTAINER_UID,
+    entry: str | None = None,
+    src: str | None = None,
+    args: tuple[str, ...] | None = None,
+    **job,
 ) -> JobLayout:
-    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked)."""
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked).
+    `job`: JobLayout's own fields (name, claims, rdzv_timeout, ...)."""
     per_pod = gpus_per_pod or nproc_per_pod
-    kw["image"] = devices.for_cluster(gpus_per_pod, kw.get("image") or IMAGE, cuda).image
+    plan = devices.for_cluster(gpus_per_pod, image or IMAGE, cuda, pods=nodes)
     try:
-        return JobLayout(gpus=gpus_per_pod * nodes, nproc=per_pod * nodes, replicas=nodes, **kw)
+        return JobLayout(
+            run_id=run_id,
+            topology=Topology(kind, plan, per_pod * nodes, OPERATOR_PORT),
+            mounts=Mounts(run_dir, src=src),
+            trainer=Trainer(entry, args, user=user),
+            replicas=nodes,
+            **job,
+        )
     except LayoutError as e:
         raise HarnessError(str(e)) from None
 
@@ -79,10 +104,10 @@ def render(
     restart_policy: str | None = None,
 ) -> tuple:
     """The ConfigMap(s) and the object of the layout's kind, as API models."""
-    if layout.kind == "trainjob":
+    if layout.topology.kind == "trainjob":
         return kube_trainjob.render(layout, job, accelerate_yaml, max_restarts)
     maps = kube_pod.config_maps(layout, job, accelerate_yaml)
-    if layout.kind == "job":
+    if layout.topology.kind == "job":
         return (*maps, kube_job.render(layout, max_restarts))
     return (*maps, kube_pytorchjob.render(layout, max_restarts, restart_policy))
 
@@ -266,13 +291,13 @@ def _main(a: argparse.Namespace, objects_to) -> int:
         job = job_files.args_job(layout)
     accelerate_config = job_files.accelerate_config(f, layout)
     if f.config:
-        preflight.check_world_size(accelerate_config, layout.world_size)
+        preflight.check_world_size(accelerate_config, layout.topology.world_size)
     measured_in = (
         None if with_args else timeouts.newest_of_job(runs_root, str(Path(f.job).resolve()))
     )
     rate = save_interval.rate_arg(a.gpu_hours_per_failure)
     job = save_interval.advise(
-        job, layout.gpus or layout.world_size, measured_in, rate, a.save_advised
+        job, layout.topology.gpus or layout.topology.world_size, measured_in, rate, a.save_advised
     )
     objects = render(layout, job, accelerate_config.read_text(), f.max_restarts, a.restart_policy)
     for obj in objects:  # NAMESPACE: every object's, the runtime's and ConfigMaps' included

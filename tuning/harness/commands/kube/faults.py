@@ -17,6 +17,7 @@ from tuning.harness.backends import engine, kube_restarts
 from tuning.harness.faults import record as fault_record
 from tuning.harness.faults.inject import Injector
 from tuning.harness.run_files import folders, metric_lines
+from tuning.harness.watch import Stop
 
 STEP_SLEEP_S = 0.2  # paces steps (HARNESS_STEP_SLEEP) so the kill lands near its step
 START_DEADLINE_S = 300  # the target must reach its step by then
@@ -36,6 +37,8 @@ class Operator:
     It acts on pods: a pod has failed once every one of its containers (Compose services;
     one, except KIND=job's) has ended and one exited non-zero. `renew(pod)` gives a pod
     that is made again a new emptyDir /output (kube/rehearse.py; None: /output is a claim)."""
+
+    tick_s = None  # the loop's own tick (watch.TICK_S)
 
     def __init__(
         self,
@@ -102,7 +105,7 @@ class Operator:
                 self.event(f"killed at step {step}: {how}", when)
             if self.killed_at is None and now - self.t0 > START_DEADLINE_S:
                 self.ended_by = "never reached the step"
-                return "stop"
+                return Stop()
         ended = set()
         for node, code in state.items():
             was_running, self.running[node] = self.running.get(node, True), code is None
@@ -121,7 +124,7 @@ class Operator:
             self.event(f"operator: {action} ({pod} exited {code})", now)
             if action == kube_restarts.FAIL:
                 self.ended_at, self.ended_by = now, "the operator failed the job"
-                return "stop"  # cleanPodPolicy Running: the pods still running are deleted
+                return Stop()  # cleanPodPolicy Running: the pods still running are deleted
             if action in kube_restarts.RENEWS and self.renew:  # new pods: new emptyDirs
                 for made in self.members if action == kube_restarts.RESTART_ALL else [pod]:
                     self.renew(made)
@@ -137,7 +140,7 @@ class Operator:
         if self.killed_at and now - self.killed_at > self.deadline_s:
             self.event(f"deadline (kill + {self.deadline_s:.0f} s): stopping")
             self.ended_at, self.ended_by = now, "deadline"
-            return "stop"
+            return Stop()
         return None
 
 

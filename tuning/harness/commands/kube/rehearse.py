@@ -30,6 +30,7 @@ from tuning.harness.errors import HarnessError
 from tuning.harness.flags import run_flags
 from tuning.harness.layout import options
 from tuning.harness.layout.job_layout import JobLayout
+from tuning.harness.layout.own_output import OwnOutput
 from tuning.harness.machine import devices
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.run_files.status import EXIT_CODES
@@ -57,7 +58,8 @@ def claims_here(layout: JobLayout, runs_root: Path) -> dict:
                 f"by the folder {claim_folder(runs_root, m.claim)}, and {path} is not there; "
                 f"copy it in (cp -r <yours> {path}), or rehearse without the claim"
             )
-        user = ranks_user.for_ranks(layout.kind)["user"]  # who the rehearsal's ranks run as
+        # who the rehearsal's ranks run as
+        user = ranks_user.for_ranks(layout.topology.kind)["user"]
         uid, gid = ranks_user.ids(user)
         unreadable = ranks_user.first_unreadable(path, uid, {gid})
         if unreadable:
@@ -114,17 +116,17 @@ def rehearse(
     """Run the nodes `made` (kube.pods_of) of `objects` and follow them to the end; `run_dir`
     exists, `here` holds claims_here's stand-ins; returns the summary."""
     pods = made.nodes
-    plan = None
-    if layout.gpus:  # the pods' GPUs are free host GPUs here, each node its share
+    plan = layout.topology.plan  # the cluster's: no host GPU asked
+    if layout.topology.device == "gpu":  # the pods' GPUs are free host GPUs here, each its share
         try:
-            plan = devices.for_host(layout.gpus, made.image)
+            plan = devices.for_host(plan.count, made.image)
         except HarnessError as e:
             raise HarnessError(
                 f"a rehearsal of {layout.replicas} pod(s) x "
                 f"{layout.gpus_per_pod} GPU(s) here: {e}; or rehearse with "
                 "GPUS=0 (CPU ranks, NPROC per pod)"
             ) from None
-        share = layout.gpus // len(pods)
+        share = plan.count // len(pods)
         pods = [
             replace(p, gpu_ids=plan.ids[i * share : (i + 1) * share]) for i, p in enumerate(pods)
         ]
@@ -142,32 +144,37 @@ def rehearse(
     else:
         outputs = tuple((p.name, str(empty_dir(run_dir, made.pod_of[p.name]))) for p in pods)
     # the launcher's and SRC's ConfigMaps, as the kubelet lays them out in their volumes
-    launch = layout.entry and lay_out(objects, kube_pod.launch_map_name(layout), run_dir / "launch")
-    src = layout.src and lay_out(objects, kube_pod.src_map_name(layout), run_dir / "src", "src")
+    entry = layout.trainer.entry
+    launch = entry and lay_out(objects, kube_pod.launch_map_name(layout), run_dir / "launch")
+    src = layout.mounts.src and lay_out(
+        objects, kube_pod.src_map_name(layout), run_dir / "src", "src"
+    )
     # the job as its operator made it: its nodes (JobLayout.nodes), image and volumes, run as
     # the rendered uid under root (1000, KUBE_UID's, or with KUBE_UID=auto an arbitrary one in
     # group 0, as OpenShift assigns); as the user who rehearses it otherwise, who could not
     # give that uid the output folder, nor delete what it wrote there (contract/ranks_user.py)
-    runs_as = ranks_user.for_ranks(layout.kind)
+    runs_as = ranks_user.for_ranks(layout.topology.kind)
     if os.geteuid() == 0:
-        runs_as = {"user": layout.user, "login": None}
+        runs_as = {"user": layout.trainer.user, "login": None}
     layout = replace(
         layout,
-        image=made.image,
+        topology=replace(layout.topology, plan=replace(plan, image=made.image)),
+        mounts=replace(
+            layout.mounts,
+            launch_dir=launch and str(launch),
+            src=src and str(src),
+            model=here.get("model"),
+            data=here.get("data"),
+        ),
+        trainer=replace(layout.trainer, **runs_as),
         pods=tuple(pods),
-        node_outputs=outputs,
-        launch_dir=launch and str(launch),
-        src=src and str(src),
-        model=here.get("model"),
-        data=here.get("data"),
-        **runs_as,
     )
     files = dict(kube_manifest.job_config_map(objects).data or {})
     names = ", ".join(p.name for p in pods)
     banner = (
         f"harness: rehearsing {made.kind} {layout.name}: "
         f"{'containers' if layout.one_pod else 'pods'} {names}; "
-        f"{layout.world_size} rank(s); /output "
+        f"{layout.topology.world_size} rank(s); /output "
         f"{'claim ' + claim if claim else 'an emptyDir per pod'}; {run_dir}"
     )
     record = {
@@ -177,11 +184,11 @@ def rehearse(
             "pods": list(dict.fromkeys(made.pod_of.values())),
             "output": f"claim {claim}" if claim else "emptyDir",
         },
-        **({"gpus": plan.record()} if plan else {}),
+        **({"gpus": plan.record()} if plan.chosen else {}),
     }
     spec = options.Spec(
         layout,
-        yaml.safe_load(files[layout.job_file]),
+        yaml.safe_load(files[layout.trainer.job_file]),
         accelerate_config,
         runs_root,
         grace,
@@ -191,7 +198,7 @@ def rehearse(
         title="rehearsal ",
         summary_extra=record,
         explain=False,
-        plan=plan,
+        own_output=OwnOutput(nodes=outputs),
     )
     return lifecycle.start(spec, on_tick)
 
@@ -225,10 +232,10 @@ def rehearse_kill(
 ) -> int:
     """The rehearsal with rank `rank`'s pod SIGKILLed at a step; the operator's rules act on
     every pod's exit, and restarts.json / restarts.md record it. The exit code is the job's."""
-    if not 0 <= rank < layout.world_size:
-        raise HarnessError(f"KILL={rank} is outside the {layout.world_size} rank(s)")
+    if not 0 <= rank < layout.topology.world_size:
+        raise HarnessError(f"KILL={rank} is outside the {layout.topology.world_size} rank(s)")
     job_map = kube_manifest.job_config_map(objects)
-    timeout = f.timeout or int(yaml.safe_load(job_map.data[layout.job_file])["ddp_timeout"])
+    timeout = f.timeout or int(yaml.safe_load(job_map.data[layout.trainer.job_file])["ddp_timeout"])
     rdzv = run_flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
     at_step = run_flags.int_arg("AT_STEP", a.at_step, 1) or 12
     made = replace(made, nodes=faults.rehearsal_env(made.nodes, timeout, rdzv))

@@ -14,19 +14,19 @@ from tuning.harness.layout.job_layout import JobLayout
 def warnings(layout: JobLayout) -> list[str]:
     """What would keep a cluster from running the objects as rendered: said on the terminal
     and at the top of the manifest."""
-    out = []
-    if kube_pod.local_tag(layout.image):
+    out, image = [], layout.topology.plan.image
+    if kube_pod.local_tag(image):
         out.append(
-            f"IMAGE {layout.image} is this machine's local tag: a cluster's nodes cannot pull "
+            f"IMAGE {image} is this machine's local tag: a cluster's nodes cannot pull "
             "it (ImagePullBackOff). Build it (make image), push it (docker tag "
-            f"{layout.image} <registry>/<name>:<tag> && docker push <registry>/<name>:<tag>), "
+            f"{image} <registry>/<name>:<tag> && docker push <registry>/<name>:<tag>), "
             "and render with IMAGE=<registry>/<name>:<tag>"
         )
-    if layout.src:
-        gone = kube_src.left_out(layout.src)
+    if layout.mounts.src:
+        gone = kube_src.left_out(layout.mounts.src)
         if gone:
             out.append(
-                f"SRC={layout.src}: left out of the ConfigMap (dotfiles, keys, tokens, "
+                f"SRC={layout.mounts.src}: left out of the ConfigMap (dotfiles, keys, tokens, "
                 f"credentials): {', '.join(gone[:10])}" + (" ..." if len(gone) > 10 else "")
             )
     return out
@@ -37,35 +37,37 @@ def said(
 ) -> list[str]:
     """What was rendered, in words: the shape, what trains, where /output lives and what a
     restart then does."""
-    per = f"{layout.gpus_per_pod} x nvidia.com/gpu" if layout.gpus else "CPU ranks, no GPU"
+    on_gpus = layout.topology.device == "gpu"
+    per = f"{layout.gpus_per_pod} x nvidia.com/gpu" if on_gpus else "CPU ranks, no GPU"
     if layout.one_pod:
-        one = "1 GPU" if layout.gpus else "1 CPU rank"
+        one = "1 GPU" if on_gpus else "1 CPU rank"
         shape = (
             f"1 pod of {layout.per_pod} containers, {one} each, sharing the pod's network "
             "(master 127.0.0.1) and /dev/shm (option 2); a restart recreates the pod: "
             f"every rank together (backoffLimit {max_restarts})"
         )
-    elif layout.kind == "trainjob":
+    elif layout.topology.kind == "trainjob":
         shape = f"numNodes {layout.replicas}; numProcPerNode {layout.per_pod} ({per} per pod)"
     else:
         pods = f"Master 1 + Worker {layout.replicas - 1}" if layout.replicas > 1 else "Master 1"
         shape = f"{pods}; nprocPerNode {layout.per_pod} ({per} per pod)"
     lines = [
-        f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.world_size}; "
-        f"image {layout.image}",
+        f"{objects[-1].kind} {layout.name}: {shape}; world size {layout.topology.world_size}; "
+        f"image {layout.topology.plan.image}",
         f"model {model.describe()}; data {data.describe()}; accelerate config {accelerate_config}",
     ]
-    if layout.entry:
+    if layout.trainer.entry:
         where = "of the image"
-        if layout.src:
-            n = len(kube_src.files(layout.src))
+        if layout.mounts.src:
+            n = len(kube_src.files(layout.mounts.src))
             where = (
-                f"from SRC={layout.src} ({n} file(s) in ConfigMap "
+                f"from SRC={layout.mounts.src} ({n} file(s) in ConfigMap "
                 f"{kube_pod.src_map_name(layout)}, read-only at {SRC_DIR}, the working dir)"
             )
-        args = shlex.join(layout.args) if layout.args is not None else "none (its JSON job)"
+        words = layout.trainer.args
+        args = shlex.join(words) if words is not None else "none (its JSON job)"
         lines.append(
-            f"trainer: ENTRY={layout.entry} {where}, under the harness's launcher "
+            f"trainer: ENTRY={layout.trainer.entry} {where}, under the harness's launcher "
             f"and rank recorder from ConfigMap {kube_pod.launch_map_name(layout)} at "
             f"{LAUNCH_DIR}; ARGS: {args}"
         )
@@ -89,7 +91,7 @@ def said(
         )
         resumes = "; every restart resumes from its newest checkpoint" if max_restarts else ""
         made = "made beforehand: docs/kubernetes.md"
-        group = "the platform's" if layout.uid_auto else layout.user.split(":")[1]
+        group = "the platform's" if layout.uid_auto else layout.trainer.user.split(":")[1]
         lines.append(
             f"output: claim {claim} at {OUTPUT_DIR} ({made}), fsGroup {group}; {access}{resumes}"
         )

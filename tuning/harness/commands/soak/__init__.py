@@ -64,8 +64,9 @@ def main(a: argparse.Namespace) -> int:
 
     spec = options.spec_from(f, None, ranks_env)
     layout, job = spec.layout, spec.job
-    if layout.args is not None:  # the script saves as its own ARGS say; nothing else reaches it
-        save_steps = args_save_steps(layout.args, save_every)
+    words = layout.trainer.args  # ARGS: the script saves as they say; nothing else reaches it
+    if words is not None:
+        save_steps = args_save_steps(words, save_every)
     else:
         save_steps = save_every or (
             job.get("save_steps") if job.get("save_strategy") == "steps" else 0
@@ -80,9 +81,9 @@ def main(a: argparse.Namespace) -> int:
     run_id = layout.run_id
     base = {
         "run_id": run_id,
-        "layout": layout.kind,
+        "layout": layout.topology.kind,
         "trainer": f.trainer,
-        "world_size": layout.world_size,
+        "world_size": layout.topology.world_size,
         "mtbf": a.mtbf,
         "duration_s": duration,
         "kinds": list(kinds),
@@ -92,12 +93,12 @@ def main(a: argparse.Namespace) -> int:
     }
     targets = {r: n.name for n in layout.nodes() for r in n.ranks}
     knobs = {
-        "world_size": layout.world_size,
-        "layout": layout.kind,
+        "world_size": layout.topology.world_size,
+        "layout": layout.topology.kind,
         "duration_s": duration,
         "fault_seed": fault_seed,
         "kinds": kinds,
-        "group_steps": bool(layout.entry),
+        "group_steps": bool(layout.trainer.entry),
         "timeout_s": f.timeout or job.get("ddp_timeout"),
         "late_s": 0,
     }
@@ -117,7 +118,7 @@ def main(a: argparse.Namespace) -> int:
         for kind, objs in left.items()
         for o in objs
     ]
-    advice = cluster_advice(rec, layout.gpus or layout.world_size, rate)
+    advice = cluster_advice(rec, layout.topology.gpus or layout.topology.world_size, rate)
     rec["advice"] = (
         advice.sentence(" (measured here; a cluster adds scheduling and image pull)")
         if advice

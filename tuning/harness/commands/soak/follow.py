@@ -16,6 +16,7 @@ import docker.errors
 from tuning.harness.commands.soak import plan
 from tuning.harness.faults.inject import Injector
 from tuning.harness.run_files import metric_lines
+from tuning.harness.watch import Restarted, Stop
 
 HOLD_FILE = ".soak-hold.json"  # in the run's output dir (/output): the ranks read it
 MEASURE_STEPS = 6  # the step time: the median of the first attempt's steps 2..this
@@ -52,6 +53,8 @@ def step_time(lines: list[dict]) -> float | None:
 
 
 class SoakFollow:
+    tick_s = None  # the loop's own tick (watch.TICK_S)
+
     def __init__(
         self,
         knobs: dict,
@@ -226,9 +229,9 @@ class SoakFollow:
         self.restarted_at = time.time()
         self.running = {}
         self.ended_since = None
-        return "restarted"
+        return Restarted()
 
-    def stop(self, why: str) -> str:
+    def stop(self, why: str) -> Stop:
         self.stop_reason = f"soak stopped: {why}"
         self.stopped_at = time.time()
         inj = self.armed[2] if self.armed else None
@@ -236,4 +239,4 @@ class SoakFollow:
             inj.release()
         self.hold_file.unlink(missing_ok=True)
         self.say(why)
-        return "stop"
+        return Stop(self.stop_reason)

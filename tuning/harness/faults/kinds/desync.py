@@ -62,7 +62,8 @@ def last_at_step(first_save: int) -> int:
 
 def before_first_save(layout, job: dict, knobs: dict) -> str | None:
     """Why AT_STEP is too late for a foreign trainer's job under DETAIL on gloo, if it is."""
-    if not layout.entry or layout.gpus or job.get("save_strategy") != "steps":
+    on_gpus = layout.topology.device == "gpu"
+    if not layout.trainer.entry or on_gpus or job.get("save_strategy") != "steps":
         return None  # ours saves without gathering; NCCL has the coalesced all-gather
     first, at = job.get("save_steps"), knobs["at_step"]
     if not isinstance(first, int) or at <= last_at_step(first):

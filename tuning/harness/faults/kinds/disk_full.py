@@ -22,12 +22,13 @@ import tarfile
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from tuning.harness.backends import engine, images
 from tuning.harness.contract.container import LABEL, OUTPUT_DIR, TORN
+from tuning.harness.faults.fault_json import FaultRecord, RankEnd
 from tuning.harness.faults.kinds.kind import FAILS, Kind
+from tuning.harness.layout.own_output import OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
 from tuning.rank import torn
 
@@ -104,10 +105,10 @@ class Volume:
             driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={VOLUME_MB}m,mode=1777"},
         )
         self.keeper = client.containers.run(
-            layout.image,
+            layout.topology.plan.image,
             ["-c", "exec sleep 86400"],
             entrypoint="sh",
-            user=layout.user,
+            user=layout.trainer.user,
             network_mode="none",
             volumes={
                 self.name: {"bind": KEEP, "mode": "rw"},
@@ -139,17 +140,17 @@ class Volume:
         self.volume.remove(force=True)
 
 
-def facts(filled: dict | None, ranks: list[dict], output: Path) -> dict:
+def facts(filled: dict | None, ranks: list[RankEnd], output: Path) -> dict:
     """fault.json's "disk": the fill, the ranks that met ENOSPC (with the path, where their error
     names one), the checkpoints left complete and the one the failed save left torn."""
     if not filled:
         return {}
     hit = []
     for x in ranks:
-        err = x.get("error") or ""
-        if x["signature"] == "ENOSPC":
+        err = x.error or ""
+        if x.signature == "ENOSPC":
             path = re.search(rf"({OUTPUT_DIR}/[^'\"\s:]+)", err)
-            hit.append({"rank": x["rank"], "errno": 28, "path": path and path.group(1)})
+            hit.append({"rank": x.rank, "errno": 28, "path": path and path.group(1)})
     return {
         **filled,
         "volume_mb": VOLUME_MB,
@@ -159,9 +160,9 @@ def facts(filled: dict | None, ranks: list[dict], output: Path) -> dict:
     }
 
 
-def lines(rec: dict) -> list[str]:
+def lines(rec: FaultRecord) -> list[str]:
     """fault.md's lines on the full volume."""
-    disk = rec.get("disk")
+    disk = rec.own.get("disk")
     if not disk:
         return []
     hit = (
@@ -214,7 +215,7 @@ def on_volume(spec):
     """The run's /output on its own volume; once the ranks are gone, what they wrote into the
     run's dir, then the volume and its keeper are removed."""
     volume = Volume(engine.client(), spec.layout)
-    spec.layout = replace(spec.layout, output_volume=volume.name)
+    spec.own_output = OwnOutput(volume=volume.name)
     try:
         yield
     finally:
@@ -232,7 +233,7 @@ KINDS = (
         expect=FAILS,
         cluster=CLUSTER,
         # it must fail by the full volume, not by anything else
-        goal=lambda rec: bool((rec.get("disk") or {}).get("enospc")) and FAILS.goal(rec),
+        goal=lambda rec: bool((rec.own.get("disk") or {}).get("enospc")) and FAILS.goal(rec),
         signatures=(("ENOSPC", ENOSPC.pattern),),
         facts=lambda follow, seen: {
             "disk": facts(follow.inject.state.get("filled"), seen.ranks, seen.output)

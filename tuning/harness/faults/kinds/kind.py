@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuning.harness.faults.fault_json import FaultRecord
+
 # Where a kind may not apply: LAYOUT=single, per-rank with NETWORK=shared, a foreign trainer
 WHERE = ("single", "shared", "foreign")
 # When the injector needs the rank's worker pid (found with `docker exec`): only in LAYOUT=single
@@ -44,27 +46,25 @@ class Expect:
     """What a kind is expected to cause, and when its record says the goal was met."""
 
     name: str
-    goal: Callable[[dict], bool]
+    goal: Callable[[FaultRecord], bool]
     hangs: bool = False  # the follow watches for the hang (a timeout, or no step for TIMEOUT)
 
 
-def _left(rec: dict) -> bool:
-    return not rec["leftovers"]
+def _left(rec: FaultRecord) -> bool:
+    return not rec.leftovers
 
 
 FAILS = Expect(  # every rank ends, by itself, within TIMEOUT + 15 s of the fault
     "fails fast",
-    lambda rec: (
-        _left(rec) and rec["outcome"] == "failed fast" and rec["fault_to_end_s"] <= rec["bound_s"]
-    ),
+    lambda rec: _left(rec) and rec.outcome == "failed fast" and rec.fault_to_end_s <= rec.bound_s,
 )
 HANGS = Expect(  # peers wait: detected (a timeout, or no step for TIMEOUT) within the bound
     "hangs",
     lambda rec: (
         _left(rec)
-        and rec["outcome"] in ("hung (detected)", "failed fast")
-        and (rec["fault_to_end_s"] if rec["hang_detected_s"] is None else rec["hang_detected_s"])
-        <= rec["bound_s"]
+        and rec.outcome in ("hung (detected)", "failed fast")
+        and (rec.fault_to_end_s if rec.hang_detected_s is None else rec.hang_detected_s)
+        <= rec.bound_s
     ),
     hangs=True,
 )
@@ -72,11 +72,11 @@ STOPS = Expect(  # every rank stops at a step and a checkpoint is saved after th
     "stops and checkpoints",
     lambda rec: (
         _left(rec)
-        and rec["outcome"] == "preempted"
-        and any(not c["before_fault"] and c["complete"] for c in rec["checkpoints"])
+        and rec.outcome == "preempted"
+        and any(not c.before_fault and c.complete for c in rec.checkpoints)
     ),
 )
-GOES_ON = Expect("goes on", lambda rec: _left(rec) and rec["outcome"] == "finished")
+GOES_ON = Expect("goes on", lambda rec: _left(rec) and rec.outcome == "finished")
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,15 @@ class Kind:
     refuse: Callable[..., str | None] | None = None
     # --- what it is expected to cause, and its record
     expect: Expect | None = None
-    goal: Callable[[dict], bool | None] | None = None  # replaces expect.goal
+    goal: Callable[[FaultRecord], bool | None] | None = None  # replaces expect.goal
     recovers: bool = False  # with MAX_RESTARTS the group comes back and finishes every step
     deadline: str = SHORT
     slow_exit: bool = False  # after training its launcher is slow to exit, not stuck
     signatures: tuple[tuple[str, str], ...] = ()  # (label, regex) it leaves in a rank's error
     cluster: str | None = None  # fault.md's "on a cluster" line; None: from the signatures
-    facts: Callable[..., dict] | None = None  # (follow, seen) -> fault.json's own keys
-    lines: Callable[[dict], list[str]] | None = None  # fault.md, after the outcome
-    table: Callable[[dict], list[str]] | None = None  # fault.md, after the ranks' table
+    facts: Callable[..., dict] | None = None  # (follow, seen) -> fault.json's own keys (`own`)
+    lines: Callable[[FaultRecord], list[str]] | None = None  # fault.md, after the outcome
+    table: Callable[[FaultRecord], list[str]] | None = None  # fault.md, after the ranks' table
     # --- the scored pool (faults/pool_list.py): the verdict's class a right verdict gives it
     # (None: the pool never draws it)
     judged: str | None = None
@@ -176,12 +176,8 @@ class Kind:
         }
         return next((why for where, why in self.not_here.items() if here[where]), None)
 
-    def met(self, rec: dict) -> bool | None:
+    def met(self, rec: FaultRecord) -> bool | None:
         """fault.json's goal_met."""
-        if rec.get("max_restarts") and self.recovers:
-            return (
-                _left(rec)
-                and rec["outcome"] == "recovered"
-                and rec["steps_reached"] == rec["steps"]
-            )
+        if rec.max_restarts and self.recovers:
+            return _left(rec) and rec.outcome == "recovered" and rec.steps_reached == rec.steps
         return (self.goal or self.expect.goal)(rec)

@@ -24,6 +24,7 @@ import time
 
 import docker.errors
 
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds.kind import LONG, Kind, Knob
 
 KIND = "late-master"
@@ -137,19 +138,19 @@ def facts(late: Late, t0: float, logs: dict[str, str], metrics: dict, job_end) -
     }
 
 
-def goal(rec: dict) -> bool:
+def goal(rec: FaultRecord) -> bool:
     """LATE below RDZV_TIMEOUT: the run finishes every step; above: the peers end by the
     rendezvous timeout."""
-    left = not rec["leftovers"]
-    if rec["late"]["late_s"] < rec["rdzv_timeout_s"]:
-        return left and rec["outcome"] == "finished" and rec["steps_reached"] == rec["steps"]
-    peers = [x for x in rec["ranks"] if x["node"] != "rank0"]
-    return left and all(x["signature"] == "rendezvous timeout" for x in peers)
+    left = not rec.leftovers
+    if rec.own["late"]["late_s"] < rec.rdzv_timeout_s:
+        return left and rec.outcome == "finished" and rec.steps_reached == rec.steps
+    peers = [x for x in rec.ranks if x.node != "rank0"]
+    return left and all(x.signature == "rendezvous timeout" for x in peers)
 
 
-def lines(rec: dict) -> list[str]:
+def lines(rec: FaultRecord) -> list[str]:
     """fault.md's lines on the late master."""
-    late = rec.get("late")
+    late = rec.own.get("late")
     if not late:
         return []
     came = (
@@ -168,7 +169,7 @@ def lines(rec: dict) -> list[str]:
     )
     probes = "; then ".join(f"{x['saw']} (t={x['t']} s)" for x in late["waiting_node_saw"])
     return [
-        f"- late master: {late['late_s']} s late (RDZV_TIMEOUT={rec['rdzv_timeout_s']} s); "
+        f"- late master: {late['late_s']} s late (RDZV_TIMEOUT={rec.rdzv_timeout_s} s); "
         f"rank0 {came}; {then}",
         f"- the other nodes' logs: {saw or 'nothing (torch retries in silence)'}",
         f"- a waiting node saw: {probes or 'nothing (not asked)'}",

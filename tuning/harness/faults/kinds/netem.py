@@ -39,7 +39,7 @@ def unsupported(layout, name: str) -> str | None:
     images.ready(c, layout, log=lambda *_: None)
     try:
         c.containers.run(
-            layout.image,
+            layout.topology.plan.image,
             ["-c", f"tc qdisc add dev lo root netem {NETEM[name]}"],
             entrypoint="sh",
             user="root",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds.kind import FAILS, Kind, Soak
 from tuning.harness.faults.kinds.tools import signal
 from tuning.rank import torn
@@ -60,9 +61,9 @@ def facts(at_kill: dict | None, output: Path, fault_step: int | None) -> dict:
     }
 
 
-def lines(rec: dict) -> list[str]:
+def lines(rec: FaultRecord) -> list[str]:
     """fault.md's lines on the save."""
-    save = rec.get("save")
+    save = rec.own.get("save")
     if not save:
         return []
     return [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds.kind import GOES_ON, SINCE_STEP, Kind
 from tuning.harness.faults.kinds.tools import sh
 from tuning.harness.run_files import metric_lines
@@ -50,12 +51,12 @@ def slowdown(metrics, fault_at) -> dict:
     return out
 
 
-def table(rec: dict) -> list[str]:
+def table(rec: FaultRecord) -> list[str]:
     """fault.md's table of step times before and after, per rank."""
-    if not rec.get("slowdown"):
+    if not rec.own.get("slowdown"):
         return []
     lines = ["", "| rank | step s before | step s after | ratio |", "| --- | --- | --- | --- |"]
-    for r, s in rec["slowdown"].items():
+    for r, s in rec.own["slowdown"].items():
         lines.append(f"| {r} | {s['step_s_before']} | {s['step_s_after']} | {s['ratio']} |")
     return lines
 
