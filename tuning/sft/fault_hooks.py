@@ -57,7 +57,7 @@ HOLD_MAX_S = 120  # a hold the harness never ends (its fault did not land) lets 
 
 
 def hold(where: str, rank: int, step: int, preempt: Preemption | None = None) -> bool:
-    """A soak's failure lands at its planned step (make soak: commands/soak/plan.py): the file
+    """A soak's failure lands at its planned step (make soak: soak/plan.py): the file
     HARNESS_HOLD_FILE names a rank and a step, and `where` (at the end of that step, once its
     step line is written; or inside the save of the first checkpoint at or after it). That rank
     waits there until the harness, which follows the step lines, has struck it: killed (the

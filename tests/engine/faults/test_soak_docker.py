@@ -12,7 +12,7 @@ import pytest
 
 from support.engine import leftovers
 from support.harness import harness
-from tuning.harness.commands.soak import plan
+from tuning.harness.soak import plan
 
 PARTS = (
     "detect_s",

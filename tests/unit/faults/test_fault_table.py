@@ -25,7 +25,7 @@ READERS = (
     "faults/write.py",
     "faults/pool_list.py",
     "commands/pool.py",
-    "commands/soak/follow.py",
+    "soak/follow.py",
 )
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from tuning.harness.bench.report_stats import poisson_interval
 from tuning.harness.checks import save_interval
-from tuning.harness.commands.soak import plan
-from tuning.harness.commands.soak.plan import Failure, Plan, schedule, strike
-from tuning.harness.commands.soak.record import renewal
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.faults.kinds.kind import Soak
+from tuning.harness.soak import plan
+from tuning.harness.soak.plan import Failure, Plan, schedule, strike
+from tuning.harness.soak.record import renewal
 
 
 def test_two_soaks_with_the_same_fault_seed_fail_at_the_same_steps():

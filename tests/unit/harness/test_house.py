@@ -19,7 +19,7 @@ GPU_WORDS = re.compile(r"\b(gpus|gpu_ids|gpu_uuids|gpu_names|GpuPlan|plan_from|f
 
 
 def command_of(module: str) -> str | None:
-    """tuning.harness.commands.soak.follow -> "soak"; None outside commands/."""
+    """tuning.harness.soak.follow -> "soak"; None outside commands/."""
     return module.removeprefix(COMMANDS).split(".")[0] if module.startswith(COMMANDS) else None
 
 

@@ -5,7 +5,8 @@ point imports the CLI. Imports are read with ast, those inside functions include
 or a stale name hidden in a function body counts.
 
 The host side's layers, bottom up (docs/design.md): errors, watch, run_files, machine, contract,
-flags, checks, layout, backends, stacks, run, verdict, bench, faults, clusterlogs, commands, cli.
+flags, checks, layout, backends, stacks, run, verdict, bench, faults, clusterlogs,
+soak, rehearsal, commands, cli.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ LAYERS = [
     "bench",
     "faults",
     "clusterlogs",
+    "soak",
+    "rehearsal",
     "commands",
     "cli",
     "__main__",

@@ -1,5 +1,5 @@
 """`make kube REHEARSE=1 KILL=i` without an engine: each operator's restart rules
-(kube/faults.py) acting on its pods' ends, the rehearsal's knobs, and restarts.md (the
+(rehearsal/kube_operator.py) acting on its pods' ends, the rehearsal's knobs, and restarts.md (the
 rehearsals: engine/kube/test_kube_restarts_docker.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from support.harness import harness
 from tuning.harness.backends import kube_restarts
-from tuning.harness.commands.kube import faults
 from tuning.harness.layout.layout import Node
+from tuning.harness.rehearsal import kube_operator
 
 # --- What the operator does: policy x exit code x restarts made -> action --------------------
 
@@ -63,7 +63,7 @@ from tuning.harness.layout.layout import Node
 )
 def test_the_operator_decides_from_the_objects_rules(kind, rules, pod, code, made, action):
     pods = [Node("a", 0, 1, ()), Node("b", 1, 1, ())]
-    op = faults.Operator(kind, rules, pods, 1, 12, "r1", 60)
+    op = kube_operator.Operator(kind, rules, pods, 1, 12, "r1", 60)
     op.actions = [{"action": kube_restarts.RESTART_POD}] * made
     assert op.target == "b"
     assert op.decide(pod, code) == action
@@ -98,7 +98,7 @@ def test_the_operator_acts_on_a_pod_once_all_its_containers_ended(kind, pods, ti
     nodes = [Node(name, i, 1, ()) for i, name in enumerate(pods)]
     rules = {"restartPolicy": "Never", "backoffLimit": 1, "failurePolicy.maxRestarts": 1}
     renewed = []
-    op = faults.Operator(kind, rules, nodes, 1, 12, "r1", 60, pods, renewed.append)
+    op = kube_operator.Operator(kind, rules, nodes, 1, 12, "r1", 60, pods, renewed.append)
     op.killed_at = op.t0  # the kill is not this test's
     fake = FakeNodes()
     for i, state in enumerate(ticks):
@@ -111,7 +111,7 @@ def test_the_operator_acts_on_a_pod_once_all_its_containers_ended(kind, pods, ti
 
 def test_rehearsal_knobs_are_added_to_the_pods_environment_only():
     pods = [Node("j-master-0", 0, 1, (), {"PET_NNODES": "2"})]
-    (pod,) = faults.rehearsal_env(pods, 20, 15)
+    (pod,) = kube_operator.rehearsal_env(pods, 20, 15)
     assert pod.env == {"PET_NNODES": "2", "HARNESS_RDZV_TIMEOUT": "15", "HARNESS_STEP_SLEEP": "0.2"}
     assert pods[0].env == {"PET_NNODES": "2"}
 
@@ -161,7 +161,7 @@ def test_the_record_reads_as_markdown():
         ],
         "timeline": [{"t": 30.5, "event": "killed"}],
     }
-    text = faults.markdown(rec)
+    text = kube_operator.markdown(rec)
     assert "- **outcome: succeeded** (every pod ended); kill to end 40.0 s; restarts 1 of 1" in text
     assert "| 31.0 | kr-node-0-1 | 137 | recreate every pod |" in text
     assert "- output: claim out; checkpoints saved: 10, 14; lost with their pods: none;" in text

@@ -107,10 +107,10 @@ RECORD_KEYS = {
 ALSO = {
     "commands/pool.py": {"class", "culprits", "evidence", "rule", "verdict_s", "outcome"},  # rows
     "verdict/torch_check.py": {"flagged", "repaired", "alike"},  # fr_check.py's output
-    "commands/kube/faults.py": {"outcome", "checkpoints", "timeline", "end_status"},  # restarts
-    "commands/kube/rehearse.py": {"outcome"},  # restarts.json
-    "commands/soak/__init__.py": {"leftovers"},  # soak.json
-    "commands/soak/write.py": {"leftovers"},
+    "rehearsal/kube_operator.py": {"outcome", "checkpoints", "timeline", "end_status"},  # restarts
+    "rehearsal/rehearse.py": {"outcome"},  # restarts.json
+    "commands/soak.py": {"leftovers"},  # soak.json
+    "soak/write.py": {"leftovers"},
 }
 
 

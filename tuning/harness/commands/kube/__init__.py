@@ -1,5 +1,5 @@
 """`make kube`: the run as a Kubernetes job for `kubectl apply -f`, and a local rehearsal of
-it (kube/rehearse.py). KIND chooses the object:
+it (rehearsal/rehearse.py). KIND chooses the object:
 - pytorchjob (default): a Kubeflow PyTorchJob, NODES pods (backends/kube_pytorchjob.py);
 - trainjob: a Trainer v2 TrainJob and its TrainingRuntime (backends/kube_trainjob.py);
 - job: option 2, one pod with a container per rank, a batch/v1 Job (backends/kube_job.py);
@@ -205,7 +205,7 @@ def main(a: argparse.Namespace) -> int:
 
 
 def _main(a: argparse.Namespace, objects_to) -> int:
-    from tuning.harness.commands.kube import rehearse
+    from tuning.harness.rehearsal import rehearse
 
     kind = (a.kind or JOB_KINDS[0]).lower()  # KIND=PyTorchJob, as the API spells it
     if kind not in KINDS:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import docker.errors
 
-from tuning.harness.commands.soak import plan
 from tuning.harness.faults.inject import Injector
 from tuning.harness.run_files import metric_lines
+from tuning.harness.soak import plan
 from tuning.harness.watch import Restarted, Stop
 
 HOLD_FILE = ".soak-hold.json"  # in the run's output dir (/output): the ranks read it

@@ -3,7 +3,7 @@
 one network and IPC namespace), with exactly the environment the object gives each container,
 the ConfigMaps' files at /job (and ENTRY's at the launch dir), followed to the end by
 `lifecycle.start` as `up` is. With KILL, a rank's pod is killed at a step and the operator's
-restart rules act (kube/faults.py).
+restart rules act (rehearsal/kube_operator.py).
 
 The volumes play as rendered. A claim is one host folder that every pod start shares: its
 stand-in is RUNS/.claims/<claim>/, which persists from one rehearsal to the next as a claim
@@ -23,7 +23,6 @@ from pathlib import Path
 import yaml
 
 from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
-from tuning.harness.commands.kube import faults
 from tuning.harness.contract import ranks_user
 from tuning.harness.contract.container import MODEL_DIR, OUTPUT_DIR
 from tuning.harness.errors import HarnessError
@@ -32,6 +31,7 @@ from tuning.harness.layout import options
 from tuning.harness.layout.job_layout import JobLayout
 from tuning.harness.layout.own_output import OwnOutput
 from tuning.harness.machine import devices
+from tuning.harness.rehearsal import kube_operator
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.run_files.status import EXIT_CODES
 from tuning.rank import torn
@@ -238,11 +238,11 @@ def rehearse_kill(
     timeout = f.timeout or int(yaml.safe_load(job_map.data[layout.trainer.job_file])["ddp_timeout"])
     rdzv = run_flags.int_arg("RDZV_TIMEOUT", a.rdzv_timeout, 1) or timeout
     at_step = run_flags.int_arg("AT_STEP", a.at_step, 1) or 12
-    made = replace(made, nodes=faults.rehearsal_env(made.nodes, timeout, rdzv))
+    made = replace(made, nodes=kube_operator.rehearsal_env(made.nodes, timeout, rdzv))
     rules = kube_restarts.rules(made.kind, made.rules_from)
-    deadline = timeout + rdzv + faults.SLACK_S
+    deadline = timeout + rdzv + kube_operator.SLACK_S
     renew = None if layout.output_claim else renewer(run_dir, layout)
-    op = faults.Operator(
+    op = kube_operator.Operator(
         made.kind, rules, made.nodes, rank, at_step, layout.run_id, deadline, made.pod_of, renew
     )
     # The operator decides when the job ends; the harness's own grace must not cut it first.
@@ -250,8 +250,8 @@ def rehearse_kill(
         layout, run_dir, objects, made, max(f.grace, deadline), accelerate_config, here, op
     )
     out = output_of(layout, run_dir, run_dir.parent)
-    rec = faults.record(op, summary, replace(layout, pods=tuple(made.nodes)), run_dir, out)
-    faults.write(run_dir, rec)
+    rec = kube_operator.record(op, summary, replace(layout, pods=tuple(made.nodes)), run_dir, out)
+    kube_operator.write(run_dir, rec)
     print(
         f"harness: {made.kind} with rank {rank}'s pod killed at step {op.kill_step}: "
         f"{rec['outcome']} ({rec['ended_by']}); kill to end {rec['kill_to_end_s']} s; "

@@ -27,8 +27,8 @@ from pathlib import Path
 from tuning.harness.bench import report_stats
 from tuning.harness.bench.samples import boot_correction
 from tuning.harness.checks import save_interval
-from tuning.harness.commands.soak.follow import began
 from tuning.harness.run_files import metric_lines
+from tuning.harness.soak.follow import began
 from tuning.rank import torn
 
 

@@ -17,8 +17,6 @@ from dataclasses import replace
 
 from tuning.harness.backends import engine
 from tuning.harness.checks import save_interval
-from tuning.harness.commands.soak import plan, record, write
-from tuning.harness.commands.soak.follow import HOLD_FILE, SoakFollow
 from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import HarnessError
 from tuning.harness.faults.kinds.kind import STEP_SLEEP_S
@@ -27,6 +25,8 @@ from tuning.harness.flags.run_flags import RunFlags, int_arg, time_arg
 from tuning.harness.layout import options
 from tuning.harness.layout.layout import CONTAINER_KINDS
 from tuning.harness.run import lifecycle
+from tuning.harness.soak import plan, record, write
+from tuning.harness.soak.follow import HOLD_FILE, SoakFollow
 
 RESTARTS = 1_000_000  # torchrun's --max-restarts in single: no limit a soak could reach
 MAX_STEPS = 1_000_000  # the job's max_steps unless STEPS: the soak ends at DURATION
