@@ -137,21 +137,35 @@ def test_the_escape_reader_counts_fmt_off_and_sees_code_that_is_no_table():
 
 
 DESIGN = ROOT / "docs/design.md"
+RUN_FOLDER = ("runs/", "output/")  # what a run writes, named in the contracts
 
 
 def named_in(text: str) -> tuple[set[str], set[str]]:
-    """(paths: `x/y.py`, `x/` and `tuning.a.b` in backticks; classes: CapWords in backticks)."""
-    spans = re.findall(r"`([^`\s]+)`", text)
-    paths = {s for s in spans if re.fullmatch(r"[\w./]+(\.py|/)", s) or s.startswith("tuning.")}
-    classes = {s for s in spans if re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", s)}
+    """(paths: `x/y.py`, `x/` and `tuning.a.b` in backticks, one in a room's row of a table
+    as the room's own `room/y.py` where it is not whole; classes: CapWords in backticks)."""
+    paths, classes = set(), set()
+    for line in text.splitlines():
+        row = re.match(r"\| `(\w+)/` \|", line)  # a room's row: its files are named bare
+        for s in re.findall(r"`([^`\s]+)`", line):
+            if s.startswith(RUN_FOLDER):
+                continue  # a run's folder (runs/<id>/...), not the repository's
+            if re.fullmatch(r"[\w./]+(\.py|/)", s) or s.startswith("tuning."):
+                # in a room's row a bare name is the room's own; a longer one may be whole
+                room = row and row.group(1)
+                own = room and s.rstrip("/") != room and ("/" not in s.rstrip("/") or not exists(s))
+                paths.add(f"{room}/{s}" if own else s)
+            elif re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", s):
+                classes.add(s)
     return paths, classes
 
 
 def exists(name: str) -> bool:
-    """A path from the checkout, from tuning/ or from tuning/harness/ (design.md's rooms), or a
-    dotted module of tuning/."""
+    """A path from the checkout, from tuning/ or from tuning/harness/ (design.md's rooms), a
+    bare file name anywhere in tuning/, tests/ or benchmarks/, or a dotted module of tuning/."""
     if name.startswith("tuning.") and not name.endswith((".py", "/")):
         return name in TREE.files or name.rsplit(".", 1)[0] in TREE.files
+    if "/" not in name:
+        return any(p for d in ("tuning", "tests", "benchmarks") for p in (ROOT / d).rglob(name))
     return any((base / name).exists() for base in (ROOT, ROOT / "tuning", HARNESS))
 
 
@@ -167,8 +181,13 @@ def test_every_module_folder_and_class_design_md_names_exists():
 
 
 def test_the_design_reader_sees_a_stale_name():
-    paths, classes = named_in("rooms: `spec/` holds `spec/options.py`, the `LayoutModel`")
-    assert [p for p in sorted(paths) if not exists(p)] == ["spec/", "spec/options.py"]
+    text = "rooms: `spec/` holds `spec/options.py`, the `LayoutModel`\n| `run/` | `gone.py` |"
+    paths, classes = named_in(text)
+    assert [p for p in sorted(paths) if not exists(p)] == [
+        "run/gone.py",
+        "spec/",
+        "spec/options.py",
+    ]
     assert classes - defined_classes() == {"LayoutModel"}
 
 
