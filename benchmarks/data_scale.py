@@ -7,7 +7,7 @@ For each format and size, in a fresh process each (so peaks are their own):
 - host: the harness's data check (tuning/harness/checks/preflight.py ``check_data``), as
   ``make up`` runs it before anything starts;
 - rank: one rank's load-and-tokenize, the trainer's own ``_load_data`` and ``_tokenize``
-  (tuning/sft_trainer.py), with the tiny model's tokenizer.
+  (tuning/container/sft_trainer.py), with the tiny model's tokenizer.
 Seconds count the work alone (not imports or loading the tokenizer), as CPU seconds of the
 process (the per-record figures: on a shared machine wall time swings with its neighbours' load)
 and as wall seconds; peak RSS is the process's high-water mark (VmHWM), base RSS what it held
@@ -41,7 +41,7 @@ def make_data(work: Path, fmt: str, n: int) -> Path:
     path = work / f"d{n}.{fmt}"
     if path.exists():
         return path
-    from tuning.demo_data import records
+    from tuning.container.demo_data import records
 
     base = records(min(n, 20000), seed=0, words=32)
     rows = (base[i % len(base)] for i in range(n))
@@ -133,7 +133,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "model").exists():
-        from tuning.tiny_model import build
+        from tuning.container.tiny_model import build
 
         build(work / "model", arch="llama", seed=0)
     sizes = [int(s) for s in args.sizes.split(",")]

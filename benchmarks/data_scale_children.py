@@ -26,8 +26,8 @@ def status(field: str, pid: str = "self") -> int:
 
 
 def child_host(data: str, out: str, model: str) -> dict:
+    from tuning.container.sft.config_args import parse_args
     from tuning.harness.checks.preflight import check_data
-    from tuning.sft.config_args import parse_args
 
     cfg = parse_args(
         ["--model_name_or_path", model, "--training_data_path", data, "--output_dir", out]
@@ -47,8 +47,8 @@ def child_rank(data: str, out: str, model: str) -> dict:
     import torch.distributed as dist
     from transformers import AutoTokenizer
 
-    from tuning import sft_trainer
-    from tuning.sft.config_args import parse_args
+    from tuning.container import sft_trainer
+    from tuning.container.sft.config_args import parse_args
 
     cfg = parse_args(
         [

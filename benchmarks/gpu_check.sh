@@ -2,9 +2,9 @@
 # The GPU check: one GPU, no Docker needed. Host layout (no container), through the image's own
 # launcher (python -m tuning.launch -> accelerate launch), fms's FSDP defaults
 # (configs/accelerate/fsdp.yaml, FSDP1), torch_dtype bfloat16, a random 1B-class llama
-# (python -m tuning.tiny_model --size 1b: TinyLlama 1.1B's shape), seeded long demo records
+# (python -m tuning.container.tiny_model --size 1b: TinyLlama 1.1B's shape), seeded long demo records
 # that fill --seq-len exactly. It measures:
-#   1. the all-reduce probe (tuning.probe, NCCL, on every visible GPU): algbw, busbw, transport
+#   1. the all-reduce probe (tuning.container.probe, NCCL, on every visible GPU): algbw, busbw, transport
 #      (with one GPU busbw is 0 by nccl-tests' definition; algbw is then the local reduction);
 #   2. the trainer's tokens/s (its train_summary.json, warm-up steps left out) and MFU by
 #      torchtitan's formula (benchmarks/mfu.py; the peak: --peak-tflops or $PEAK_TFLOPS, else
@@ -113,8 +113,8 @@ TRAIN_ARGS=(--model_name_or_path "$MODEL" --training_data_path "$DATA" --output_
   --lr_scheduler_type constant --save_strategy no --resume_from_checkpoint false
   --logging_strategy steps --logging_steps 10 --seed 42 --ddp_timeout 300)
 PROBE_ARGS="--out $PROBE_OUT --min-bytes 1024 --max-bytes 268435456 --iters 20 --max-seconds-per-size 0.5"
-BUILD_CMD=("$PY_PATH" -m tuning.tiny_model --size 1b --seed 0 --out "$MODEL")
-DATA_CMD=("$PY_PATH" -m tuning.demo_data --out "$DATA" --n "$RECORDS" --words "$WORDS" --seed 0)
+BUILD_CMD=("$PY_PATH" -m tuning.container.tiny_model --size 1b --seed 0 --out "$MODEL")
+DATA_CMD=("$PY_PATH" -m tuning.container.demo_data --out "$DATA" --n "$RECORDS" --words "$WORDS" --seed 0)
 LAUNCH_ENV=(HARNESS_DEVICE=gpu PET_NNODES=1 PET_NODE_RANK=0 MASTER_ADDR=127.0.0.1
   ACCELERATE_CONFIG="$ROOT/$FIXTURE")
 
@@ -157,7 +157,7 @@ else
   PROBE_PORT=$(free_port); TRAIN_PORT=$(free_port)
 fi
 PROBE_CMD=(env "${LAUNCH_ENV[@]}" PET_NPROC_PER_NODE="$NGPU" MASTER_PORT="$PROBE_PORT"
-  HARNESS_ENTRY=tuning.probe HARNESS_ENTRY_ARGS="$PROBE_ARGS" NCCL_DEBUG=INFO
+  HARNESS_ENTRY=tuning.container.probe HARNESS_ENTRY_ARGS="$PROBE_ARGS" NCCL_DEBUG=INFO
   "$PY_PATH" -m tuning.launch)
 TRAIN_CMD=(env "${LAUNCH_ENV[@]}" PET_NPROC_PER_NODE=1 MASTER_PORT="$TRAIN_PORT"
   "$PY_PATH" -m tuning.launch "${TRAIN_ARGS[@]}")

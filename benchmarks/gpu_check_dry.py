@@ -37,7 +37,7 @@ ok(f"transformers {transformers.__version__}, accelerate {accelerate.__version__
 acc = Path(os.environ["GC_PYBIN"], "accelerate")
 acc.exists() or fail(f"{acc} missing: the launcher execs accelerate from PATH")
 ok(f"{acc} exists")
-from tuning import launch  # noqa: E402
+from tuning.container import launch  # noqa: E402
 
 Path(fixture).is_file() or fail(f"{fixture} missing")
 kind = launch.distributed_type(fixture)
@@ -63,15 +63,19 @@ flags = dict(zip(argv, argv[1:], strict=False))
     and extra.get("HARNESS_DISTRIBUTED_TYPE") == "FSDP"
 ) or fail("not 1 GPU rank under FSDP")
 ok("the launcher gives 1 GPU rank, FSDP fixture, no --multi_gpu, no CPU override")
-penv = {**env, "HARNESS_ENTRY": "tuning.probe", "HARNESS_ENTRY_ARGS": os.environ["GC_PROBE_ARGS"]}
+penv = {
+    **env,
+    "HARNESS_ENTRY": "tuning.container.probe",
+    "HARNESS_ENTRY_ARGS": os.environ["GC_PROBE_ARGS"],
+}
 pargv, _ = launch.command(penv, [])
 print("  launcher (probe) renders: " + shlex.join(pargv))
-pargv[pargv.index("-m") + 1] == "tuning.probe" or fail("the probe is not the entry")
-from tuning.probe import _parse_args  # noqa: E402
+pargv[pargv.index("-m") + 1] == "tuning.container.probe" or fail("the probe is not the entry")
+from tuning.container.probe import _parse_args  # noqa: E402
 
 _parse_args(shlex.split(os.environ["GC_PROBE_ARGS"]))
 ok("the probe accepts its arguments")
-from tuning.sft.config_args import parse_args  # noqa: E402
+from tuning.container.sft.config_args import parse_args  # noqa: E402
 
 cfg = parse_args(train_args, environ={})
 (cfg.torch_dtype == "bfloat16" and cfg.save_strategy == "no") or fail("trainer arguments")
@@ -79,8 +83,8 @@ ok(
     f"the trainer accepts its arguments (torch_dtype {cfg.torch_dtype}, max_seq_length "
     f"{cfg.max_seq_length}, batch {cfg.per_device_train_batch_size}, {cfg.max_steps} steps)"
 )
-from tuning.demo_data import corpus  # noqa: E402
-from tuning.tiny_model import LLAMA_1B, build_config_1b, build_tokenizer  # noqa: E402
+from tuning.container.demo_data import corpus  # noqa: E402
+from tuning.container.tiny_model import LLAMA_1B, build_config_1b, build_tokenizer  # noqa: E402
 
 tok = build_tokenizer(corpus(), model_max_length=LLAMA_1B["max_position_embeddings"])
 config = build_config_1b(tok)
@@ -96,8 +100,8 @@ ok(
     f"{n['non_embedding']:,} non-embedding"
 )
 seq <= tok.model_max_length or fail(f"seq {seq} > the tokenizer's {tok.model_max_length}")
-from tuning.demo_data import write  # noqa: E402
-from tuning.sft.data import load_examples, tokenize_examples  # noqa: E402
+from tuning.container.demo_data import write  # noqa: E402
+from tuning.container.sft.data import load_examples, tokenize_examples  # noqa: E402
 
 data = write(dry / "data.jsonl", n=2, seed=0, words=words)
 for row in tokenize_examples(load_examples(str(data)), tok, seq, str(data)).rows:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuning.shared.transport import parse_nccl_transport
+from tuning.container.shared.transport import parse_nccl_transport
 
 BEGIN = "<!-- gpu-check:begin (benchmarks/gpu_check.sh writes this section; rerun to replace) -->"
 END = "<!-- gpu-check:end -->"
@@ -189,9 +189,10 @@ def markdown(report: dict) -> str:
         "",
         "| what | value |",
         "| --- | --- |",
-        f"| model | random llama (`tuning.tiny_model --size 1b`): {m['layers']} layers, hidden"
-        f" {m['hidden_size']}, MLP {m['intermediate_size']}, {m['heads']} heads"
-        f" ({m['num_key_value_heads']} KV), vocab {m['vocab_size']}, weights {m['dtype']};"
+        "| model | random llama (`tuning.container.tiny_model --size 1b`): "
+        f"{m['layers']} layers, hidden {m['hidden_size']}, MLP {m['intermediate_size']},"
+        f" {m['heads']} heads ({m['num_key_value_heads']} KV), vocab {m['vocab_size']},"
+        f" weights {m['dtype']};"
         f" {m['params']:,} parameters, {m['non_embedding']:,} non-embedding |",
         f"| job | {r['world_size']} rank(s), batch {job.get('batch', '?')} x"
         f" {r['seq_len']} tokens per rank, {r['steps']} steps, torch_dtype bfloat16"

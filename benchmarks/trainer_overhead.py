@@ -97,7 +97,7 @@ def bare(model_dir: str, data: str, out: str, c: dict) -> None:
         TrainingArguments,
     )
 
-    from tuning.sft.data import load_examples, tokenize_examples
+    from tuning.container.sft.data import load_examples, tokenize_examples
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -159,8 +159,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the pairs here as a record (JSON)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tuning.demo_data import write
-    from tuning.tiny_model import build
+    from tuning.container.demo_data import write
+    from tuning.container.tiny_model import build
 
     c = common(args)
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,9 @@ RUN python3 -m venv /opt/venv \
 # The demo's tiny model and data, made by this image's own transformers (a model saved by
 # another version may not load). Our generators sit on PYTHONPATH for this step only.
 # Same paths as the harness image, so the layouts default to them alike.
-COPY tuning/__init__.py tuning/tiny_model.py tuning/demo_data.py /tmp/src/tuning/
+COPY tuning/__init__.py /tmp/src/tuning/
+COPY tuning/container/__init__.py tuning/container/tiny_model.py tuning/container/demo_data.py \
+     /tmp/src/tuning/container/
 COPY docker/fms_assets.py /tmp/fms_assets.py
 RUN PYTHONPATH=/tmp/src /opt/venv/bin/python /tmp/fms_assets.py /opt/harness/assets
 
@@ -36,8 +38,8 @@ COPY --from=build /opt/harness/assets /opt/harness/assets
 # Fails the build, saying why, if transformers cannot see torch or fms does not import.
 COPY docker/fms_check.py /opt/harness-launch/fms_check.py
 RUN python /opt/harness-launch/fms_check.py
-COPY tuning/launch.py /opt/harness-launch/harness_launch.py
-COPY tuning/rank/torn.py /opt/harness-launch/torn.py
+COPY tuning/container/launch.py /opt/harness-launch/harness_launch.py
+COPY tuning/container/rank/torn.py /opt/harness-launch/torn.py
 RUN useradd --create-home --uid 1000 tuner && chmod -R a+rX /opt/harness /opt/harness-launch
 USER tuner
 WORKDIR /home/tuner

@@ -1,7 +1,7 @@
 """Bake the demo's tiny model and data into the fms image, with the image's own transformers.
 
-Usage (build stage): PYTHONPATH=<dir holding tuning/tiny_model.py, tuning/demo_data.py>
-python fms_assets.py OUT  ->  OUT/tiny-model/, OUT/demo.jsonl
+Usage (build stage): PYTHONPATH=<dir holding tuning/container/tiny_model.py,
+tuning/container/demo_data.py> python fms_assets.py OUT  ->  OUT/tiny-model/, OUT/demo.jsonl
 """
 
 import sys
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from tuning import demo_data, tiny_model  # the harness's generators, not fms's package
+from tuning.container import demo_data, tiny_model  # the harness's generators, not fms's package
 
 out = Path(sys.argv[1])
 tokenizer = tiny_model.build_tokenizer(demo_data.corpus())

@@ -22,7 +22,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """Builds tiny models on demand, once per session: tiny_models("gpt2") -> Path."""
-    from tuning.tiny_model import build
+    from tuning.container.tiny_model import build
 
     root = tmp_path_factory.mktemp("models")
     made: dict[str, Path] = {}
@@ -42,7 +42,7 @@ def tiny_model(tiny_models) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> Path:
-    from tuning.demo_data import write
+    from tuning.container.demo_data import write
 
     return write(tmp_path_factory.mktemp("data") / "demo.jsonl", n=512, seed=0)
 
@@ -64,7 +64,7 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     launch_dir, user = tmp_path / "opt-harness-launch", tmp_path / "user"
     launch_dir.mkdir()
     user.mkdir()
-    shutil.copy(ROOT / "tuning/rank/rank_record.py", launch_dir / "harness_rank.py")
+    shutil.copy(ROOT / "tuning/container/rank/rank_record.py", launch_dir / "harness_rank.py")
     for name in BESIDE_RECORDER:  # as Compose mounts them
         shutil.copy(ROOT / "tuning/rank" / name, launch_dir / name)
     marker = tmp_path / "trained"

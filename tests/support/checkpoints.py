@@ -1,5 +1,5 @@
 """Checkpoint folders built by hand, each file whole in its format (stdlib only, as
-tuning/rank/torn.py is), and files cut short as a kill inside a save leaves them."""
+tuning/container/rank/torn.py is), and files cut short as a kill inside a save leaves them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 import zipfile
 from pathlib import Path
 
-# the name a torn checkpoint is moved aside to (tuning/rank/torn.py): never deleted
+# the name a torn checkpoint is moved aside to (tuning/container/rank/torn.py): never deleted
 TORN_NAME = re.compile(r"torn-(tmp-)?checkpoint-\d+-\d{8}T\d{6}Z")
 
 

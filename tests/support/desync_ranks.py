@@ -40,7 +40,7 @@ class Ranks:
             str(n),
             "--master-port",
             str(free_port()),
-            str(ROOT / "tuning/rank/rank_record.py"),
+            str(ROOT / "tuning/container/rank/rank_record.py"),
         ]
         self.log = tmp_path / "torchrun.log"
         self.agent = subprocess.Popen(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from support.harness import harness
-from tuning.demo_data import write as write_demo
-from tuning.sft.chat import IGNORE_INDEX
+from tuning.container.demo_data import write as write_demo
+from tuning.container.sft.chat import IGNORE_INDEX
 
 STEPS = 3
 # data_seed: fms 3.2.2 seeds each rank with seed + rank (accelerate's set_seed(device_specific=

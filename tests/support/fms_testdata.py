@@ -7,12 +7,12 @@ are refused and why; with --fms-python, fms-hf-tuning 3.2.2 itself on the same j
         --artifacts fms-hf-tuning/tests/artifacts \\
         [--fms-python /path/to/venv-with-fms-hf-tuning-3.2.2/bin/python] [--out DIR]
 
-Models, built offline: the tiny model (tuning.tiny_model) for text records; for the records
-pre-tokenized with Maykeye/TinyLLama-v0 and for chat, a tiny random Llama with that model's 32,000
-embedding rows beside fms's own tinyllama_tokenizer_special_tokens (32,004 tokens: its chat tokens
-and <pad> past the rows, resized as fms resizes them). Each run: 2 steps, one process, CPU. Prints a
-Markdown table (and writes it to OUT/report.md). Not a test: CI has no copy of fms's repository
-(tests/engine/trainers/test_fms_parity_tokens.py generates files of the same shapes).
+Models, built offline: the tiny model (tuning.container.tiny_model) for text records; for the
+records pre-tokenized with Maykeye/TinyLLama-v0 and for chat, a tiny random Llama with that model's
+32,000 embedding rows beside fms's own tinyllama_tokenizer_special_tokens (32,004 tokens: its chat
+tokens and <pad> past the rows, resized as fms resizes them). Each run: 2 steps, one process, CPU.
+Prints a Markdown table (and writes it to OUT/report.md). Not a test: CI has no copy of fms's
+repository (tests/engine/trainers/test_fms_parity_tokens.py generates files of the same shapes).
 """
 
 from __future__ import annotations
@@ -96,12 +96,12 @@ FMS_ENTRY = (
 
 
 def build_models(artifacts: Path, root: Path) -> dict[str, Path]:
-    """tiny: tuning.tiny_model; maykeye: a tiny random Llama with 32,000 rows (Maykeye/
+    """tiny: tuning.container.tiny_model; maykeye: a tiny random Llama with 32,000 rows (Maykeye/
     TinyLLama-v0's) beside fms's tinyllama_tokenizer_special_tokens."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tuning.tiny_model import build
+    from tuning.container.tiny_model import build
 
     tiny = portable(build(root / "tiny"))
     maykeye = root / "maykeye"
@@ -173,7 +173,7 @@ def ours(job: Path, out: Path) -> str:
 def fms(python: str, job: Path, out: Path) -> str:
     entry = out.parent / "entry"
     entry.mkdir()
-    shutil.copy(ROOT / "tuning/rank/batch_dump.py", entry / "harness_batch_dump.py")
+    shutil.copy(ROOT / "tuning/container/rank/batch_dump.py", entry / "harness_batch_dump.py")
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

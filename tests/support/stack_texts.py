@@ -9,7 +9,7 @@ _FSDP = "/opt/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_sh
 _HOOK = f"""  File "/opt/harness-launch/desync.py", line 175 in wrapper
   File "{_FSDP}/_fsdp_collectives.py", line 461 in foreach_reduce
   File "{_FSDP}/_fsdp_param_group.py", line 457 in post_backward
-  File "/opt/venv/lib/python3.11/site-packages/tuning/sft_trainer.py", line 620 in train
+  File "/opt/venv/lib/python3.11/site-packages/tuning/container/sft_trainer.py", line 620 in train
 """
 WAITING = f"""Current thread 0x00007f04395eb040 (most recent call first):
   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4457 in reduce_scatter_tensor

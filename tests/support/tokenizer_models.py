@@ -49,7 +49,7 @@ def _save(out: Path, tokenizer, rows: int, arch: str = "llama", seed: int = 0) -
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuning.tiny_model import build_config
+    from tuning.container.tiny_model import build_config
 
     config = build_config(arch, tokenizer)
     config.vocab_size = rows
@@ -65,7 +65,7 @@ def no_pad(out: Path, arch: str = "llama") -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from tuning.demo_data import corpus
+    from tuning.container.demo_data import corpus
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -96,7 +96,7 @@ def sentencepiece_llama(out: Path) -> Path:
     )
     from transformers import PreTrainedTokenizerFast
 
-    from tuning.demo_data import corpus
+    from tuning.container.demo_data import corpus
 
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     # Llama 2's tokenizer.json: the spaces made "▁" by a normalizer, no pre-tokenizer
@@ -157,8 +157,8 @@ def variant(src: Path, out: Path, **tokenizer_config) -> Path:
 
 def added_tokens(out: Path, tokens: list[str] = CHAT_TOKENS) -> Path:
     """The tiny tokenizer plus `tokens` as special tokens; the model keeps the base rows."""
-    from tuning.demo_data import corpus
-    from tuning.tiny_model import build_tokenizer
+    from tuning.container.demo_data import corpus
+    from tuning.container.tiny_model import build_tokenizer
 
     tokenizer = build_tokenizer(corpus())
     rows = len(tokenizer)
@@ -174,7 +174,7 @@ def build_models(tmp_path_factory) -> dict:
 
 def job_config(model: Path, **job):
     """A parsed job on `model` (training data and output never read), with `job`'s keys."""
-    from tuning.sft.config_args import parse_args
+    from tuning.container.sft.config_args import parse_args
 
     args = ["--model_name_or_path", str(model), "--training_data_path", "d", "--output_dir", "o"]
     for key, value in job.items():

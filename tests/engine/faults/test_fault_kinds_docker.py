@@ -17,9 +17,9 @@ from safetensors import safe_open
 from support.engine import leftovers
 from support.harness import harness
 from support.paths import ENTRIES
+from tuning.container.rank import torn
 from tuning.harness.faults.kinds import disk_full
 from tuning.harness.run_files import metric_lines
-from tuning.rank import torn
 
 TIMEOUT = 15
 

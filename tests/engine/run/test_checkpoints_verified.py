@@ -14,7 +14,7 @@ import pytest
 from support.engine import leftovers
 from support.harness import harness
 from support.paths import ROOT
-from tuning.rank import torn
+from tuning.container.rank import torn
 
 LAYOUTS = ("single", "per-rank")
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -1,9 +1,9 @@
 """Parity with fms-hf-tuning 3.2.2, taken from fms's own run: the same job (model, data, seed,
 config) trained by `TRAINER=fms` and by our trainer, through the harness in one layout (single,
 2 CPU ranks, a few steps), with HARNESS_DUMP_BATCHES=1: every rank dumps each batch its HF
-Trainer feeds the model (tuning/rank/batch_dump.py, mounted beside the rank recorder for fms). The
-two dumps must be equal token for token: input_ids, labels and attention_mask, rank by rank,
-step by step; so must the losses of step 1 (fms's training_logs.jsonl and ours).
+Trainer feeds the model (tuning/container/rank/batch_dump.py, mounted beside the rank recorder for
+fms). The two dumps must be equal token for token: input_ids, labels and attention_mask, rank by
+rank, step by step; so must the losses of step 1 (fms's training_logs.jsonl and ours).
 
 One case per data format fms reads and we take: JSON Lines with a byte-order mark and CRLF, a
 JSON array (the twitter shape: formatter and response templates), a directory of two Parquet
@@ -19,7 +19,7 @@ import pytest
 from support.data_files import write_table
 from support.fms_parity import compare, demo_rows, start, train
 from support.tokenizer_models import portable, variant
-from tuning.sft.chat import IGNORE_INDEX
+from tuning.container.sft.chat import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
 TWEETS = [  # the shape of fms's tests/artifacts/testdata/json/twitter_complaints_small.json

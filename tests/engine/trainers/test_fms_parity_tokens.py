@@ -25,7 +25,7 @@ import pytest
 
 from support.fms_parity import batches, compare, demo_rows, train
 from support.tokenizer_models import CHAT_TEMPLATE, CHAT_TOKENS, build_models
-from tuning.sft.chat import IGNORE_INDEX
+from tuning.container.sft.chat import IGNORE_INDEX
 
 pytestmark = pytest.mark.docker
 CHAT_JOB = {

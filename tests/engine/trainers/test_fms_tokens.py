@@ -1,7 +1,7 @@
-"""Our tokenizer set-up (tuning/sft/special_tokens.py) against fms-hf-tuning 3.2.2's own, run in its
-image (tests/support/entries/fms_setup_probe.py calls fms's setup_tokenizer) on the same model
-directories: the same special tokens with the same ids, the same length, the same embedding rows,
-the old rows untouched and the new ones at the mean. One container run covers every case.
+"""Our tokenizer set-up (tuning/container/sft/special_tokens.py) against fms-hf-tuning 3.2.2's own,
+run in its image (tests/support/entries/fms_setup_probe.py calls fms's setup_tokenizer) on the same
+model directories: the same special tokens with the same ids, the same length, the same embedding
+rows, the old rows untouched and the new ones at the mean. One container run covers every case.
 
 Where fms leaves rows a tokenizer already had past the model's to transformers' mean_resizing
 (the mean plus noise scaled by 1e-9), ours are the mean exactly: those rows are compared to
@@ -25,9 +25,9 @@ from support.tokenizer_models import (
     sentencepiece_llama,
     variant,
 )
-from tuning.sft.config import ConfigError
-from tuning.sft.fms_tokenizer import NAMES, load
-from tuning.sft.special_tokens import set_up
+from tuning.container.sft.config import ConfigError
+from tuning.container.sft.fms_tokenizer import NAMES, load
+from tuning.container.sft.special_tokens import set_up
 
 pytestmark = pytest.mark.docker
 PROBE = ENTRIES / "fms_setup_probe.py"

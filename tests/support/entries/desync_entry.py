@@ -1,7 +1,7 @@
-"""A training loop's collectives without a model, for the desync faults (tuning/rank/desync.py):
-each iteration an all_reduce of the "gradients" (4 floats; DESYNC_ENTRY_GATHER_ONLY=1: an
-all_gather_into_tensor of them instead; =list: a list all_gather, as accelerate's gather on
-gloo) and an all_gather of the "loss",
+"""A training loop's collectives without a model, for the desync faults
+(tuning/container/rank/desync.py): each iteration an all_reduce of the "gradients" (4 floats;
+DESYNC_ENTRY_GATHER_ONLY=1: an all_gather_into_tensor of them instead; =list: a list all_gather, as
+accelerate's gather on gloo) and an all_gather of the "loss",
 as a trainer's step does, ITERS times (DESYNC_ENTRY_ITERS, default 40), then a barrier.
 Prints "desync_entry: rank R step i" each iteration. Run under torchrun (gloo) with the
 rank recorder, as a foreign ENTRY is run."""

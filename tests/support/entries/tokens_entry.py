@@ -1,6 +1,6 @@
-"""Two ranks of one node tokenizing together (tuning/sft/tokenized.py), run under torchrun: each
-writes what it saw to OUT/rank<N>.json. MODE: ok; refuse (rank 1's tokenizing refuses its
-data); crash (rank 1's raises an ordinary error)."""
+"""Two ranks of one node tokenizing together (tuning/container/sft/tokenized.py), run under
+torchrun: each writes what it saw to OUT/rank<N>.json. MODE: ok; refuse (rank 1's tokenizing refuses
+its data); crash (rank 1's raises an ordinary error)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
-from tuning.sft.files import DataError
-from tuning.sft.tokenized import Node, build
+from tuning.container.sft.files import DataError
+from tuning.container.sft.tokenized import Node, build
 
 N = 11
 

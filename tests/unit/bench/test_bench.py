@@ -80,22 +80,22 @@ def test_dry_run_plans_alternating_rounds_and_the_probe_under_the_same_launcher(
         for n in LAYOUTS
     ]
     assert planned == want
-    want = "-m tuning.probe --out /output --min-bytes 1024 --max-bytes 4096 --iters 100"
+    want = "-m tuning.container.probe --out /output --min-bytes 1024 --max-bytes 4096 --iters 100"
     assert want in out.stdout
     assert not (tmp_path / "dry").exists()  # a dry run leaves nothing behind
 
 
 def test_launcher_runs_the_entry_with_its_own_arguments():
-    from tuning import launch
+    from tuning.container import launch
 
     env = {
         "HARNESS_DEVICE": "cpu",
         "PET_NPROC_PER_NODE": "2",
-        "HARNESS_ENTRY": "tuning.probe",
+        "HARNESS_ENTRY": "tuning.container.probe",
         "HARNESS_ENTRY_ARGS": "--out '/a dir' --max-bytes 4096",
     }
     argv, _ = launch.command(env, ["--config", "/job/job.yaml"])
-    assert argv[-6:] == ["-m", "tuning.probe", "--out", "/a dir", "--max-bytes", "4096"]
+    assert argv[-6:] == ["-m", "tuning.container.probe", "--out", "/a dir", "--max-bytes", "4096"]
     argv, _ = launch.command({"HARNESS_DEVICE": "cpu"}, ["--config", "/job/job.yaml"])
     assert argv[-4:] == ["-m", "tuning.sft_trainer", "--config", "/job/job.yaml"]
 

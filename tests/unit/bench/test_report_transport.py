@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from tuning.container.shared import transport
 from tuning.harness.bench import report
-from tuning.shared import transport
 
 
 def test_parse_nccl_transport():

@@ -1,6 +1,6 @@
 """Chat records trained as fms-hf-tuning 3.2.2 trains them with instruction_template and
-response_template (tuning/sft/chat.py): the conversation found as fms finds it, rendered by the chat
-template, only the assistant turns in the loss (trl's rule), refusals that name the fix.
+response_template (tuning/container/sft/chat.py): the conversation found as fms finds it, rendered
+by the chat template, only the assistant turns in the loss (trl's rule), refusals that name the fix.
 Token-for-token parity with fms's own run: tests/engine/trainers/test_fms_batches.py (chat
 cases)."""
 
@@ -12,13 +12,13 @@ import pytest
 
 from support.launch import run_launch
 from support.tokenizer_models import CHAT_TEMPLATE, added_tokens
+from tuning.container.sft.chat import IGNORE_INDEX, conversation_of, mask_turns
+from tuning.container.sft.config import ConfigError
+from tuning.container.sft.config_args import parse_args
+from tuning.container.sft.data import load_examples, tokenize_example
+from tuning.container.sft.files import DataError
 from tuning.harness.checks.preflight import check_data
 from tuning.harness.errors import HarnessError
-from tuning.sft.chat import IGNORE_INDEX, conversation_of, mask_turns
-from tuning.sft.config import ConfigError
-from tuning.sft.config_args import parse_args
-from tuning.sft.data import load_examples, tokenize_example
-from tuning.sft.files import DataError
 
 X = IGNORE_INDEX
 CHAT = {

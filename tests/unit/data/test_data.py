@@ -11,16 +11,16 @@ import torch
 
 from support.data_files import write_jsonl
 from support.paths import ROOT
-from tuning.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
-from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.collator import Collator
-from tuning.sft.data import (
+from tuning.container.demo_data import FORMATTER_TEMPLATE, RESPONSE_TEMPLATE, records
+from tuning.container.sft.chat import IGNORE_INDEX
+from tuning.container.sft.collator import Collator
+from tuning.container.sft.data import (
     load_examples,
     read_records,
     tokenize_example,
     tokenize_examples,
 )
-from tuning.sft.files import DataError
+from tuning.container.sft.files import DataError
 
 GOOD = {"input": "a", "output": "b"}
 

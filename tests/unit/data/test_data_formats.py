@@ -8,11 +8,11 @@ import json
 import pytest
 
 from support.data_files import write_jsonl, write_table
-from tuning.sft.data import (
+from tuning.container.sft.data import (
     load_examples,
     tokenize_example,
 )
-from tuning.sft.files import DataError
+from tuning.container.sft.files import DataError
 
 # --- Formats fms 3.2.2 reads (through datasets), and the errors for what matches no shape ----
 
@@ -166,8 +166,8 @@ def test_file_in_no_format_we_read(tmp_path):
 
 def test_host_check_of_columns_without_rows(tmp_path):
     """What preflight does where datasets is absent: the schema's columns make a shape."""
-    from tuning.sft.records import table_columns
-    from tuning.sft.shapes import check_columns
+    from tuning.container.sft.records import table_columns
+    from tuning.container.sft.shapes import check_columns
 
     path = write_table(tmp_path / "s.arrow", [{"text": "## Label: x", "n": 1}])
     assert table_columns(path) == ["text", "n"]

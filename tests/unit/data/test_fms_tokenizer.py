@@ -1,7 +1,8 @@
-"""A tokenizer as fms-hf-tuning 3.2.2's transformers (4.55) loads it (tuning/sft/fms_tokenizer.py):
-the class read from the files, the special tokens it starts from, tokenizer.json as it is for
-the Llama and GPT-NeoX classes (transformers 5 rebuilds them), the padding side.
-(tests/engine/trainers/test_fms_tokens.py compares the ids with fms's own, in its image.)"""
+"""A tokenizer as fms-hf-tuning 3.2.2's transformers (4.55) loads it
+(tuning/container/sft/fms_tokenizer.py): the class read from the files, the special tokens it starts
+from, tokenizer.json as it is for the Llama and GPT-NeoX classes (transformers 5 rebuilds them), the
+padding side. (tests/engine/trainers/test_fms_tokens.py compares the ids with fms's own, in its
+image.)"""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from support.tokenizer_models import (
     sentencepiece_llama,
     variant,
 )
-from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.collator import Collator
-from tuning.sft.fms_tokenizer import as_fms_loads, fms_class, load
-from tuning.sft.special_tokens import set_up
+from tuning.container.sft.chat import IGNORE_INDEX
+from tuning.container.sft.collator import Collator
+from tuning.container.sft.fms_tokenizer import as_fms_loads, fms_class, load
+from tuning.container.sft.special_tokens import set_up
 
 
 def _files(path: Path, tokenizer_config: dict | None, config: dict | None) -> Path:

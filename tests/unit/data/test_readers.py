@@ -1,5 +1,5 @@
-"""The readers at scale (tuning/sft/records.py): JSON Lines split as datasets splits them, a JSON
-array read once through, tables read by pyarrow as datasets reads them, and errors that still
+"""The readers at scale (tuning/container/sft/records.py): JSON Lines split as datasets splits them,
+a JSON array read once through, tables read by pyarrow as datasets reads them, and errors that still
 name the file, the line and the column."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from support.data_files import write_table
 from support.paths import ROOT
-from tuning.sft import json_records, records
-from tuning.sft.data import load_examples
-from tuning.sft.files import DataError
-from tuning.sft.records import read_path
+from tuning.container.sft import json_records, records
+from tuning.container.sft.data import load_examples
+from tuning.container.sft.files import DataError
+from tuning.container.sft.records import read_path
 
 GOOD = {"input": "a", "output": "b"}
 
@@ -163,7 +163,7 @@ def test_host_check_reads_every_row_of_a_table_without_datasets(tmp_path):
     bad row stops the run before anything starts."""
     check = (
         "import sys; sys.modules['datasets'] = None  # the host's environment: no datasets\n"
-        "from tuning.sft.config import SFTConfig\n"
+        "from tuning.container.sft.config import SFTConfig\n"
         "from tuning.harness.checks.preflight import check_data\n"
         "check_data(sys.argv[1], SFTConfig()); print('checked')\n"
     )

@@ -1,7 +1,7 @@
 """The tokenizer and embeddings set up as fms-hf-tuning 3.2.2 sets them up
-(tuning/sft/special_tokens.py): its special-token cases, the resize to a multiple, new rows at
-the mean; the EOS of a tokenizer without a pad token stays in the labels (added special tokens
-past the model's rows, trained: test_special_tokens_trained.py; the set-up against fms's own,
+(tuning/container/sft/special_tokens.py): its special-token cases, the resize to a multiple, new
+rows at the mean; the EOS of a tokenizer without a pad token stays in the labels (added special
+tokens past the model's rows, trained: test_special_tokens_trained.py; the set-up against fms's own,
 in its image: engine/trainers/test_fms_tokens.py)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from support.tokenizer_models import CHAT_TOKENS, job_config, variant
-from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.config import ConfigError
-from tuning.sft.data import load_examples, tokenize_example
-from tuning.sft.fms_tokenizer import load
-from tuning.sft.special_tokens import set_up, tokens_to_add
+from tuning.container.sft.chat import IGNORE_INDEX
+from tuning.container.sft.config import ConfigError
+from tuning.container.sft.data import load_examples, tokenize_example
+from tuning.container.sft.fms_tokenizer import load
+from tuning.container.sft.special_tokens import set_up, tokens_to_add
 
 LLAMA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 
@@ -125,7 +125,7 @@ def test_no_pad_token_gets_pad_and_unk_and_mean_rows(models):
 def test_tied_embeddings_get_the_mean_once(tmp_path, models):
     from transformers import AutoModelForCausalLM
 
-    from tuning.tiny_model import build_config
+    from tuning.container.tiny_model import build_config
 
     tokenizer = load(models["no_pad"])
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
-"""Added special tokens past the model's embedding rows, trained (tuning/sft/special_tokens.py):
-two ranks on the added-tokens model print the set-up once and record it, pre-tokenized ids past
-the rows are refused, and FSDP trains the resized model as DDP does (the set-up itself, as
-fms-hf-tuning 3.2.2 does it: test_special_tokens.py)."""
+"""Added special tokens past the model's embedding rows, trained
+(tuning/container/sft/special_tokens.py): two ranks on the added-tokens model print the set-up once
+and record it, pre-tokenized ids past the rows are refused, and FSDP trains the resized model as DDP
+does (the set-up itself, as fms-hf-tuning 3.2.2 does it: test_special_tokens.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Tokenized data kept compact and tokenized once per node (tuning/sft/tokenized.py): the same rows
-as tokenize_example gives, 8 bytes a token, each rank of a node tokenizing its slice and mapping
-the others', and a failure on one rank ending every rank with the reason."""
+"""Tokenized data kept compact and tokenized once per node (tuning/container/sft/tokenized.py): the
+same rows as tokenize_example gives, 8 bytes a token, each rank of a node tokenizing its slice and
+mapping the others', and a failure on one rank ending every rank with the reason."""
 
 from __future__ import annotations
 
@@ -13,10 +13,17 @@ import pytest
 
 from support.entries.tokens_entry import Ex, N, tokenize_as
 from support.paths import ENTRIES, ROOT
-from tuning.demo_data import records
-from tuning.sft.data import load_examples, tokenize_example, tokenize_examples
-from tuning.sft.files import DataError
-from tuning.sft.tokenized import Node, TokenizedDataset, build, pack, read_part, write_part
+from tuning.container.demo_data import records
+from tuning.container.sft.data import load_examples, tokenize_example, tokenize_examples
+from tuning.container.sft.files import DataError
+from tuning.container.sft.tokenized import (
+    Node,
+    TokenizedDataset,
+    build,
+    pack,
+    read_part,
+    write_part,
+)
 
 
 def _expected() -> list[dict]:

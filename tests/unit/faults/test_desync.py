@@ -1,8 +1,8 @@
-"""The desync faults (tuning/rank/desync.py) in real gloo ranks under torchrun and the rank
-recorder, as a foreign ENTRY runs (support/entries/desync_entry.py: a training loop's
+"""The desync faults (tuning/container/rank/desync.py) in real gloo ranks under torchrun and the
+rank recorder, as a foreign ENTRY runs (support/entries/desync_entry.py: a training loop's
 collectives), and the verdict the host reads from what the ranks show: their stacks, their
-flight recorders (with torch's own analysis, tuning/rank/fr_check.py, run with this project's
-Python as for LAYOUT=host), their ends."""
+flight recorders (with torch's own analysis, tuning/container/rank/fr_check.py, run with this
+project's Python as for LAYOUT=host), their ends."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_slow_main_is_the_rank_the_others_wait_for(ranks):
     assert (v.kind, v.culprits) == ("never arrived", [0]), v
     assert v.evidence.startswith(
         "rank 0 never entered all_reduce #9, where ranks 1, 2 and 3 wait; rank 0 is in "
-        f"main_process_work at {ROOT / 'tuning/rank/desync.py'}:"
+        f"main_process_work at {ROOT / 'tuning/container/rank/desync.py'}:"
     ), v.evidence
     assert v.evidence.endswith(f", called from {ENTRY}:{_line('# STEP_ALL_REDUCE')}")
     assert v.fr_trace.flagged["missing"] == [0] and v.fr_trace.agrees is True
@@ -218,7 +218,7 @@ def test_desync_is_not_loaded_unless_asked_and_a_wrong_setting_stops_the_rank(mo
 
 def test_fr_check_reports_why_when_it_cannot_read(tmp_path):
     (tmp_path / "fr").mkdir()
-    fr_check = str(ROOT / "tuning/rank/fr_check.py")
+    fr_check = str(ROOT / "tuning/container/rank/fr_check.py")
     out = subprocess.run(
         [sys.executable, fr_check, str(tmp_path / "fr")], capture_output=True, text=True
     )

@@ -9,7 +9,7 @@ import subprocess
 
 from support.fault_runs import TIMEOUT
 from support.paths import ROOT
-from tuning import launch
+from tuning.container import launch
 from tuning.harness.faults import record
 from tuning.harness.watch import Stop
 

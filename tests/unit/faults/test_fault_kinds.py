@@ -1,6 +1,7 @@
-"""The disk-full fault and what a rank's file-system failure says (tuning/rank/fs_errors.py),
-without an engine: the sentences for ENOSPC and EROFS, and the Compose file with /output on a
-volume (the engine matrix: engine/faults/test_fault_kinds_docker.py)."""
+"""The disk-full fault and what a rank's file-system failure says
+(tuning/container/rank/fs_errors.py), without an engine: the sentences for ENOSPC and EROFS, and the
+Compose file with /output on a volume (the engine matrix:
+engine/faults/test_fault_kinds_docker.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import errno
 
 import pytest
 
+from tuning.container.rank import fs_errors
 from tuning.harness.backends import compose
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.mounts import Mounts
 from tuning.harness.layout.own_output import OwnOutput
 from tuning.harness.layout.topology import Topology
 from tuning.harness.layout.trainer import Trainer
-from tuning.rank import fs_errors
 
 
 def _raised_from(inner: BaseException, outer: BaseException) -> BaseException:

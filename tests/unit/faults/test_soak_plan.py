@@ -88,7 +88,7 @@ def test_the_schedule_counts_each_gap_from_where_the_group_resumed():
 
 
 def test_the_hold_file_names_the_rank_and_step_and_the_trainer_holds_there(tmp_path, monkeypatch):
-    from tuning.sft import fault_hooks
+    from tuning.container.sft import fault_hooks
 
     path = tmp_path / "hold.json"
     monkeypatch.setenv("HARNESS_HOLD_FILE", str(path))

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from support.gpu_standin import device_ids
-from tuning import launch
+from tuning.container import launch
+from tuning.container.shared import affinity
 from tuning.harness.backends import compose
 from tuning.harness.bench import plan
 from tuning.harness.bench.report_goals import path
 from tuning.harness.cli import parser
 from tuning.harness.flags.run_flags import RunFlags
 from tuning.harness.run import render
-from tuning.shared import affinity
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_single_keeps_both_gpus_in_one_namespace_for_p2p(probe_spec):
     env = svc["environment"]
     assert not any(k.startswith("NCCL_") for k in env)  # P2P (NVLink / PCIe) as NCCL picks
     assert env[affinity.VAR] == "0,1,2,3,4,5,6,7;8,9,10,11,12,13,14,15"
-    assert env["HARNESS_ENTRY"] == "tuning.probe" and env["OMP_NUM_THREADS"] == "8"
+    assert env["HARNESS_ENTRY"] == "tuning.container.probe" and env["OMP_NUM_THREADS"] == "8"
     # NCCL's busbw still climbs below 256 MiB: the GPU probe goes there (CPU ranks: 64 MiB)
     assert "--max-bytes 268435456 " in env["HARNESS_ENTRY_ARGS"]
 
@@ -70,8 +70,11 @@ def test_every_gpu_probe_logs_nccl_transport_and_training_stays_quiet(probe_spec
         s = probe_spec(name)
         for node, cmd in render.node_commands(s.layout, s.accelerate_config).items():
             assert cmd["env"]["NCCL_DEBUG"] == "INFO", (name, node)
-            i = cmd["argv"].index("tuning.probe")
-            assert cmd["argv"][i - 1 : i + 2] == ["-m", "tuning.probe", "--out"], (name, node)
+            i = cmd["argv"].index("tuning.container.probe")
+            assert cmd["argv"][i - 1 : i + 2] == ["-m", "tuning.container.probe", "--out"], (
+                name,
+                node,
+            )
     argv, extra = launch.command({"HARNESS_DEVICE": "gpu", "PET_NPROC_PER_NODE": "2"}, [])
     assert "NCCL_DEBUG" not in extra  # a training run's log stays quiet
 

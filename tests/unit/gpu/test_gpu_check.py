@@ -37,9 +37,9 @@ def test_dry_run_passes_and_prints_every_command(tmp_path):
     assert len(commands) == 7, commands
     build, data, probe, train, compose, report, driver = commands
     assert driver.endswith("-m tuning.harness gpus --check-driver"), driver
-    assert "-m tuning.tiny_model --size 1b" in build
-    assert "-m tuning.demo_data" in data and "--words 1024" in data and "--n 240" in data
-    assert "HARNESS_ENTRY=tuning.probe" in probe and "NCCL_DEBUG=INFO" in probe
+    assert "-m tuning.container.tiny_model --size 1b" in build
+    assert "-m tuning.container.demo_data" in data and "--words 1024" in data and "--n 240" in data
+    assert "HARNESS_ENTRY=tuning.container.probe" in probe and "NCCL_DEBUG=INFO" in probe
     assert "-m tuning.launch" in probe and "-m tuning.launch" in train
     for want in (
         "HARNESS_DEVICE=gpu",

@@ -14,9 +14,9 @@ from pathlib import Path
 from support.launch import free_port, launch_env, recorder
 from support.metrics import read_metrics
 from support.paths import ROOT
-from tuning import launch
+from tuning.container import launch
+from tuning.container.rank import gpu_guard
 from tuning.harness.run_files.status import status_of
-from tuning.rank import gpu_guard
 
 DRIVER_FILE = Path(gpu_guard.DRIVER_FILE)
 NO_DRIVER = f"driver: no NVIDIA driver ({gpu_guard.DRIVER_FILE} missing)"
@@ -80,7 +80,7 @@ def test_a_pytorchjob_worker_with_gpus_4_to_7_gets_four_gpu_ranks(tmp_path):
 
 
 def test_the_probe_on_gpus_logs_ncclS_transport_and_training_stays_quiet():
-    gpu = {"HARNESS_DEVICE": "gpu", "HARNESS_ENTRY": "tuning.probe"}
+    gpu = {"HARNESS_DEVICE": "gpu", "HARNESS_ENTRY": "tuning.container.probe"}
     _, extra = launch.command(gpu, [])
     assert extra["NCCL_DEBUG"] == "INFO" and extra["NCCL_DEBUG_SUBSYS"] == "INIT,P2P,SHM,NET"
     _, extra = launch.command({**gpu, "NCCL_DEBUG": "WARN"}, [])  # the user's own wins
@@ -198,7 +198,7 @@ def test_probe_told_gpu_without_cuda_fails_and_writes_nothing(tmp_path):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
     }
-    cmd = [sys.executable, "-m", "tuning.probe", "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "tuning.container.probe", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "probe: HARNESS_DEVICE=gpu but this rank cannot use a GPU" in proc.stderr

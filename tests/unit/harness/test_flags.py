@@ -47,7 +47,7 @@ def test_bench_makes_each_layout_run_from_the_users_flags(tmp_path):
     t = lay.topology
     assert (t.kind, t.network, spec.runs_root) == ("per-rank", "shared", tmp_path / "b")
     env = dict(lay.trainer.extra_env)
-    assert env["OMP_NUM_THREADS"] == "3" and env["HARNESS_ENTRY"] == "tuning.probe"
+    assert env["OMP_NUM_THREADS"] == "3" and env["HARNESS_ENTRY"] == "tuning.container.probe"
     assert env["HARNESS_ENTRY_ARGS"].startswith("--out /output --min-bytes 1024")
     assert (f.layout, f.network, f.runs) == ("single", "isolated", str(tmp_path))
 

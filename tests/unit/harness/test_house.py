@@ -61,7 +61,7 @@ def gpu_rooms() -> dict[str, list[str]]:
             rooms.setdefault(room, []).append(m)
     if re.search(r"\bGPUS\b", (ROOT / "Makefile").read_text()):
         rooms["Makefile"] = ["Makefile"]
-    if re.search(r"GPU|gpu", (ROOT / "tuning/launch.py").read_text()):
+    if re.search(r"GPU|gpu", (ROOT / "tuning/container/launch.py").read_text()):
         rooms["container side"] = ["tuning.launch"]
     return rooms
 

@@ -87,7 +87,9 @@ def test_the_reader_sees_both_sides_and_a_stale_name(tmp_path):
     assert {"tuning.harness.layout.options", "tuning.harness.run.lifecycle"} <= edges[
         "tuning.harness.commands.up"
     ]
-    assert "tuning.sft.tokenized" in edges["tuning.sft.data"]  # inside a function
+    assert (
+        "tuning.container.sft.tokenized" in edges["tuning.container.sft.data"]
+    )  # inside a function
     pkg = tmp_path / "tuning"
     (pkg / "a").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")

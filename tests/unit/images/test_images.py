@@ -52,7 +52,7 @@ def test_the_digest_covers_the_locks_and_the_code():
         "docker/requirements.lock",
         "docker/requirements-gpu.lock",
         "docker/check_image.py",
-        "tuning/sft_trainer.py",
+        "tuning/container/sft_trainer.py",
         "configs/accelerate/fsdp.yaml",
     } <= names
     assert images.digest(image_recipes.RECIPES["cpu"]) != images.digest(

@@ -157,7 +157,7 @@ def test_a_foreign_trainer_reaches_the_pods_with_its_launcher_in_a_config_map(tm
     maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     assert sorted(maps) == ["sft-job", "sft-launch"]
     assert sorted(maps["sft-job"]["data"]) == ["accelerate.yaml", "job.json"]  # fms's format
-    files = {name: src.read_text() for name, src in launch_files(ROOT / "tuning").items()}
+    files = {name: src.read_text() for name, src in launch_files(ROOT / "tuning/container").items()}
     assert maps["sft-launch"]["data"] == files  # what Compose binds, file for file
     assert job["learning_rate"] == 0.003  # fms-demo.json's
     trainer = next((d["spec"]["trainer"] for d in docs if d["kind"] == "TrainJob"), None)

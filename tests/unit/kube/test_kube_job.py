@@ -12,7 +12,7 @@ import yaml
 from support.harness import harness
 from support.kube_objects import check_restricted
 from support.paths import ROOT
-from tuning import launch
+from tuning.container import launch
 from tuning.harness.backends import kube_job, kube_manifest, kube_restarts
 from tuning.harness.commands import kube
 from tuning.harness.errors import HarnessError

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from support.paths import ROOT
-from tuning import launch
+from tuning.container import launch
 from tuning.harness.backends import compose
 from tuning.harness.commands import examples
 from tuning.harness.layout.layout import Layout, LayoutError
@@ -160,7 +160,8 @@ def test_host_side_never_imports_torch_and_container_side_never_imports_docker()
         " assert 'torch' not in sys.modules, 'host side imported torch'"
     )
     box = (
-        "import sys, tuning.sft_trainer, tuning.launch, tuning.probe, tuning.tiny_model;"
+        "import sys, tuning.sft_trainer, tuning.launch, tuning.container.probe,"
+        " tuning.container.tiny_model;"
         " assert 'docker' not in sys.modules, 'container side imported docker'"
     )
     for code in (host, box):

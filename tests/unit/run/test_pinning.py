@@ -1,5 +1,5 @@
-"""Each rank on its own cores (tuning/shared/affinity.py): the split, the Compose cpuset of every
-layout's containers, the host launcher's CPUs, and a real process narrowing itself to its
+"""Each rank on its own cores (tuning/container/shared/affinity.py): the split, the Compose cpuset
+of every layout's containers, the host launcher's CPUs, and a real process narrowing itself to its
 rank's list (this machine's CPUs, not a stand-in)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
+from tuning.container.shared import affinity
 from tuning.harness.backends import compose
 from tuning.harness.backends.nodes import _die_with
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.topology import Topology
 from tuning.harness.layout.trainer import Trainer
-from tuning.shared import affinity
 
 PINNED = ((affinity.VAR, "0;1"),)  # what bench gives 2 ranks on a 2-core machine
 
@@ -51,7 +51,7 @@ def test_every_container_gets_its_ranks_cores(kind, network, cpusets):
 def _affinity_of_child(preexec=None, env=None) -> list[str]:
     """A real child process: what pin_rank returned, and the CPUs it then runs on."""
     code = (
-        "import os; from tuning.shared.affinity import pin_rank; r = pin_rank(); "
+        "import os; from tuning.container.shared.affinity import pin_rank; r = pin_rank(); "
         "print(r, sorted(os.sched_getaffinity(0)))"
     )
     env = {**os.environ, **(env or {})}

@@ -1,5 +1,5 @@
-"""tuning/rank/batch_dump.py, the debug switch the fms parity test (test_fms_batches.py) rests on:
-off unless HARNESS_DUMP_BATCHES is set; on, each rank's lines are exactly the batches its
+"""tuning/container/rank/batch_dump.py, the debug switch the fms parity test (test_fms_batches.py)
+rests on: off unless HARNESS_DUMP_BATCHES is set; on, each rank's lines are exactly the batches its
 Trainer fed the model; and the harness hands the switch to the ranks, fms's included."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from support.harness import harness
 from support.launch import run_launch
 from support.metrics import read_metrics
-from tuning.rank import batch_dump
-from tuning.sft.collator import Collator
-from tuning.sft.data import load_examples, tokenize_examples
+from tuning.container.rank import batch_dump
+from tuning.container.sft.collator import Collator
+from tuning.container.sft.data import load_examples, tokenize_examples
 
 
 def test_off_unless_set():
@@ -33,7 +33,8 @@ def test_the_harness_turns_it_on_for_the_ranks(trainer, tmp_path):
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert on.stdout.count("HARNESS_DUMP_BATCHES: /output/batches") == 2  # rank0 and rank1
     assert "HARNESS_DUMP_BATCHES" not in off.stdout
-    # fms loads it from beside the rank recorder; our image has it as tuning.rank.batch_dump
+    # fms loads it from beside the rank recorder; our image has it as
+    # tuning.container.rank.batch_dump
     mounted = on.stdout.count("target: /opt/harness-launch/batch_dump.py")
     assert mounted == (2 if trainer == "fms" else 0)
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from support.paths import ROOT
-from tuning.sft.config import ConfigError, SFTConfig
-from tuning.sft.config_args import CONFIG_ENV, parse_args
+from tuning.container.sft.config import ConfigError, SFTConfig
+from tuning.container.sft.config_args import CONFIG_ENV, parse_args
 
 REQUIRED = ["--model_name_or_path", "m", "--training_data_path", "d.jsonl", "--output_dir", "out"]
 
@@ -141,7 +141,7 @@ def test_unknown_flag_and_no_abbreviations():
 def test_every_field_is_a_flag():
     from dataclasses import fields
 
-    from tuning.sft.config_args import build_parser
+    from tuning.container.sft.config_args import build_parser
 
     flags = {a.dest for a in build_parser()._actions}
     assert {f.name for f in fields(SFTConfig)} <= flags

@@ -41,10 +41,12 @@ def test_foreign_service_gets_launcher_recorder_and_json_job():
     svc = compose.render(fms_layout())["services"]["rank1"]
     assert svc["entrypoint"] == ["python3", LAUNCHER] and "command" not in svc
     binds = {v["target"]: v for v in svc["volumes"]}
-    assert binds[LAUNCHER]["read_only"] and binds[LAUNCHER]["source"].endswith("tuning/launch.py")
-    assert binds[RANK_RECORD]["source"].endswith("tuning/rank/rank_record.py")
+    assert binds[LAUNCHER]["read_only"] and binds[LAUNCHER]["source"].endswith(
+        "tuning/container/launch.py"
+    )
+    assert binds[RANK_RECORD]["source"].endswith("tuning/container/rank/rank_record.py")
     assert binds[f"{LAUNCH_DIR}/gpu_guard.py"]["source"].endswith(
-        "tuning/rank/gpu_guard.py"
+        "tuning/container/rank/gpu_guard.py"
     )  # beside the recorder
     env = svc["environment"]
     assert env["HARNESS_ENTRY"] == "harness_rank"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from support.launch import free_port, recorder
 from support.paths import ROOT, USER_SCRIPTS
-from tuning.rank import torn
+from tuning.container.rank import torn
 
 SCRIPT = USER_SCRIPTS / "train_sft.py"  # a user's HfArgumentParser script
 TRAIN_ARGS = [
@@ -51,7 +51,7 @@ def _torchrun(out: Path, model: Path, data: Path, *extra: str) -> subprocess.Com
         "2",
         "--master-port",
         str(free_port()),
-        str(ROOT / "tuning/rank/rank_record.py"),
+        str(ROOT / "tuning/container/rank/rank_record.py"),
         "--model_name_or_path",
         str(model),
         "--train_file",

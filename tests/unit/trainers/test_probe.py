@@ -1,5 +1,5 @@
-"""tuning.probe: pure helpers (fast), a wrong-sum run in-process (fast, world size 1), and a real
-two-rank gloo run under `accelerate launch` (slow)."""
+"""tuning.container.probe: pure helpers (fast), a wrong-sum run in-process (fast, world size 1), and
+a real two-rank gloo run under `accelerate launch` (slow)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from support.launch import free_port
 from support.paths import ROOT
-from tuning import probe
-from tuning.shared import transport
+from tuning.container import probe
+from tuning.container.shared import transport
 
 
 def test_sizes_double_from_min_to_max():
@@ -139,7 +139,7 @@ def test_two_rank_gloo_probe_under_accelerate(tmp_path):
         "--num_machines", "1", "--machine_rank", "0",
         "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
         "--rdzv_backend", "static", "--same_network",
-        "-m", "tuning.probe", "--out", str(out), "--max-bytes", "1048576",
+        "-m", "tuning.container.probe", "--out", str(out), "--max-bytes", "1048576",
     ]
     # fmt: on
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

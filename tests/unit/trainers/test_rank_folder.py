@@ -1,5 +1,5 @@
-"""tuning/rank/ is what a foreign image gets beside the rank recorder: every module there is
-mounted (BESIDE_RECORDER is the folder), and each must import with the standard library alone,
+"""tuning/container/rank/ is what a foreign image gets beside the rank recorder: every module there
+is mounted (BESIDE_RECORDER is the folder), and each must import with the standard library alone,
 since the user's image may have nothing else at the path it is loaded from. Imports of torch,
 transformers or accelerate inside functions run only where those exist: allowed. No engine."""
 
@@ -13,7 +13,7 @@ import pytest
 from support.paths import ROOT
 from tuning.harness.contract.container import BESIDE_RECORDER, launch_files
 
-RANK = ROOT / "tuning/rank"
+RANK = ROOT / "tuning/container/rank"
 MODULES = sorted(p for p in RANK.glob("*.py") if p.name != "__init__.py")
 
 
@@ -61,7 +61,7 @@ def test_the_check_sees_an_import_outside_the_standard_library():
 
 def test_beside_the_recorder_is_the_folder_and_each_is_mounted():
     assert set(BESIDE_RECORDER) == {p.name for p in MODULES} - {"rank_record.py"}
-    files = launch_files(ROOT / "tuning")
+    files = launch_files(ROOT / "tuning/container")
     assert all(source.is_file() for source in files.values())
     assert {source.parent for name, source in files.items() if name != "harness_launch.py"} == {
         RANK

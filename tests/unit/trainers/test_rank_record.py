@@ -1,6 +1,6 @@
-"""The rank recorder (tuning/rank/rank_record.py, mounted as harness_rank) around a foreign trainer
-that returns with its process group still open, as fms 3.2.2 does: real torch, real gloo
-groups. The recorder destroys the group after a trainer that returned 0 only (on a failure its
+"""The rank recorder (tuning/container/rank/rank_record.py, mounted as harness_rank) around a
+foreign trainer that returns with its process group still open, as fms 3.2.2 does: real torch, real
+gloo groups. The recorder destroys the group after a trainer that returned 0 only (on a failure its
 peers may still be inside a collective), and ends the process without finalizing the
 interpreter (leaving.py, leave): a gloo thread that lets go of the trainer's tensors while
 Python 3.11 finalizes aborts the rank after a completed training (SIGABRT, "terminate called

@@ -1,5 +1,5 @@
 """Torn checkpoints (issue 23): found and moved aside, never deleted, before every start, by
-the one rule, on output dirs built by hand (stdlib only, as tuning/rank/torn.py is); the
+the one rule, on output dirs built by hand (stdlib only, as tuning/container/rank/torn.py is); the
 launcher and a foreign trainer meet none (our trainer's saves, complete under their name or not
 there at all, in real runs: test_torn_trainer.py)."""
 
@@ -13,7 +13,7 @@ import pytest
 from support.checkpoints import TORN_NAME, cut, tree
 from support.launch import launch_env
 from support.paths import ROOT
-from tuning.rank import torn
+from tuning.container.rank import torn
 
 COMPLETE = ["trainer_state.json", "model.safetensors", "optimizer.pt", "rng_state.pth"]
 
@@ -146,13 +146,13 @@ def test_other_ranks_wait_for_rank_0_then_go_on(tmp_path):
 def test_command_line(tmp_path):
     out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tuning/rank/torn.py"), str(out)],
+        [sys.executable, str(ROOT / "tuning/container/rank/torn.py"), str(out)],
         capture_output=True,
         text=True,
     )
     assert run.returncode == 0 and "checkpoint-20 is incomplete" in run.stdout, run.stderr
     bad = subprocess.run(
-        [sys.executable, str(ROOT / "tuning/rank/torn.py"), str(tmp_path / "no")],
+        [sys.executable, str(ROOT / "tuning/container/rank/torn.py"), str(tmp_path / "no")],
         capture_output=True,
         text=True,
     )
@@ -160,8 +160,8 @@ def test_command_line(tmp_path):
 
 
 def test_the_launcher_moves_them_on_node_0_only(tmp_path):
-    """tuning/launch.py before it starts a node's group (a restarted container or pod)."""
-    from tuning import launch
+    """tuning/container/launch.py before it starts a node's group (a restarted container or pod)."""
+    from tuning.container import launch
 
     out = tree(tmp_path, {"checkpoint-20": ["model.safetensors"]})
     launch.sweep_torn({"PET_NODE_RANK": "1", "HARNESS_OUTPUT_DIR": str(out)})
@@ -186,7 +186,7 @@ def test_a_foreign_trainer_meets_no_torn_checkpoint(tmp_path):
         "PYTHONPATH": str(tmp_path),
     }
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tuning/rank/rank_record.py")],
+        [sys.executable, str(ROOT / "tuning/container/rank/rank_record.py")],
         env=env,
         capture_output=True,
         text=True,

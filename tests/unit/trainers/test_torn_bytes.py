@@ -1,7 +1,7 @@
 """Checkpoints verified to the byte (issue 40, item 4): files written by torch itself (a DCP
 folder, a safetensors file, a torch.save zip), each cut at several offsets, and what
-tuning/rank/torn.py says of them. A DCP folder's `.metadata` is read (its storage entries) with
-a restricted unpickler, never importing torch: torn.py runs where torch is not (the host, a
+tuning/container/rank/torn.py says of them. A DCP folder's `.metadata` is read (its storage entries)
+with a restricted unpickler, never importing torch: torn.py runs where torch is not (the host, a
 user's image)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from support.paths import ROOT
-from tuning.rank import torn
+from tuning.container.rank import torn
 
 DCP = "pytorch_model_fsdp_0"  # where FSDP's SHARDED_STATE_DICT saves (accelerate)
 SHARD = f"{DCP}/__0_0.distcp"
@@ -112,7 +112,7 @@ def test_the_reader_needs_no_torch(whole):
         [sys.executable, "-S", "-c", code, str(whole)],
         capture_output=True,
         text=True,
-        cwd=ROOT / "tuning/rank",
+        cwd=ROOT / "tuning/container/rank",
         timeout=60,
     )
     assert run.returncode == 0, run.stderr

@@ -18,7 +18,7 @@ from support.checkpoints import TORN_NAME, cut
 from support.launch import check, launch_env, trainer_args
 from support.metrics import step_losses
 from support.paths import ROOT
-from tuning.rank import torn
+from tuning.container.rank import torn
 
 
 # --- the real trainer -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Stack dumps without Docker: real processes dump through tuning/rank/stack_dump.py (faulthandler),
-the host's stacks/dumps.py signals and reads them (LAYOUT=host's way: a shell on this machine),
-and stacks/stack_text.py parses real faulthandler text. The container path differs only in
-where that shell runs (docker exec); tests/engine/faults/test_stacks_docker.py covers it."""
+"""Stack dumps without Docker: real processes dump through tuning/container/rank/stack_dump.py
+(faulthandler), the host's stacks/dumps.py signals and reads them (LAYOUT=host's way: a shell on
+this machine), and stacks/stack_text.py parses real faulthandler text. The container path differs
+only in where that shell runs (docker exec); tests/engine/faults/test_stacks_docker.py covers it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tuning.harness.stacks import dumps, hung, stack_text, stall
 CHILD = """
 import sys, threading, time
 sys.path.insert(0, {root!r})
-from tuning.rank import stack_dump
+from tuning.container.rank import stack_dump
 from tuning.harness.stacks import dumps
 stack_dump.install({out!r}, {rank})
 threading.Thread(target=lambda: time.sleep(1000), name="helper", daemon=True).start()
@@ -102,7 +102,7 @@ def test_ranks_waiting_on_each_other_in_collectives(tmp_path):
         "2",
         "--master-port",
         str(free_port()),
-        str(ROOT / "tuning/rank/rank_record.py"),
+        str(ROOT / "tuning/container/rank/rank_record.py"),
     ]
     log = tmp_path / "torchrun.log"
     agent = subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -251,5 +251,6 @@ def test_code_called_from_an_fsdp_hook_is_busy_not_waiting_in_a_collective():
     assert waiting["call"] == "reduce_scatter_tensor"
     assert busy["call"] is None and busy["top"]["func"] == "main_process_work"
     assert stack_text.summary(3, stack_text.parse(BUSY)) == (  # the user's innermost frame
-        "rank 3: in train at /opt/venv/lib/python3.11/site-packages/tuning/sft_trainer.py:620"
+        "rank 3: in train at "
+        "/opt/venv/lib/python3.11/site-packages/tuning/container/sft_trainer.py:620"
     )

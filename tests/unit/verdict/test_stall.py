@@ -96,7 +96,7 @@ def test_a_node_that_exited_does_not_turn_the_watch_off():
 SAVING = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tuning.rank import stack_dump
+from tuning.container.rank import stack_dump
 from tuning.harness.stacks import dumps
 stack_dump.install({out!r}, 0)
 def _save_checkpoint(model, trial):  # the HF Trainer's name for its save

@@ -51,7 +51,7 @@ def test_a_throttled_rank_among_seven_on_two_cores_is_named_slow():
     assert v.waited_s["4"] > 0.009 and max(v.waited_s[str(r)] for r in (0, 1, 2, 3, 5, 6)) < 0.0005
     # the 54 collectives the seven shared above need the dump's depth: a dump shows every entry
     # torch keeps (64), not 16
-    from tuning.rank import stack_dump
+    from tuning.container.rank import stack_dump
 
     assert stack_dump.FR_SHOWN == int(stack_dump.FR_BUFFER) >= len(CALLED_MS)
 

@@ -74,15 +74,15 @@ _SKIPPED = f"""Current thread 0x00007f04395eb040 (most recent call first):
   File "{_SP}/torch/distributed/checkpoint/state_dict.py", line 1221 in get_model_state_dict
   File "{_SP}/accelerate/accelerator.py", line 3973 in get_state_dict
   File "{_SP}/transformers/trainer.py", line 4107 in save_model
-  File "/opt/harness/tuning/sft/atomic_save.py", line 49 in _save_checkpoint
+  File "/opt/harness/tuning/container/sft/atomic_save.py", line 49 in _save_checkpoint
 {_RECORDED}{_FR.format(op="all_gather", seq=185, pg=0, state="pending", size="[[88, 64]]")}"""
 _WAITED = f"""Current thread 0x00007f04395eb041 (most recent call first):
   File "{_SP}/torch/distributed/distributed_c10d.py", line 4280 in all_gather
   File "{_SP}/torch/distributed/c10d_logger.py", line 83 in wrapper
-  File "/opt/harness/tuning/rank/desync.py", line 100 in call
-  File "/opt/harness/tuning/rank/desync.py", line 175 in wrapper
+  File "/opt/harness/tuning/container/rank/desync.py", line 100 in call
+  File "/opt/harness/tuning/container/rank/desync.py", line 175 in wrapper
   File "{_SP}/transformers/trainer_pt_utils.py", line 290 in distributed_broadcast_scalars
-  File "/opt/harness/tuning/sft/atomic_save.py", line 49 in _save_checkpoint
+  File "/opt/harness/tuning/container/sft/atomic_save.py", line 49 in _save_checkpoint
 {_RECORDED}"""
 
 
@@ -158,7 +158,7 @@ def test_a_rank_that_never_registered_never_arrived():
     the process group's setup; rank 0 wrote nothing and has no pid file."""
     wait = f"""Current thread 0x00007f04395eb042 (most recent call first):
   File "{_SP}/torch/distributed/distributed_c10d.py", line 2169 in _new_process_group_helper
-  File "/opt/harness/tuning/sft_trainer.py", line 154 in main
+  File "/opt/harness/tuning/container/sft_trainer.py", line 154 in main
 """
     from tuning.harness.stacks import stack_text
 

@@ -46,7 +46,9 @@ def test_a_stalled_up_names_the_rank_the_others_wait_for(tmp_path):
         "never entered "
     ), out.stdout
     assert ", where ranks 1, 2 and 3 wait; rank 0 is in main_process_work at " in verdict
-    assert verdict.endswith(f"called from {ROOT / 'tuning/sft_trainer.py'}:{_train_line()}")
+    assert verdict.endswith(
+        f"called from {ROOT / 'tuning/container/sft_trainer.py'}:{_train_line()}"
+    )
     summary = json.loads((tmp_path / "stalled/summary.json").read_text())
     assert summary["status"] == "succeeded"  # it was slow, not stuck: the run went on
     assert summary["verdict"]["culprits"] == [0] and summary["verdict"]["class"] == "never arrived"
@@ -58,5 +60,5 @@ def test_a_stalled_up_names_the_rank_the_others_wait_for(tmp_path):
 
 def _train_line() -> int:
     """The line of sft_trainer.py whose collective rank 0 was about to call: trainer.train."""
-    lines = (ROOT / "tuning/sft_trainer.py").read_text().splitlines()
+    lines = (ROOT / "tuning/container/sft_trainer.py").read_text().splitlines()
     return next(i for i, x in enumerate(lines, 1) if "trainer.train(resume_from_checkpoint" in x)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from tuning.container.shared import affinity
 from tuning.harness.contract.container import (
     COMPOSE_NETWORK,
     JOB_DIR,
@@ -25,9 +26,8 @@ from tuning.harness.errors import ROOT
 from tuning.harness.layout.layout import Layout, LayoutError, Node
 from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.shared import affinity
 
-TUNING = ROOT / "tuning"  # the launcher and rank recorder, bound in
+CONTAINER = ROOT / "tuning/container"  # the launcher and rank recorder, bound in
 
 SHM_SIZE = "2gb"  # Docker's 64 MB /dev/shm breaks NCCL (posix_fallocate); 1 GB is its advice
 
@@ -92,7 +92,7 @@ def _service(
     if entry and m.launch_dir:  # kube's rehearsal: the launch ConfigMap's files
         volumes.append(_bind(m.launch_dir, LAUNCH_DIR, rel, read_only=True))
     elif entry:  # a user's image: our launcher and rank recorder come in read-only
-        for name, source in launch_files(TUNING).items():
+        for name, source in launch_files(CONTAINER).items():
             volumes.append(_bind(source, f"{LAUNCH_DIR}/{name}", rel, read_only=True))
     if m.src:  # SRC: the user's code as it is now, so an edit needs no image rebuild
         volumes.append(_bind(m.src, SRC_DIR, rel, read_only=True))

@@ -17,7 +17,7 @@ new pod (after its back-off: 10 s, doubling) up to `backoffLimit` = MAX_RESTARTS
 rank starts again together, with new emptyDirs; an OUTPUT_CLAIM is the same claim.
 
 Each container's node rank is HARNESS_NODE_RANK, a name no operator sets, which the launcher
-reads before PET_NODE_RANK and RANK (tuning/launch.py); the same for every kind of object.
+reads before PET_NODE_RANK and RANK (tuning/container/launch.py); the same for every kind of object.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ API_VERSION = "batch/v1"
 MANIFEST = "job.yaml"
 MASTER = "127.0.0.1"  # the pod's containers share its network namespace
 MASTER_PORT = 29500
-NODE_RANK = "HARNESS_NODE_RANK"  # tuning/launch.py reads it first
+NODE_RANK = "HARNESS_NODE_RANK"  # tuning/container/launch.py reads it first
 
 
 def container_name(rank: int) -> str:

@@ -81,7 +81,7 @@ def launch_config_map(layout: JobLayout):
     cannot bind this checkout; the files are small (about 45 kB of the 1 MiB a ConfigMap
     holds) and standard library only."""
     c = k8s()
-    files = {name: src.read_text() for name, src in launch_files(ROOT / "tuning").items()}
+    files = {name: src.read_text() for name, src in launch_files(ROOT / "tuning/container").items()}
     return c.V1ConfigMap(
         api_version="v1",
         kind="ConfigMap",
@@ -164,7 +164,8 @@ def env(layout: JobLayout) -> list:
         "HOME": TMP_DIR,  # caches (~/.cache, ~/.triton) stay writable
         # ENTRY: the rank recorder runs it; its job is job.json (layout.foreign_env)
         **(layout.foreign_env() if layout.trainer.entry else {}),
-        # RDZV_TIMEOUT: how long the static rendezvous waits for every pod (tuning/launch.py)
+        # RDZV_TIMEOUT: how long the static rendezvous waits for every pod
+        # (tuning/container/launch.py)
         **({"HARNESS_RDZV_TIMEOUT": str(layout.rdzv_timeout)} if layout.rdzv_timeout else {}),
     }
     return [c.V1EnvVar(name=k, value=v) for k, v in values.items()]

@@ -18,12 +18,12 @@ from typing import Protocol
 import docker.errors
 import requests.exceptions
 
+from tuning.container.shared import affinity
 from tuning.harness.backends import compose, engine
 from tuning.harness.contract.container import RUNS_LABEL
 from tuning.harness.errors import ROOT, NodeLost
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
-from tuning.shared import affinity
 
 
 class Nodes(Protocol):
@@ -216,7 +216,8 @@ def _die_with(parent: int, cpus: str | None = None):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the harness died before the signal was armed
             os._exit(1)
-        if cpus:  # bench: every rank's cores, as a container's cpuset (tuning/shared/affinity.py)
+        # bench: every rank's cores, as a container's cpuset (tuning/container/shared/affinity.py)
+        if cpus:
             os.sched_setaffinity(0, affinity.parse_list(cpus))
 
     return arm

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from tuning.container.shared import affinity
 from tuning.harness.bench import report
 from tuning.harness.bench.rounds import DEFAULT_REPEAT
 from tuning.harness.errors import HarnessError
@@ -24,7 +25,6 @@ from tuning.harness.layout.job_paths import HOST_ASSETS
 from tuning.harness.layout.layout import SHAPES
 from tuning.harness.run import foreign, host_assets
 from tuning.harness.run_files import folders, metric_lines
-from tuning.shared import affinity
 
 # layout.SHAPES, the host first (no container: the run order of the report's columns)
 LAYOUTS = {s.name: s for s in sorted(SHAPES.values(), key=lambda s: s.in_containers)}
@@ -38,12 +38,12 @@ PROBE_MAX_BYTES_CPU = 16 * MIB
 PROBE_ITERS = 100  # timed all-reduces a size, as the per-size budget allows (at least 20)
 PROBE_SECONDS = 2.0
 # Without JOB, the bench's own workload (configs/jobs/bench.yaml); without DATA, its long
-# records: every one fills max_seq_length 128 (tuning.demo_data: 2 W + 9 tokens a record).
+# records: every one fills max_seq_length 128 (tuning.container.demo_data: 2 W + 9 tokens a record).
 BENCH_JOB = trainers.CONFIGS / "jobs/bench.yaml"
 BENCH_WORDS, BENCH_RECORDS = 64, 2048
 BENCH_DATA = HOST_ASSETS / f"bench-w{BENCH_WORDS}.jsonl"
 FOREIGN_NO_PROBE = (
-    "skipped: the all-reduce probe (tuning.probe) is this repo's code and not in "
+    "skipped: the all-reduce probe (tuning.container.probe) is this repo's code and not in "
     "a foreign trainer's image (TRAINER=fms, ENTRY=...)"
 )
 FOREIGN_NO_HOST = (
@@ -106,7 +106,7 @@ def workload(a: argparse.Namespace, f: RunFlags) -> RunFlags:
         atexit.register(shutil.rmtree, scratch, True)  # aside, and gone when it ends
         data = scratch / BENCH_DATA.name
     host_assets.host_asset(
-        data, "tuning.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
+        data, "tuning.container.demo_data", "--n", str(BENCH_RECORDS), "--words", str(BENCH_WORDS)
     )
     return replace(f, job=str(BENCH_JOB), data=str(data))
 
@@ -120,12 +120,12 @@ def spec(
     f = replace(f, runs=str(bench_dir), layout=shape.kind, network=shape.network)
 
     def env(world: int, output_dir: str) -> dict[str, str]:
-        # rank i on the same cores in every layout (tuning/shared/affinity.py)
+        # rank i on the same cores in every layout (tuning/container/shared/affinity.py)
         shares = affinity.split(os.sched_getaffinity(0), world)
         out = {"OMP_NUM_THREADS": str(threads), affinity.VAR: affinity.encode(shares)}
         if probe:
             args = probe_args(a, f, output_dir)
-            out.update(HARNESS_ENTRY="tuning.probe", HARNESS_ENTRY_ARGS=args)
+            out.update(HARNESS_ENTRY="tuning.container.probe", HARNESS_ENTRY_ARGS=args)
         return out
 
     # Off a terminal (CI), a run is one line, its outcome (`main`), not every step of every rank.

@@ -23,12 +23,12 @@ Input schema (a plain dict, JSON-serialisable)
               "step_s": [[...], [...]],   # per rank: step times after warm-up (seconds)
               "tokens": [[...], [...]],   # per rank: tokens per step, aligned with step_s
                                           # (a number instead of a list = same every step)
-              "probe": {...} | null,      # probe.json as written by tuning.probe
+              "probe": {...} | null,      # probe.json as written by tuning.container.probe
               "peak_memory_bytes": [r0, r1],        # per rank
               "transport": ["gloo/lo"]    # optional strings; if absent they come from
                                           # probe["transport"] (backend/interface), and for
                                           # NCCL from the log's channel lines
-                                          # (tuning.shared.transport.parse_nccl_transport)
+                                          # (tuning.container.shared.transport.parse_nccl_transport)
             }, ...
           ]
         }, ...

@@ -31,10 +31,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tuning.container.shared.transport import probe_transport
 from tuning.harness.bench.report_goals import goals
 from tuning.harness.bench.report_stats import paired
 from tuning.harness.bench.stopping import Design, from_meta
-from tuning.shared.transport import probe_transport
 
 PHASES = (
     "container_start_s",

@@ -18,8 +18,8 @@ A MISSED goal names a cause only when a measured part explains the gap beyond it
 uncertainty: a phase whose paired difference's interval lies wholly above zero, the collective
 when the busbw ratio's interval lies wholly below 1, a transport only when the two layouts'
 collective traffic takes different paths (gloo bound to eth0 but connected inside one network
-namespace stays on loopback: the probe records `loopback`, and `tuning.shared.transport` names
-such a connection ``gloo/eth0 via lo``). Otherwise it says that no measured part explains it.
+namespace stays on loopback: the probe records `loopback`, and `tuning.container.shared.transport`
+names such a connection ``gloo/eth0 via lo``). Otherwise it says that no measured part explains it.
 """
 
 from __future__ import annotations

@@ -30,19 +30,19 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from tuning.container.shared.boot import boot_time
+from tuning.container.shared.transport import parse_nccl_transport
 from tuning.harness.bench import report
 from tuning.harness.run import foreign
 from tuning.harness.run_files import folders, metric_lines
-from tuning.shared.boot import boot_time
-from tuning.shared.transport import parse_nccl_transport
 
 
 def boot_correction() -> float:
     """Seconds to add to a metrics line's `time - t` for the true process start.
 
-    tuning.sft.metrics dates a process from /proc: btime (boot time, WHOLE seconds) plus its start
-    in clock ticks since boot. The exact boot time is now minus CLOCK_BOOTTIME; the difference
-    is the same for every process on this kernel, containers included."""
+    tuning.container.sft.metrics dates a process from /proc: btime (boot time, WHOLE seconds) plus
+    its start in clock ticks since boot. The exact boot time is now minus CLOCK_BOOTTIME; the
+    difference is the same for every process on this kernel, containers included."""
     try:
         return (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)) - boot_time()
     except (OSError, StopIteration, ValueError, AttributeError):

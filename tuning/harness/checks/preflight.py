@@ -1,8 +1,9 @@
 """Checks a run's inputs on the host before anything starts, so a mistake costs a second and
 a clear message instead of a container that dies in its log.
 
-The job and data are checked by the trainer's own pure-Python code (tuning.sft.config,
-tuning.sft.data: no torch), so the host and the ranks can never disagree about what is valid.
+The job and data are checked by the trainer's own pure-Python code (tuning.container.sft.config,
+tuning.container.sft.data: no torch), so the host and the ranks can never disagree about what is
+valid.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tuning.container.sft.chat import require_template
+from tuning.container.sft.config import ConfigError, SFTConfig
+from tuning.container.sft.config_args import coerce
+from tuning.container.sft.data import DataError, load_examples
+from tuning.container.sft.records import describe, gc_paused, reader_missing, table_columns
+from tuning.container.sft.shapes import check_columns, formatting
 from tuning.harness.errors import HarnessError
 from tuning.harness.flags import trainers
-from tuning.sft.chat import require_template
-from tuning.sft.config import ConfigError, SFTConfig
-from tuning.sft.config_args import coerce
-from tuning.sft.data import DataError, load_examples
-from tuning.sft.records import describe, gc_paused, reader_missing, table_columns
-from tuning.sft.shapes import check_columns, formatting
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 CHECK_ACCELERATE = (
@@ -90,7 +91,7 @@ def check_chat_template(model: str | None, tokenizer_path: str | None) -> None:
     """The tokenizer in a model directory on this machine has a chat template where
     transformers looks for one: chat_template.jinja, chat_template.json, or the
     chat_template key of tokenizer_config.json. A model in the image, or a tokenizer named
-    apart, is the rank's to check (tuning/sft/chat.py, the same message)."""
+    apart, is the rank's to check (tuning/container/sft/chat.py, the same message)."""
     if not model or tokenizer_path:
         return
     folder = Path(model)

@@ -193,7 +193,7 @@ MEGATRON = re.compile(r"\biteration\s+(\d+)/\s*(\d+) \|")
 DS_STEP = re.compile(r"\bstep=(\d+), skipped=\d+, lr=")
 # mmengine's LoggerHook, iteration-based loops: "Iter(train) [  50/1000]"
 MMENGINE = re.compile(r"Iter\(train\) \[\s*(\d+)/(\d+)\]")
-# this harness's trainer (tuning/sft/metrics.py): "sft_trainer: step 12/30 loss 3.0662"
+# this harness's trainer (tuning/container/sft/metrics.py): "sft_trainer: step 12/30 loss 3.0662"
 OURS_STEP = re.compile(r"^sft_trainer: step (\d+)/(\d+) ")
 HF_END = re.compile(r"\{'train_runtime': ")
 
@@ -320,7 +320,7 @@ STORE_LOST = re.compile(
     r"Stop_waiting response is expected"
 )
 
-# OURS: tuning/launch.py's own line (this harness's containers and pods)
+# OURS: tuning/container/launch.py's own line (this harness's containers and pods)
 OURS = re.compile(r"harness-launch: accelerate launch ")
 MARKERS = (
     WATCHDOG,

@@ -25,7 +25,7 @@ from tuning.harness.clusterlogs import cluster, log_lines, read
 OBJECT_SUFFIXES = (".yaml", ".yml", ".json")
 ATTEMPT = re.compile(r"^(?P<pod>.+?)(?:\.(?P<attempt>previous|prev|\d+))?(?:\.log|\.txt)?$")
 KUBECTL_PREFIX = re.compile(r"^\[pod/([^/\]]+)/([^\]]+)\] ", re.M)
-# tuning/launch.py's own line: "harness-launch: accelerate launch ... --num_processes 4
+# tuning/container/launch.py's own line: "harness-launch: accelerate launch ... --num_processes 4
 # --num_machines 2 --machine_rank 1 ..." (the harness's containers and pods)
 OURS = re.compile(
     r"harness-launch: accelerate launch .*?--num_processes (\d+) --num_machines (\d+)"

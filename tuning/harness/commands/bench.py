@@ -7,8 +7,8 @@ Layouts: ``host`` (accelerate launch on the host, no container), ``single`` (one
 ``per-rank-shared`` (ranks join rank 0's network and IPC namespaces). Every layout runs the same
 job (model, data, batch, steps, seed) and the same OMP_NUM_THREADS: the user's JOB, or without
 one the bench's own (configs/jobs/bench.yaml, on long records made here: `plan.workload`). A round
-runs each layout's training, then each layout's all-reduce probe (``tuning.probe`` under the
-same launcher, in the same layout); rounds repeat (A B C D A' B' C' D', A B C D ...), so
+runs each layout's training, then each layout's all-reduce probe (``tuning.container.probe`` under
+the same launcher, in the same layout); rounds repeat (A B C D A' B' C' D', A B C D ...), so
 drift on this machine falls on every layout, and `report.py` pairs repeat i of a layout with
 repeat i of the reference. REPEAT=auto's later rounds run only the layouts an open goal reads
 (`rounds.py`).

@@ -23,15 +23,15 @@ IMAGE_DATA = "/opt/harness/assets/demo.jsonl"
 # tuning.sft_trainer) gets the launcher and the rank recorder bound read-only here, and its
 # job as JSON (fms's SFT_TRAINER_CONFIG_JSON_PATH) instead of `--config job.yaml`.
 LAUNCH_DIR = "/opt/harness-launch"
-LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/launch.py, under a name of its own
-RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/rank/rank_record.py
-TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/rank/torn.py, beside the launcher and the rank recorder
-# tuning/rank/: the rank recorder and the modules mounted beside it, which it loads by file
-# (standard library only at import: tests/unit/trainers/test_rank_folder.py): FSDP on gloo, no
+LAUNCHER = f"{LAUNCH_DIR}/harness_launch.py"  # tuning/container/launch.py, under a name of its own
+RANK_RECORD = f"{LAUNCH_DIR}/harness_rank.py"  # tuning/container/rank/rank_record.py
+TORN = f"{LAUNCH_DIR}/torn.py"  # tuning/container/rank/torn.py, beside launcher and rank recorder
+# tuning/container/rank/: the rank recorder and the modules mounted beside it, which it loads by
+# file (standard library only at import: tests/unit/trainers/test_rank_folder.py): FSDP on gloo, no
 # silent CPU, torn checkpoints, stack dumps, batch dumps, plain ENOSPC, an HF Trainer's step lines,
 # desync faults, and torch's flight recorder analysis over the ranks' dumps. A module added there is
 # mounted with the others.
-RANK_FOLDER = Path(__file__).resolve().parents[2] / "rank"
+RANK_FOLDER = Path(__file__).resolve().parents[2] / "container" / "rank"
 BESIDE_RECORDER = tuple(
     sorted(
         p.name for p in RANK_FOLDER.glob("*.py") if p.name not in ("__init__.py", "rank_record.py")
@@ -40,13 +40,13 @@ BESIDE_RECORDER = tuple(
 SRC_DIR = "/src"  # SRC (your code's folder), read-only; the ranks' working directory
 
 
-def launch_files(tuning: Path) -> dict[str, Path]:
+def launch_files(container: Path) -> dict[str, Path]:
     """What a foreign trainer finds in LAUNCH_DIR: each file's name there -> the file of
-    `tuning` (the package folder) it is (Compose binds each; kube puts them in a ConfigMap)."""
+    `container` (tuning/container/) it is (Compose binds each; kube puts them in a ConfigMap)."""
     return {
-        Path(LAUNCHER).name: tuning / "launch.py",
-        Path(RANK_RECORD).name: tuning / "rank" / "rank_record.py",
-        **{name: tuning / "rank" / name for name in BESIDE_RECORDER},
+        Path(LAUNCHER).name: container / "launch.py",
+        Path(RANK_RECORD).name: container / "rank" / "rank_record.py",
+        **{name: container / "rank" / name for name in BESIDE_RECORDER},
     }
 
 

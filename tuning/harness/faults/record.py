@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+from tuning.container.rank import torn
 from tuning.harness.checks import timeouts
 from tuning.harness.faults import verdicts
 from tuning.harness.faults.fault_json import Checkpoint, FaultRecord, RankEnd
@@ -25,7 +26,6 @@ from tuning.harness.faults.kinds import TABLE
 from tuning.harness.run_files import metric_lines
 from tuning.harness.run_files.status import ENDED_WELL, Status
 from tuning.harness.stacks import hung
-from tuning.rank import torn
 
 SIGABRT = 6  # std::terminate, as gloo's size check ends a rank
 SLACK_S = 15  # a fault must end (or be detected as a hang) within TIMEOUT + this

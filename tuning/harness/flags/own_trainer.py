@@ -13,7 +13,7 @@ becomes `make up SRC=. ENTRY=train.py ARGS="--learning_rate 1e-5 --output_dir /o
 The checkpoints must land in the run's output dir (/output): the harness sets torn ones aside
 and a restart resumes only there, and nothing else outlives a container. An `--output_dir`
 in ARGS that says otherwise is refused here; a Trainer built with another one is refused in
-the rank before its first step (tuning/rank/trainer_steps.py).
+the rank before its first step (tuning/container/rank/trainer_steps.py).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tuning.container.rank.rank_record import (
+    is_script,  # the rank's own rule: a script, else a module
+)
 from tuning.harness.contract.container import OUTPUT_DIR, SRC_DIR
 from tuning.harness.errors import HarnessError
 from tuning.harness.machine.image_recipes import IMAGE
-from tuning.rank.rank_record import is_script  # the rank's own rule: a script, else a module
 
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 

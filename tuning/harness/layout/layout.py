@@ -224,8 +224,8 @@ class Layout:
         return env
 
     def foreign_env(self) -> dict[str, str]:
-        """A foreign trainer runs under the rank recorder (tuning/rank/rank_record.py), which
-        records the process group each rank joined and how it ended, then runs ENTRY."""
+        """A foreign trainer runs under the rank recorder (tuning/container/rank/rank_record.py),
+        which records the process group each rank joined and how it ended, then runs ENTRY."""
         env = {
             "HARNESS_ENTRY": "harness_rank",
             "HARNESS_WRAPPED_ENTRY": self.trainer.entry,

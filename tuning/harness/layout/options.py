@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.checks import preflight
 from tuning.harness.contract import ranks_user
 from tuning.harness.contract.container import PORT, output_dir_of
@@ -31,7 +32,6 @@ from tuning.harness.layout.trainer import Trainer
 from tuning.harness.machine import devices
 from tuning.harness.machine.devices import GpuPlan
 from tuning.harness.run_files import folders
-from tuning.rank import torn
 
 Env = Callable[[int, str], dict[str, str]]  # (world size, output dir) -> ranks' variables
 
@@ -101,7 +101,7 @@ def layout_from(
     if os.environ.get(DUMP_BATCHES, "0") not in (
         "",
         "0",
-    ):  # a debug switch: tuning/rank/batch_dump.py
+    ):  # a debug switch: tuning/container/rank/batch_dump.py
         extra += ((DUMP_BATCHES, f"{output}/batches"),)
     own = own_trainer.resolve(f.entry, f.src, f.args, f.image) if f.entry else None
     try:
@@ -208,7 +208,7 @@ def resume_source(f: RunFlags, runs_root: Path, layout: Layout) -> Path | None:
     that run. Checked and named before anything starts (dry run too): the checkpoint the
     trainer will load (the newest complete one) must be saved by as many ranks as this run
     has. An incomplete one after it (a save cut short) is taken too and moved aside in this
-    run's output when it starts (tuning/rank/torn.py); the earlier run stays as it was."""
+    run's output when it starts (tuning/container/rank/torn.py); the earlier run stays as it was."""
     if not (f.resume or f.resume_from):
         return None
     name = checked_run_id(f.resume_from) if f.resume_from else "latest"

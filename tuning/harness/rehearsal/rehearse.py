@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from tuning.container.rank import torn
 from tuning.harness.backends import kube_manifest, kube_pod, kube_restarts
 from tuning.harness.contract import ranks_user
 from tuning.harness.contract.container import MODEL_DIR, OUTPUT_DIR
@@ -34,7 +35,6 @@ from tuning.harness.machine import devices
 from tuning.harness.rehearsal import kube_operator
 from tuning.harness.run import lifecycle, output_dir
 from tuning.harness.run_files.status import EXIT_CODES
-from tuning.rank import torn
 
 CLAIMS = ".claims"  # under RUNS: a claim's stand-in (a run id never starts with a dot)
 

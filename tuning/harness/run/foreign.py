@@ -22,8 +22,9 @@ METRICS_NOTE = (
 )
 RECORDER_NOTE = (
     "each rank's steps from the rank recorder's TrainerCallback on its HF Trainer "
-    "(tuning/rank/trainer_steps.py); loss and lr on the steps the Trainer logs (logging_steps), as "
-    "it logs them: the mean over every rank and over the steps since its previous log. "
+    "(tuning/container/rank/trainer_steps.py); loss and lr on the steps the Trainer logs "
+    "(logging_steps), as it logs them: the mean over every rank and over the steps since its "
+    "previous log. "
     "world_size_seen: the process group each rank joined (the harness's rank recorder)."
 )
 

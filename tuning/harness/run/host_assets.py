@@ -14,8 +14,8 @@ from tuning.harness.layout.job_paths import HOST_ASSETS
 
 
 def demo() -> None:
-    host_asset(HOST_ASSETS / "tiny-model", "tuning.tiny_model", made="config.json")
-    host_asset(HOST_ASSETS / "demo.jsonl", "tuning.demo_data")
+    host_asset(HOST_ASSETS / "tiny-model", "tuning.container.tiny_model", made="config.json")
+    host_asset(HOST_ASSETS / "demo.jsonl", "tuning.container.demo_data")
 
 
 def host_asset(out: Path, module: str, *args: str, made: str = "") -> Path:

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.backends import engine, images
 from tuning.harness.backends.nodes import Nodes, backend
 from tuning.harness.checks import preflight
@@ -26,7 +27,6 @@ from tuning.harness.run.progress import Progress
 from tuning.harness.run_files import folders, metric_lines
 from tuning.harness.run_files.status import Status, status_of
 from tuning.harness.watch import TICK_S, Restarted, Stop, Watcher
-from tuning.rank import torn
 
 
 class Interrupted(Exception):

@@ -13,11 +13,11 @@ import os
 import shutil
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.contract.ranks_user import ids
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.rank import torn
 
 
 def prepare(output: Path, layout: Layout, moved: OwnOutput = RUN_OUTPUT) -> None:

@@ -1,5 +1,6 @@
 """What a run writes before its nodes start, which is also what a dry run prints: each node's
-launch command (from the image's own launcher, tuning/launch.py) and the backend's files."""
+launch command (from the image's own launcher, tuning/container/launch.py) and the backend's
+files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import shlex
 from pathlib import Path
 
-from tuning import launch
+from tuning.container import launch
 from tuning.harness.backends.nodes import backend
 from tuning.harness.layout.layout import Layout
 from tuning.harness.layout.own_output import RUN_OUTPUT, OwnOutput

@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.layout.layout import Layout
 from tuning.harness.run import foreign
 from tuning.harness.run_files import folders, metric_lines
-from tuning.rank import torn
 
 
 def write(

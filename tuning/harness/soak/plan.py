@@ -10,8 +10,8 @@ the gaps scale with MTBF (one unit exponential per failure).
 
 Where a failure strikes and where the group resumes follow from the kind (its table entry's
 `soak`, faults/kinds/) and the save interval alone (`strike`): a kill at step s (the rank is held
-at the end of step s until it is struck: tuning/sft/fault_hooks.hold, so its own save never
-starts) resumes from the newest save before s; a save-kill strikes inside the first save at or
+at the end of step s until it is struck: tuning/container/sft/fault_hooks.hold, so its own save
+never starts) resumes from the newest save before s; a save-kill strikes inside the first save at or
 after s, which is torn, and resumes from the save before it; term and preempt stop the group at
 step s + 1, which is saved, and resume there.
 """
@@ -161,5 +161,6 @@ def schedule(plan: Plan, save_steps: int, count: int, start: int = STARTS_AT) ->
 
 
 def hold(f: Failure, at: int) -> dict:
-    """What HARNESS_HOLD_FILE says for `f` striking at step `at` (tuning/sft/fault_hooks.hold)."""
+    """What HARNESS_HOLD_FILE says for `f` striking at step `at`
+    (tuning/container/sft/fault_hooks.hold)."""
     return {"n": f.n, "rank": f.rank, "step": at, "at": KINDS[f.kind].hold}

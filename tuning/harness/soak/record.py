@@ -24,12 +24,12 @@ import math
 import statistics
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.bench import report_stats
 from tuning.harness.bench.samples import boot_correction
 from tuning.harness.checks import save_interval
 from tuning.harness.run_files import metric_lines
 from tuning.harness.soak.follow import began
-from tuning.rank import torn
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:

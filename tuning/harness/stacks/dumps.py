@@ -1,5 +1,6 @@
 """Every live rank's Python stacks, from the host: signal each rank process that registered a
-dump (tuning/rank/stack_dump.py), wait for the dumps to settle, read them into one-line summaries.
+dump (tuning/container/rank/stack_dump.py), wait for the dumps to settle, read them into one-line
+summaries.
 
 A rank is reached through its node: `docker exec` in its container (the rank's own pid
 namespace and user, who owns the stacks file), or a shell on the host (LAYOUT=host). Only the
@@ -19,8 +20,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tuning.container.rank import stack_dump
 from tuning.harness.stacks import stack_text
-from tuning.rank import stack_dump
 
 SETTLE_S = 10.0  # longest wait for a dump's end line (a rank whose threads cannot run: none)
 QUIET_S = 1.0  # without an end line, a dump that stopped growing this long is taken as is

@@ -1,12 +1,12 @@
-"""Reading one dump of a rank's stacks (faulthandler's text, as tuning/rank/stack_dump.py has a rank
-write it) into threads and frames, and saying in one line where the rank is."""
+"""Reading one dump of a rank's stacks (faulthandler's text, as tuning/container/rank/stack_dump.py
+has a rank write it) into threads and frames, and saying in one line where the rank is."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from tuning.rank.stack_dump import END, FR_PREFIX
+from tuning.container.rank.stack_dump import END, FR_PREFIX
 
 # CPython's faulthandler (Python/traceback.c): a thread header, then its frames, newest first.
 _THREAD = re.compile(
@@ -20,7 +20,7 @@ _DIST = "torch/distributed/"
 _BETWEEN = re.compile(r"torch/distributed/(fsdp|tensor)/")
 # Not the user's code: the standard library, torch and the Hugging Face stack (a user's own
 # package in site-packages is theirs: fms's tuning), frozen modules, the harness's wrapper and
-# its desync faults' wrapper (tuning/rank/desync.py: the call it wraps is the user's).
+# its desync faults' wrapper (tuning/container/rank/desync.py: the call it wraps is the user's).
 _LIBS = "torch|transformers|accelerate|peft|trl|datasets|safetensors|huggingface_hub"
 _NOT_USER = re.compile(
     rf"/lib/python3\.\d+/(?!site-packages/|dist-packages/)|-packages/({_LIBS})/|^<frozen "

@@ -12,10 +12,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class FrTrace:
-    """torch's analysis of the flight recorders (tuning/rank/fr_check.py, torch_check.attach):
-    whether it ran (`error`: why not), the ranks it read, whether their process groups had to
-    be repaired, its first flagged collective (in fr_check's words), how many it flagged that
-    were called alike, its sentence, and whether it points at the verdict's collective."""
+    """torch's analysis of the flight recorders (tuning/container/rank/fr_check.py,
+    torch_check.attach): whether it ran (`error`: why not), the ranks it read, whether their process
+    groups had to be repaired, its first flagged collective (in fr_check's words), how many it
+    flagged that were called alike, its sentence, and whether it points at the verdict's
+    collective."""
 
     ran: bool
     error: str | None = None

@@ -8,8 +8,8 @@
   lines; each rank names one peer, and the odd rank is named by all the others (which rank is
   the odd one out is counted here, by hand).
 - The flight recorder's analysis (fr_trace's library), run in a rank's container over every
-  rank's dump (tuning/rank/fr_check.py): the first collective not called alike, which is attached
-  to the verdict with whether it agrees. Its "culprit" is every rank unlike the one it read
+  rank's dump (tuning/container/rank/fr_check.py): the first collective not called alike, which is
+  attached to the verdict with whether it agrees. Its "culprit" is every rank unlike the one it read
   first, so it is reported, not used to name anyone.
 """
 
@@ -85,15 +85,16 @@ def detail_mismatch(ranks: dict) -> Verdict | None:
 
 
 def run_fr_check(places, output, since: float) -> dict | None:
-    """tuning/rank/fr_check.py over the dumps written since `since`, in the first running node (its
-    image's torch), or with this project's Python for LAYOUT=host. None where no node runs."""
+    """tuning/container/rank/fr_check.py over the dumps written since `since`, in the first running
+    node (its image's torch), or with this project's Python for LAYOUT=host. None where no node
+    runs."""
     for node in places:
         if node.state()[0] != "running":
             continue
         if node.ctr is None:
             cmd = [
                 sys.executable,
-                str(ROOT / "tuning/rank/fr_check.py"),
+                str(ROOT / "tuning/container/rank/fr_check.py"),
                 str(output / "stacks/fr"),
                 str(since),
             ]
@@ -106,7 +107,7 @@ def run_fr_check(places, output, since: float) -> dict | None:
             since_arg = shlex.quote(str(since))
             script = (
                 "f=/opt/harness-launch/fr_check.py; [ -f $f ] || "
-                "f=/opt/harness/tuning/rank/fr_check.py; timeout "
+                "f=/opt/harness/tuning/container/rank/fr_check.py; timeout "
                 f"{FR_TIMEOUT_S} python3 $f /output/stacks/fr {since_arg}"
             )
             text = node.sh(script)

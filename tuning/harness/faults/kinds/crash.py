@@ -1,6 +1,6 @@
 """crash: the trainer raises by itself at AT_STEP on RANK, told through the ranks' environment
-(HARNESS_CRASH_AT_STEP, HARNESS_CRASH_RANK: tuning/sft/fault_hooks.py); the harness sees it in the
-rank's end line. With MAX_RESTARTS it fires once per run (a marker in the output)."""
+(HARNESS_CRASH_AT_STEP, HARNESS_CRASH_RANK: tuning/container/sft/fault_hooks.py); the harness sees
+it in the rank's end line. With MAX_RESTARTS it fires once per run (a marker in the output)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Desync kinds: the target rank itself breaks the order of the group's collectives, through
-the wrapper around torch.distributed's calls (tuning/rank/desync.py; our trainer loads it, and the
-rank recorder for fms or any ENTRY). The ranks are told the kind in their environment; the
+the wrapper around torch.distributed's calls (tuning/container/rank/desync.py; our trainer loads it,
+and the rank recorder for fms or any ENTRY). The ranks are told the kind in their environment; the
 harness strikes at AT_STEP by making a file the target rank looks for, and the rank's next
 collective is the one it changes (its metrics then say which, with the call site):
 - slow-main: the rank works TIMEOUT + 30 s before that collective, as a tokenization on the
@@ -50,8 +50,8 @@ def _env(kind: str, how: str = "op"):
 
 # The strike reaches the rank some steps after AT_STEP shows: the harness reads rank 0's log (every
 # 0.1 s while it waits: faults/follow.py), then the rank looks for the GO file at most every 50 ms
-# (tuning/rank/desync.py). fms's unpaced steps on 2 ranks take 0.05-0.1 s: at 2 steps' room a
-# strike told at step 9 for AT_STEP=7 met the save at 10 (make pool SEED=3, run 23)
+# (tuning/container/rank/desync.py). fms's unpaced steps on 2 ranks take 0.05-0.1 s: at 2 steps'
+# room a strike told at step 9 for AT_STEP=7 met the save at 10 (make pool SEED=3, run 23)
 STRIKE_LAG_STEPS = 5
 
 

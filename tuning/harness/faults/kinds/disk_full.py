@@ -24,13 +24,13 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.backends import engine, images
 from tuning.harness.contract.container import LABEL, OUTPUT_DIR, TORN
 from tuning.harness.faults.fault_json import FaultRecord, RankEnd
 from tuning.harness.faults.kinds.kind import FAILS, Kind
 from tuning.harness.layout.own_output import OwnOutput
 from tuning.harness.run_files.metric_lines import FMS_LOGS
-from tuning.rank import torn
 
 KIND = "disk-full"
 VOLUME_MB = 512  # the tmpfs's limit: room for the demo's checkpoints; what is written uses RAM
@@ -175,7 +175,8 @@ def lines(rec: FaultRecord) -> list[str]:
     return [
         f"- disk: {hit}",
         f"- checkpoints left complete: {', '.join(disk['complete']) or 'none'}; torn by the "
-        f"failed save (never resumed: tuning/rank/torn.py): {', '.join(disk['torn']) or 'none'}",
+        "failed save (never resumed: tuning/container/rank/torn.py): "
+        f"{', '.join(disk['torn']) or 'none'}",
     ]
 
 

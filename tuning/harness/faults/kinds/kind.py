@@ -25,8 +25,8 @@ LONG = "180 s after the fault"  # the job is expected to go on (or restart: MAX_
 SINCE_STEP = "180 s after the newest step"  # the job goes on, slower: never cut while it steps
 STEP_SLEEP_S = 0.2  # HARNESS_STEP_SLEEP: paces steps so a fault lands near its step
 # In a soak the struck rank waits at the end of its step, or inside the save at or after it
-# (tuning/sft/fault_hooks.hold); the group resumes from the newest save before the step, from
-# the save before the torn one, or at the next step (the stop saved it): soak/plan.strike
+# (tuning/container/sft/fault_hooks.hold); the group resumes from the newest save before the step,
+# from the save before the torn one, or at the next step (the stop saved it): soak/plan.strike
 HOLDS = ("step", "save")
 RESUMES = ("before", "torn", "next")
 

@@ -1,21 +1,21 @@
 """The save-kill fault: SIGKILL a rank while a checkpoint is being written, and prove it.
 
-A save is under way while the output holds an incomplete checkpoint (tuning/rank/torn.py's rule):
-our trainer's staging dir `tmp-checkpoint-N`, or a foreign trainer's `checkpoint-N` before its
-trainer_state.json. Our trainer holds every save HARNESS_SAVE_SLEEP seconds after the weights
-(tuning/sft/atomic_save.py), and the rank recorder holds a foreign HF Trainer's (fms) the same way
-(library_patches.hold_saves), so the harness, polling twice a second, finds it every time; the
-default demo never sets it. What the directory held at the kill goes on record.
+A save is under way while the output holds an incomplete checkpoint (tuning/container/rank/torn.py's
+rule): our trainer's staging dir `tmp-checkpoint-N`, or a foreign trainer's `checkpoint-N` before
+its trainer_state.json. Our trainer holds every save HARNESS_SAVE_SLEEP seconds after the weights
+(tuning/container/sft/atomic_save.py), and the rank recorder holds a foreign HF Trainer's (fms) the
+same way (library_patches.hold_saves), so the harness, polling twice a second, finds it every time;
+the default demo never sets it. What the directory held at the kill goes on record.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.container.rank import torn
 from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.faults.kinds.kind import FAILS, Kind, Soak
 from tuning.harness.faults.kinds.tools import signal
-from tuning.rank import torn
 
 KIND = "save-kill"
 SAVE_SLEEP_S = 4  # HARNESS_SAVE_SLEEP for this fault: the window a kill lands in

@@ -3,7 +3,8 @@
 SIGKILL ends the rank at once; its peers fail on the broken connection. SIGSEGV ends it as a
 segfault in native code does (a CUDA kernel, a data loader's C extension: torchrun's exitcode
 -11), with Python's faulthandler printing its stack where the trainer enabled it. SIGTERM is a
-preemption: the ranks agree to stop at the next step and checkpoint (tuning/sft/fault_hooks.py).
+preemption: the ranks agree to stop at the next step and checkpoint
+(tuning/container/sft/fault_hooks.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from tuning.shared.boot import boot_time
+from tuning.container.shared.boot import boot_time
 
 WARMUP_STEPS = 2  # steps left out of tokens_per_s
 

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.files import DataError
+from tuning.container.sft.chat import IGNORE_INDEX
+from tuning.container.sft.files import DataError
 
 MAGIC = b"TOKENS01"
 HEADER = 32  # MAGIC, records, tokens, learnable: four 8-byte fields

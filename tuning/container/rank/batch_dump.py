@@ -10,9 +10,9 @@ runs with HARNESS_DUMP_BATCHES=1); then each rank appends one line per micro-bat
 
 Standard library only, and no `tuning` import: it is mounted beside the rank recorder into a
 foreign image (fms-hf-tuning's own package is also called `tuning`), which loads it by path;
-our trainer imports it as tuning.rank.batch_dump. Both patch transformers.Trainer.training_step,
-the one method every Trainer subclass (trl's SFTTrainer, ours) passes each collated batch
-through, on its way to compute_loss and the model's forward.
+our trainer imports it as tuning.container.rank.batch_dump. Both patch
+transformers.Trainer.training_step, the one method every Trainer subclass (trl's SFTTrainer, ours)
+passes each collated batch through, on its way to compute_loss and the model's forward.
 """
 
 from __future__ import annotations

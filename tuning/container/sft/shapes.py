@@ -5,8 +5,8 @@ what was found and what is accepted."""
 
 from __future__ import annotations
 
-from tuning.sft.files import DataError, Record
-from tuning.sft.records import describe
+from tuning.container.sft.files import DataError, Record
+from tuning.container.sft.records import describe
 
 SHAPES = (
     "'input' and 'output' fields (the default); a text field named by dataset_text_field, with"

@@ -1,6 +1,6 @@
 """A deterministic, learnable demo data set.
 
-``python -m tuning.demo_data --out FILE [--n N] [--seed S] [--words W]``
+``python -m tuning.container.demo_data --out FILE [--n N] [--seed S] [--words W]``
 
 Each record maps a few words to their fixed partners (animal -> colour, position by position),
 in the input/output shape. A tiny model's loss falls clearly within 50 steps. ``corpus()`` gives
@@ -74,7 +74,7 @@ def write(out: str | Path, n: int = 512, seed: int = 0, words: int | None = None
 
 
 def cli(argv: list[str] | None, module: str, doc: str, options: dict[str, dict], run) -> int:
-    """The command line of this module and of tuning.tiny_model: ``python -m MODULE`` with
+    """The command line of this module and of tuning.container.tiny_model: ``python -m MODULE`` with
     `options` (flag -> add_argument keywords, in order); run(args) writes the files and returns
     the line to print."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(a):
         return f"wrote {a.n} records to {write(a.out, a.n, a.seed, a.words)}"
 
-    return cli(argv, "tuning.demo_data", __doc__, options, run)
+    return cli(argv, "tuning.container.demo_data", __doc__, options, run)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Each rank on its own cores: the bench's CPU split, the same in every layout.
 
 Standard library only: the host (bench, the Compose file's ``cpuset``, the host launcher)
-and the ranks (`pin_rank`, first thing in tuning.sft_trainer and tuning.probe) share it.
+and the ranks (`pin_rank`, first thing in tuning.sft_trainer and tuning.container.probe) share it.
 
 ``HARNESS_RANK_CPUS`` holds one CPU list per global rank, separated by ``;``, each as
 cpuset takes it (``0``, ``2-3``, ``0,4``): e.g. ``0;1`` for two ranks on a 2-core machine.

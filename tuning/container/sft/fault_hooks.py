@@ -1,4 +1,4 @@
-"""What the harness's faults hook into in our trainer (tuning/sft_trainer.py): an injected
+"""What the harness's faults hook into in our trainer (tuning/container/sft_trainer.py): an injected
 crash at a step (HARNESS_CRASH_AT_STEP / HARNESS_CRASH_RANK), step pacing (HARNESS_STEP_SLEEP),
 a hold where a soak's next failure strikes (HARNESS_HOLD_FILE) and checkpoint-and-stop on
 SIGTERM, agreed by every rank."""

@@ -13,9 +13,9 @@ import types
 import typing
 from pathlib import Path
 
-from tuning.sft.config import EXTRA_KEYS, FIELDS, ConfigError, SFTConfig
-from tuning.sft.files import read_or_refuse
-from tuning.sft.fms_keys import NO_OP_KEYS
+from tuning.container.sft.config import EXTRA_KEYS, FIELDS, ConfigError, SFTConfig
+from tuning.container.sft.files import read_or_refuse
+from tuning.container.sft.fms_keys import NO_OP_KEYS
 
 CONFIG_ENV = "SFT_TRAINER_CONFIG_JSON_PATH"
 # fms unescapes these (DataArguments.__post_init__): "\\n" typed in a flag or a JSON is a newline

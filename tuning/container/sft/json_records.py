@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from tuning.sft.files import DataError, Record, read_or_refuse
+from tuning.container.sft.files import DataError, Record, read_or_refuse
 
 ACCEPTED = (
     ".json/.jsonl (JSON Lines or a JSON array of objects), .parquet, .arrow, .txt/.md (one text"

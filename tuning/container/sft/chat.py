@@ -14,8 +14,8 @@ setup_dataprocessor.py ``_get_chat_dataset_handlers``), not its data config's
 2. It is rendered to text by the tokenizer's chat template (``chat_template`` in the job
    replaces it), with the record's ``tools`` and ``documents``; a tokenizer without a chat
    template is refused, naming the fix.
-3. The text is trained like a text field (tuning/sft/data.py): EOS appended unless it ends with
-   it, tokenized with the tokenizer's own special tokens, padding masked.
+3. The text is trained like a text field (tuning/container/sft/data.py): EOS appended unless it ends
+   with it, tokenized with the tokenizer's own special tokens, padding masked.
 4. Labels as trl 0.19's DataCollatorForCompletionOnlyLM with both templates (the token ids of
    each, encoded without special tokens): everything is masked except from the end of each
    response template to the start of the next instruction template; a text whose ids lack
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 
-from tuning.sft.files import DataError
+from tuning.container.sft.files import DataError
 
 IGNORE_INDEX = -100  # a label the loss skips (torch's CrossEntropyLoss ignore_index)
 

@@ -1,7 +1,7 @@
 """The kernel's boot time, as /proc/stat gives it (btime: whole unix seconds). Standard
 library only: the trainer's metrics (container side) and bench's clock correction (host side)
-read it here. tuning/rank/rank_record.py keeps its own copy: it is bound alone into foreign images
-and must stay self-contained."""
+read it here. tuning/container/rank/rank_record.py keeps its own copy: it is bound alone into
+foreign images and must stay self-contained."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuning.sft.chat import IGNORE_INDEX
+from tuning.container.sft.chat import IGNORE_INDEX
 
 
 class Collator:

@@ -3,8 +3,8 @@
 inside a collective, where no Python signal handler would ever run).
 
 Standard library only, like rank_record.py, beside which it is mounted into a user's image
-(/opt/harness-launch/stack_dump.py); our trainer imports it as tuning.rank.stack_dump. The host
-(tuning/harness/stacks/dumps.py) finds the process through <output>/stacks/rank<R>.pid.json
+(/opt/harness-launch/stack_dump.py); our trainer imports it as tuning.container.rank.stack_dump. The
+host (tuning/harness/stacks/dumps.py) finds the process through <output>/stacks/rank<R>.pid.json
 (written only once the handler is in place, so a signal never kills a rank that lacks it),
 appends a header line to the file, then signals. The launcher and torchrun's agent never
 register: the host signals only the pids these files name.
@@ -14,8 +14,8 @@ rank (op, seq, done or pending, input and output sizes, when it was called),
 which torch 2.13 records on gloo as on NCCL once TORCH_FR_BUFFER_SIZE is set (set here, before
 the process group exists), then an end line the host waits for. It also writes torch's own
 dump of the recorder, as torch's analysis (fr_trace) reads it, to <output>/stacks/fr/rank<R>
-(tuning/rank/fr_check.py runs that analysis over every rank's). The thread polls the file's size;
-it needs the GIL, which c10d releases while a collective waits.
+(tuning/container/rank/fr_check.py runs that analysis over every rank's). The thread polls the
+file's size; it needs the GIL, which c10d releases while a collective waits.
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ metadata last), and then the process that saves renames it `checkpoint-N` in one
 rotates (save_total_limit) among the finished ones only. The files are fsynced before the
 rename and the folder after it, so a power loss or a node crash cannot leave `checkpoint-N`
 naming data still in the page cache. A staging dir a kill leaves behind is moved aside by
-tuning/rank/torn.py at the next start.
+tuning/container/rank/torn.py at the next start.
 
 HARNESS_SAVE_SLEEP=s (set only by `make fault FAULT=save-kill`) holds every rank s seconds
 inside the save, after the weights and before the optimizer, so a kill lands in it every time;
 a soak's save-kill holds its one target rank there instead, in the save it was planned for
-(HARNESS_HOLD_FILE: tuning/sft/fault_hooks.hold), so the other saves cost what they cost.
+(HARNESS_HOLD_FILE: tuning/container/sft/fault_hooks.hold), so the other saves cost what they cost.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from tuning.rank import torn
-from tuning.sft.fault_hooks import hold
+from tuning.container.rank import torn
+from tuning.container.sft.fault_hooks import hold
 
 
 class AtomicSaveMixin:

@@ -5,8 +5,8 @@ container, or with the project's Python for LAYOUT=host):
 
     python fr_check.py <output>/stacks/fr [since]
 
-Each rank's dump is written there by tuning/rank/stack_dump.py when its stacks are taken (with
-`since`, a unix time, only the dumps written since then: one taken of the same ranks). What
+Each rank's dump is written there by tuning/container/rank/stack_dump.py when its stacks are taken
+(with `since`, a unix time, only the dumps written since then: one taken of the same ranks). What
 torch gives: the first collective, by sequence number, that not every rank called alike (the
 ranks missing from it, and each rank whose op, sizes or dtypes differ, with torch's reason).
 What it does not, and the host works out by hand: which rank is the odd one out (torch names

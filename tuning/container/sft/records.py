@@ -28,8 +28,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from tuning.sft.files import DataError, Record
-from tuning.sft.json_records import ACCEPTED, read_json
+from tuning.container.sft.files import DataError, Record
+from tuning.container.sft.json_records import ACCEPTED, read_json
 
 BUILDERS = {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".md": "text"}
 BATCH_ROWS = 65536  # table rows turned into Python at a time

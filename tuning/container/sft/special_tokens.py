@@ -26,7 +26,8 @@ tokenizer_and_embedding_resize), so a model trains on the same token ids here as
   the same on every rank.
 
 Which class fms's transformers (4.55) loads, and the special tokens it starts from, are read
-from the tokenizer's files (tuning/sft/fms_tokenizer.py), never from this environment's (5.x).
+from the tokenizer's files (tuning/container/sft/fms_tokenizer.py), never from this environment's
+(5.x).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from __future__ import annotations
 import math
 import warnings
 
-from tuning.sft.config import ConfigError
-from tuning.sft.fms_tokenizer import LOADED, NAMES, as_fms_loads, fms_class
+from tuning.container.sft.config import ConfigError
+from tuning.container.sft.fms_tokenizer import LOADED, NAMES, as_fms_loads, fms_class
 
 # fms 3.2.2 tuning/config/configs.py DEFAULT_PAD_TOKEN, DEFAULT_EOS_TOKEN, ...
 DEFAULTS = {"pad_token": "<PAD>", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"}

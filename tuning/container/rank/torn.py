@@ -38,7 +38,7 @@ import zipfile
 from pathlib import Path
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers' PREFIX_CHECKPOINT_DIR-<step>
-STAGING = "tmp-"  # tmp-checkpoint-N: a checkpoint being written (tuning/sft_trainer.py)
+STAGING = "tmp-"  # tmp-checkpoint-N: a checkpoint being written (tuning/container/sft_trainer.py)
 TORN = "torn-"  # torn-checkpoint-N-<utc>: moved aside
 # Weights in the shapes HF writes: full model, LoRA adapter, FSDP (sharded dir or file).
 WEIGHTS = ("model*.safetensors", "adapter_model.*", "pytorch_model*")

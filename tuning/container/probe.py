@@ -4,7 +4,7 @@ Run under a launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MAS
 (torchrun, or ``accelerate launch``; on CPU: ``ACCELERATE_USE_CPU=1 accelerate launch
 --multi_gpu ...``: accelerate 1.16 on CPU starts one process for MULTI_CPU)::
 
-    python -m tuning.probe --out DIR [--min-bytes 1024] [--max-bytes 268435456]
+    python -m tuning.container.probe --out DIR [--min-bytes 1024] [--max-bytes 268435456]
                            [--warmup 5] [--iters 20] [--max-seconds-per-size 2.0]
 
 Backend: nccl when CUDA is available and ``HARNESS_DEVICE`` is not ``cpu`` (device
@@ -36,8 +36,8 @@ or from ``MASTER_PORT`` are the rendezvous store ("store"); the rest are the col
 ("collective": gloo's pairs, or NCCL's bootstrap and NET/Socket sockets). For NCCL the
 transport between GPUs (P2P/IPC, SHM, NET/Socket) is not visible from here: NCCL names it in
 its log at ``NCCL_DEBUG=INFO`` (the launcher sets that for the probe on GPUs), which the host
-reads with ``tuning.shared.transport.parse_nccl_transport``; the probe records ``nccl_debug`` (the
-variable's value) so the host knows whether to look.
+reads with ``tuning.container.shared.transport.parse_nccl_transport``; the probe records
+``nccl_debug`` (the variable's value) so the host knows whether to look.
 
 Rank 0 writes ``DIR/probe.json``::
 
@@ -57,8 +57,8 @@ connection stays inside this network namespace (its remote address is a loopback
 one of this namespace's own addresses, so the kernel carries it over ``lo``).
 
 Exit status: 0; 1 when any sum was wrong (probe.json is written first) or when
-``HARNESS_DEVICE=gpu`` finds no usable GPU (tuning/rank/gpu_guard.py names what it found); 2 on bad
-arguments.
+``HARNESS_DEVICE=gpu`` finds no usable GPU (tuning/container/rank/gpu_guard.py names what it found);
+2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tuning.rank import gpu_guard
-from tuning.shared import affinity
-from tuning.shared.transport import transport_info
+from tuning.container.rank import gpu_guard
+from tuning.container.shared import affinity
+from tuning.container.shared.transport import transport_info
 
 GB = 1e9
 MIN_TIMED_ITERS = 20  # nccl-tests' default iterations; fewer left 256 MiB at 3-11 on CPU
@@ -207,7 +207,9 @@ def measure(
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tuning.probe", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tuning.container.probe", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", required=True, help="directory for probe.json (rank 0 writes it)")
     p.add_argument("--min-bytes", type=int, default=1024)
     p.add_argument("--max-bytes", type=int, default=256 * 1024 * 1024)
@@ -232,7 +234,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    affinity.pin_rank()  # bench: this rank's own cores, as in training (tuning/shared/affinity.py)
+    affinity.pin_rank()  # bench: this rank's own cores, as in training (shared/affinity.py)
     backend, device = _backend_and_device()
     kwargs = {"timeout": _dt.timedelta(seconds=args.timeout_s)}
     if backend == "nccl":

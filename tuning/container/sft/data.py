@@ -2,8 +2,8 @@
 3.2.2 does it (tests/engine/trainers/test_fms_batches.py compares the batches fms's own Trainer
 feeds the model with ours, token for token).
 
-Files and directories are read as fms reads them (tuning/sft/records.py): JSON Lines or a JSON
-array, Parquet, Arrow, text, or a directory of them.
+Files and directories are read as fms reads them (tuning/container/sft/records.py): JSON Lines or a
+JSON array, Parquet, Arrow, text, or a directory of them.
 Shapes (chosen from the config and the records, as fms chooses them):
   (p) ``input_ids`` + ``labels`` (pre-tokenized; fms needs both columns): passed through as they
       are, truncated to max_seq_length as trl truncates them;
@@ -14,15 +14,15 @@ Shapes (chosen from the config and the records, as fms chooses them):
       field name with spaces, fms's older form) are filled; other Jinja needs ``jinja2``.
   (chat) turns in the field dataset_conversation_field names, with instruction_template and
       response_template: rendered by the chat template, then as (a); masked by trl's rule for
-      both templates (only the assistant turns count: tuning/sft/chat.py).
+      both templates (only the assistant turns count: tuning/container/sft/chat.py).
 Masking, as fms: (b) labels are -100 over as many tokens as the input alone tokenizes to;
 (a, c) like trl's DataCollatorForCompletionOnlyLM with fms's template ids
 (``encode(response_template)[2:]``): everything up to the end of the template's LAST occurrence
 in the token ids is -100, and a record where it is not found (e.g. truncated away) is all -100.
 A template absent from a record's text altogether is refused here, with its file and line.
 Pad-token ids in (a, c, chat) labels are -100 (as DataCollatorForLanguageModeling does); the
-tokenizer's pad token is fms's (tuning/sft/special_tokens.py: <PAD> where it has none or it is the
-EOS), so the EOS stays in the labels.
+tokenizer's pad token is fms's (tuning/container/sft/special_tokens.py: <PAD> where it has none or
+it is the EOS), so the EOS stays in the labels.
 Every record carries an ``index`` (its position in the dataset); the collator turns it into
 ``sample_index`` so the trainer can log which samples a rank used, and never feeds it to the model.
 """
@@ -33,12 +33,12 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning.sft import chat
-from tuning.sft.chat import IGNORE_INDEX
-from tuning.sft.files import DataError, Record
-from tuning.sft.records import read_path
-from tuning.sft.shapes import shape_of
-from tuning.sft.template import SPECIAL_NAMES, NeedsJinja, render_template
+from tuning.container.sft import chat
+from tuning.container.sft.chat import IGNORE_INDEX
+from tuning.container.sft.files import DataError, Record
+from tuning.container.sft.records import read_path
+from tuning.container.sft.shapes import shape_of
+from tuning.container.sft.template import SPECIAL_NAMES, NeedsJinja, render_template
 
 
 @dataclass(frozen=True)
@@ -262,9 +262,10 @@ def tokenize_examples(
     node=None,
     name: str = "training",
 ):
-    """A tuning.sft.tokenized.TokenizedDataset (compact arrays) of the examples. `node`
-    (tuning.sft.tokenized.Node): this rank tokenizes its slice and maps its node's other slices."""
-    from tuning.sft.tokenized import build
+    """A tuning.container.sft.tokenized.TokenizedDataset (compact arrays) of the examples. `node`
+    (tuning.container.sft.tokenized.Node): this rank tokenizes its slice and maps its node's other
+    slices."""
+    from tuning.container.sft.tokenized import build
 
     def tokenize(example):
         return tokenize_example(example, tokenizer, max_seq_length, response_template)

@@ -1,11 +1,11 @@
 """A tiny, randomly initialised causal LM and a fast tokenizer, built offline.
 
-``python -m tuning.tiny_model --out DIR [--arch llama|gpt2|granite|mistral] [--seed S]
+``python -m tuning.container.tiny_model --out DIR [--arch llama|gpt2|granite|mistral] [--seed S]
 [--size tiny|1b]``
 
 The model (2 layers, hidden 64, dropout 0) is initialised from a seeded config, and the BPE
-tokenizer is trained on the demo data's corpus (tuning.demo_data.corpus), so the directory loads
-with AutoModelForCausalLM / AutoTokenizer under HF_HUB_OFFLINE=1.
+tokenizer is trained on the demo data's corpus (tuning.container.demo_data.corpus), so the directory
+loads with AutoModelForCausalLM / AutoTokenizer under HF_HUB_OFFLINE=1.
 
 ``--size 1b`` (llama only) builds a 1B-class model for throughput checks instead: TinyLlama
 1.1B's shape (``LLAMA_1B``: 22 layers, hidden 2048, MLP 5632, 32 heads, 4 KV heads, vocab 32000,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.demo_data import cli
+from tuning.container.demo_data import cli
 
 ARCHS = ("llama", "gpt2", "granite", "mistral")
 SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -116,7 +116,7 @@ def build(out: str | Path, arch: str = "llama", seed: int = 0, size: str = "tiny
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuning.demo_data import corpus
+    from tuning.container.demo_data import corpus
 
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(a):
         return f"wrote a {a.size} {a.arch} model to {build(a.out, a.arch, a.seed, a.size)}"
 
-    return cli(argv, "tuning.tiny_model", __doc__, options, run)
+    return cli(argv, "tuning.container.tiny_model", __doc__, options, run)
 
 
 if __name__ == "__main__":

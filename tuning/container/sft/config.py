@@ -6,8 +6,8 @@ by ``SFT_TRAINER_CONFIG_JSON_PATH``; ``--config`` wins when both are given), com
 Argument names, types and defaults are fms-hf-tuning 3.2.2's (its HfArgumentParser over
 ModelArguments, DataArguments, TrainingArguments, LoraConfig, trackers): bare ``--flag`` for a
 boolean, ``--target_modules q_proj v_proj``, ``peft_method LORA``, ``\\n`` typed in a template
-unescaped as fms does. fms keys not implemented here are in tuning/sft/fms_keys.py: NO_OP_KEYS
-(accepted, changing nothing) or REFUSED_KEYS (refused by name unless at fms's default).
+unescaped as fms does. fms keys not implemented here are in tuning/container/sft/fms_keys.py:
+NO_OP_KEYS (accepted, changing nothing) or REFUSED_KEYS (refused by name unless at fms's default).
 Pure Python: no torch import here."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 
-from tuning.sft.chat import config_problem as chat_config_problem
-from tuning.sft.fms_keys import NO_OP_KEYS, REFUSED_HINTS, REFUSED_KEYS, is_default
+from tuning.container.sft.chat import config_problem as chat_config_problem
+from tuning.container.sft.fms_keys import NO_OP_KEYS, REFUSED_HINTS, REFUSED_KEYS, is_default
 
 PEFT_METHODS = ("lora", "none")
 
@@ -31,8 +31,8 @@ class SFTConfig:
     # model
     model_name_or_path: str | None = None
     tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
-    # fms's tokenizer set-up (tuning/sft/special_tokens.py): embedding rows rounded up to a multiple
-    # of this; more special tokens to add
+    # fms's tokenizer set-up (tuning/container/sft/special_tokens.py): embedding rows rounded up to
+    # a multiple of this; more special tokens to add
     embedding_size_multiple_of: int = 1
     add_special_tokens: list[str] | None = None
     torch_dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
@@ -42,7 +42,7 @@ class SFTConfig:
     dataset_text_field: str | None = None
     response_template: str | None = None
     data_formatter_template: str | None = None  # "### Input: {{input}} \n\n## Label: {{output}}"
-    # chat records (tuning/sft/chat.py): fms's instruction and response templates route
+    # chat records (tuning/container/sft/chat.py): fms's instruction and response templates route
     instruction_template: str | None = None  # with response_template: chat records
     chat_template: str | None = None  # replaces the tokenizer's chat template
     dataset_conversation_field: str | None = None  # the field holding the turns
