@@ -66,7 +66,7 @@ def mounted(tmp_path) -> tuple[Path, dict]:
     user.mkdir()
     shutil.copy(ROOT / "tuning/container/rank/rank_record.py", launch_dir / "harness_rank.py")
     for name in BESIDE_RECORDER:  # as Compose mounts them
-        shutil.copy(ROOT / "tuning/rank" / name, launch_dir / name)
+        shutil.copy(ROOT / "tuning/container/rank" / name, launch_dir / name)
     marker = tmp_path / "trained"
     (user / "foreign_trainer.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     env = {
