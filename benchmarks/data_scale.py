@@ -65,6 +65,8 @@ def run_child(kind: str, data: Path, work: Path, ranks: int = 1) -> list[dict]:
     """One fresh process (or `ranks` under torch.distributed.run); their result lines, and for
     ranks the node's peak PSS (sampled)."""
     out = work / f"out-{kind}-{data.stem}-{data.suffix[1:]}-{ranks}"
+    for old in out.glob("result-*.json"):  # a run before this one's
+        old.unlink()
     args = [__file__, "--child", kind, str(data), str(out), str(work / "model")]
     if ranks > 1:
         args = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *args]
@@ -87,11 +89,11 @@ def run_child(kind: str, data: Path, work: Path, ranks: int = 1) -> list[dict]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stdout, stderr = proc.communicate()
+    _, stderr = proc.communicate()
     sampler.join()
     if proc.returncode != 0:
         sys.exit(f"{kind} {data}: exit {proc.returncode}\n{stderr[-3000:]}")
-    results = [json.loads(x[7:]) for x in stdout.splitlines() if x.startswith("RESULT ")]
+    results = [json.loads(f.read_text()) for f in sorted(out.glob("result-*.json"))]
     for r in results:
         r["node_pss_peak"] = node_peak[0]
     return results
@@ -128,7 +130,10 @@ def main() -> None:
     if args.child:
         kind, data, out, model = args.child
         result = (child_host if kind == "host" else child_rank)(data, out, model)
-        print("RESULT " + json.dumps(result), flush=True)
+        # a file a rank: ranks sharing one stdout can run their lines together
+        Path(out).mkdir(parents=True, exist_ok=True)
+        rank = os.environ.get("RANK", "0")
+        (Path(out) / f"result-{rank}.json").write_text(json.dumps(result))
         return
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

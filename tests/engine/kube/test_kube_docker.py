@@ -11,6 +11,7 @@ import yaml
 
 from support.engine import leftovers
 from support.harness import harness
+from tuning.harness.backends import kube_objects
 from tuning.harness.commands import kube
 from tuning.harness.run_files import folders
 
@@ -57,7 +58,7 @@ def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path,
             seen = {json.loads(x)["world_size"] for x in lines}
             assert seen == {2}, f"rank {rank} saw world sizes {seen}"
         # The services are the operator's pods: its names, exactly its environment.
-        _, job = kube.load((run_dir / "pytorchjob.yaml").read_text())
+        _, job = kube_objects.load((run_dir / "pytorchjob.yaml").read_text())
         services = yaml.safe_load((run_dir / "compose.yaml").read_text())["services"]
         assert list(services) == pods
         for pod in kube.operator_pods(job):
@@ -66,7 +67,7 @@ def test_rehearsal_trains_with_the_operator_environment(harness_image, tmp_path,
             assert svc["labels"]["harness.run"] == run_id
             assert svc["labels"]["harness.node"] == pod.name
         # The ConfigMap's content is what /job held.
-        config_map, _ = kube.load((run_dir / "pytorchjob.yaml").read_text())
+        config_map, _ = kube_objects.load((run_dir / "pytorchjob.yaml").read_text())
         for key, text in config_map.data.items():
             assert (run_dir / "job" / key).read_text() == text
         # The image's entrypoint took the CPU FSDP config as it is (no --multi_gpu: that would

@@ -11,8 +11,7 @@ import yaml
 
 from support.engine import leftovers
 from support.harness import harness
-from tuning.harness.backends import kube_job
-from tuning.harness.commands import kube
+from tuning.harness.backends import kube_job, kube_objects
 from tuning.harness.run_files import folders
 
 
@@ -80,7 +79,7 @@ def test_option2_trains_and_a_killed_rank_restarts_the_whole_pod_from_step_0(
         assert "resume_from_checkpoint" not in job
         # the services are the pod's containers: one network and IPC namespace, the object's env
         services = yaml.safe_load((run_dir / "compose.yaml").read_text())["services"]
-        _, obj = kube.load((run_dir / "job.yaml").read_text())
+        _, obj = kube_objects.load((run_dir / "job.yaml").read_text())
         for node in kube_job.containers(obj):
             svc = services[node.name]
 

@@ -13,6 +13,7 @@ import yaml
 from support.harness import harness
 from support.kube_objects import check_restricted
 from support.paths import ROOT
+from tuning.harness.backends import kube_objects
 from tuning.harness.commands import kube
 from tuning.harness.contract.container import IMAGE_MODEL, contract_env
 from tuning.harness.errors import HarnessError
@@ -34,7 +35,7 @@ def make_kube(tmp_path: Path, *args: str) -> tuple[Path, object, object]:
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = Path(out.stdout.strip().splitlines()[-1])  # the path is the last line
     assert manifest.is_file() and manifest.parent.parent == tmp_path
-    return (manifest, *kube.load(manifest.read_text()))
+    return (manifest, *kube_objects.load(manifest.read_text()))
 
 
 def only_container(replica):
@@ -118,7 +119,7 @@ def test_gpus4_nodes2_is_a_master_and_a_worker_with_four_gpus_each(tmp_path):
 
 @pytest.mark.parametrize("gpus", [1, 8])
 def test_one_node_is_one_master_with_every_rank(gpus):
-    config_map, job = kube.load(rendered(gpus, 1))
+    config_map, job = kube_objects.load(rendered(gpus, 1))
     specs = job.spec.pytorch_replica_specs
     assert list(specs) == ["Master"] and specs["Master"].replicas == 1
     assert job.spec.nproc_per_node == str(gpus)
@@ -154,7 +155,7 @@ def test_cpu_job_has_no_gpu_limit_and_the_cpu_recipe(tmp_path):
     ],
 )
 def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods):
-    _, job = kube.load(rendered(0, nodes, nproc))
+    _, job = kube_objects.load(rendered(0, nodes, nproc))
     got = kube.operator_pods(job)
     assert [p.name for p in got] == pods
     for rank, pod in enumerate(got):
@@ -178,7 +179,7 @@ def test_operator_pods_carry_exactly_the_injected_environment(nodes, nproc, pods
 
 
 def test_operator_environment_is_read_from_the_object():
-    _, job = kube.load(rendered(2, 2))
+    _, job = kube_objects.load(rendered(2, 2))
     master = job.spec.pytorch_replica_specs["Master"]
     only_container(master).ports[0].container_port = 31000
     job.spec.pytorch_replica_specs["Worker"].replicas = 3

@@ -7,9 +7,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tuning.harness.contract.container import OUTPUT_DIR
+from tuning.harness.contract.container import CONTAINER_UID, OUTPUT_DIR
+from tuning.harness.errors import HarnessError
+from tuning.harness.layout import job_paths
 from tuning.harness.layout.layout import JOB_KINDS, Layout, LayoutError, Node
+from tuning.harness.layout.mounts import Mounts
 from tuning.harness.layout.topology import Topology
+from tuning.harness.layout.trainer import Trainer
+from tuning.harness.machine import devices
+from tuning.harness.machine.image_recipes import IMAGE
 
 JOB_KIND = JOB_KINDS[0]  # the default kind: a PyTorchJob
 ONE_POD = "job"  # option 2: one pod, a container per rank (a batch/v1 Job)
@@ -114,3 +120,49 @@ class JobLayout(Layout):
 
     def nodes(self) -> list[Node]:
         return list(self.pods)
+
+
+def job_layout(
+    gpus_per_pod: int,
+    nproc_per_pod: int,
+    nodes: int,
+    cuda: str | None = None,
+    *,
+    run_id: str,
+    run_dir: str,
+    kind: str = JOB_KINDS[0],
+    image: str | None = None,
+    user: str = CONTAINER_UID,
+    entry: str | None = None,
+    src: str | None = None,
+    args: tuple[str, ...] | None = None,
+    **job,
+) -> JobLayout:
+    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked).
+    `job`: JobLayout's own fields (name, claims, rdzv_timeout, ...)."""
+    per_pod = gpus_per_pod or nproc_per_pod
+    plan = devices.for_cluster(gpus_per_pod, image or IMAGE, cuda, pods=nodes)
+    try:
+        return JobLayout(
+            run_id=run_id,
+            topology=Topology(kind, plan, per_pod * nodes, OPERATOR_PORT),
+            mounts=Mounts(run_dir, src=src),
+            trainer=Trainer(entry, args, user=user),
+            replicas=nodes,
+            **job,
+        )
+    except LayoutError as e:
+        raise HarnessError(str(e)) from None
+
+
+def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...]:
+    """MODEL and DATA on claims, where the job says the ranks find them (job_paths.rank_path:
+    /model, /data/<name>), and OUTPUT_CLAIM, the whole claim, at /output."""
+    mounts = [
+        ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
+        for src in (model, data)
+        if src.where == "claim"
+    ]
+    if output_claim:
+        mounts.append(ClaimMount(output_claim, "", OUTPUT_DIR, "OUTPUT_CLAIM", read_only=False))
+    return tuple(mounts)

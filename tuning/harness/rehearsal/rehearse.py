@@ -113,8 +113,8 @@ def rehearse(
     here: dict,
     on_tick=None,
 ) -> dict:
-    """Run the nodes `made` (kube.pods_of) of `objects` and follow them to the end; `run_dir`
-    exists, `here` holds claims_here's stand-ins; returns the summary."""
+    """Run the nodes `made` (backends/kube_objects.pods_of) of `objects` and follow them to the
+    end; `run_dir` exists, `here` holds claims_here's stand-ins; returns the summary."""
     pods = made.nodes
     plan = layout.topology.plan  # the cluster's: no host GPU asked
     if layout.topology.device == "gpu":  # the pods' GPUs are free host GPUs here, each its share

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.harness.backends import (
@@ -35,19 +34,16 @@ from tuning.harness.backends import (
     kube_restarts,
     kube_trainjob,
 )
+from tuning.harness.backends.kube_objects import pods_of, render
 from tuning.harness.checks import preflight, save_interval, timeouts
 from tuning.harness.commands.kube import said
-from tuning.harness.contract.container import CONTAINER_UID, OUTPUT_DIR, SRC_DIR
+from tuning.harness.contract.container import CONTAINER_UID, SRC_DIR
 from tuning.harness.errors import HarnessError
 from tuning.harness.flags import own_trainer, run_flags
 from tuning.harness.layout import job_files, job_paths, options
-from tuning.harness.layout.job_layout import OPERATOR_PORT, ClaimMount, JobLayout
-from tuning.harness.layout.layout import JOB_KINDS, LayoutError, Node
-from tuning.harness.layout.mounts import Mounts
-from tuning.harness.layout.topology import Topology
-from tuning.harness.layout.trainer import Trainer
-from tuning.harness.machine import devices, image_recipes, nvidia
-from tuning.harness.machine.image_recipes import IMAGE
+from tuning.harness.layout.job_layout import claim_mounts, job_layout
+from tuning.harness.layout.layout import JOB_KINDS
+from tuning.harness.machine import image_recipes, nvidia
 from tuning.harness.run_files import folders
 from tuning.harness.run_files.status import EXIT_CODES
 
@@ -61,124 +57,6 @@ MANIFEST = kube_pytorchjob.MANIFEST
 dump = kube_manifest.dump
 operator_pods = kube_pytorchjob.operator_pods
 config_map_name = kube_pod.config_map_name
-
-
-def job_layout(
-    gpus_per_pod: int,
-    nproc_per_pod: int,
-    nodes: int,
-    cuda: str | None = None,
-    *,
-    run_id: str,
-    run_dir: str,
-    kind: str = JOB_KINDS[0],
-    image: str | None = None,
-    user: str = CONTAINER_UID,
-    entry: str | None = None,
-    src: str | None = None,
-    args: tuple[str, ...] | None = None,
-    **job,
-) -> JobLayout:
-    """GPUS and NPROC as `make kube` means them: per pod (a cluster's: no host GPU asked).
-    `job`: JobLayout's own fields (name, claims, rdzv_timeout, ...)."""
-    per_pod = gpus_per_pod or nproc_per_pod
-    plan = devices.for_cluster(gpus_per_pod, image or IMAGE, cuda, pods=nodes)
-    try:
-        return JobLayout(
-            run_id=run_id,
-            topology=Topology(kind, plan, per_pod * nodes, OPERATOR_PORT),
-            mounts=Mounts(run_dir, src=src),
-            trainer=Trainer(entry, args, user=user),
-            replicas=nodes,
-            **job,
-        )
-    except LayoutError as e:
-        raise HarnessError(str(e)) from None
-
-
-def render(
-    layout: JobLayout,
-    job: dict,
-    accelerate_yaml: str,
-    max_restarts: int = 0,
-    restart_policy: str | None = None,
-) -> tuple:
-    """The ConfigMap(s) and the object of the layout's kind, as API models."""
-    if layout.topology.kind == "trainjob":
-        return kube_trainjob.render(layout, job, accelerate_yaml, max_restarts)
-    maps = kube_pod.config_maps(layout, job, accelerate_yaml)
-    if layout.topology.kind == "job":
-        return (*maps, kube_job.render(layout, max_restarts))
-    return (*maps, kube_pytorchjob.render(layout, max_restarts, restart_policy))
-
-
-def load(text: str) -> tuple[object, object]:
-    """(the job's ConfigMap, the PyTorchJob or Job) back from `dump`'s YAML, through the
-    models."""
-    objects = kube_manifest.load(text)
-    return kube_manifest.job_config_map(objects), objects[-1]
-
-
-@dataclass(frozen=True)
-class Made:
-    """What runs of a rendered object: its kind, image and nodes (a Compose service each in
-    the rehearsal: a pod, or KIND=job a container of the one pod), each node's pod, the
-    manifest's name, and the object the restart rules are read from."""
-
-    kind: str
-    image: str
-    nodes: list[Node]
-    pod_of: dict[str, str]
-    manifest: str
-    rules_from: object
-
-
-def pods_of(objects: tuple) -> Made:
-    job = objects[-1]
-    if job.kind == "TrainJob":
-        runtime = kube_manifest.of_kind(objects, "TrainingRuntime")
-        nodes = kube_trainjob.trainer_pods(runtime, job)
-        return Made(
-            "TrainJob",
-            job.spec.trainer.image,
-            nodes,
-            {n.name: n.name for n in nodes},
-            kube_trainjob.MANIFEST,
-            runtime,
-        )
-    if job.kind == "Job":
-        nodes = kube_job.containers(job)
-        pod = f"{job.metadata.name}-pod"  # the Job's one pod (on a cluster <name>-<5 letters>)
-        return Made(
-            "Job",
-            kube_job.image_of(job),
-            nodes,
-            {n.name: pod for n in nodes},
-            kube_job.MANIFEST,
-            job,
-        )
-    nodes = operator_pods(job)
-    return Made(
-        "PyTorchJob",
-        kube_pytorchjob.image_of(job),
-        nodes,
-        {n.name: n.name for n in nodes},
-        MANIFEST,
-        job,
-    )
-
-
-def claim_mounts(model, data, output_claim: str | None) -> tuple[ClaimMount, ...]:
-    """MODEL and DATA on claims, where the job says the ranks find them (job_paths.rank_path:
-    /model, /data/<name>), and OUTPUT_CLAIM, the whole claim, at /output."""
-    mounts = [
-        ClaimMount(src.claim, src.path, job_paths.mount_target(src), src.var)
-        for src in (model, data)
-        if src.where == "claim"
-    ]
-    if output_claim:
-        mounts.append(ClaimMount(output_claim, "", OUTPUT_DIR, "OUTPUT_CLAIM", read_only=False))
-    return tuple(mounts)
 
 
 # --- The command ----------------------------------------------------------------------------
