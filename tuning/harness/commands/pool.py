@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -93,17 +92,7 @@ def main(a: argparse.Namespace) -> int:
 
 def run(e: pool_list.Experiment, base: str, runs_root: Path, out: Path) -> dict:
     run_id = f"{base}-{e.n:02d}"
-    argv = [
-        sys.executable,
-        "-m",
-        "tuning.harness",
-        "fault",
-        *e.flags(),
-        "--run-id",
-        run_id,
-        "--runs",
-        str(runs_root),
-    ]
+    argv = pool_list.fault_argv(e.flags(), run_id, runs_root)
     print(f"harness: pool {e.n}: {e.name}", flush=True)
     t = time.time()
     with open(out / f"{run_id}.log", "w") as log:

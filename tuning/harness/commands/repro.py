@@ -27,6 +27,7 @@ from tuning.harness.clusterlogs import collect, replay, write
 from tuning.harness.clusterlogs.judge import judge
 from tuning.harness.clusterlogs.repro_json import ReplayLine, ReplayRun
 from tuning.harness.errors import ROOT, HarnessError
+from tuning.harness.faults import pool_list
 from tuning.harness.faults.fault_json import FaultRecord
 from tuning.harness.flags import flag_args, own_trainer, run_flags
 from tuning.harness.layout import job_files, options
@@ -153,18 +154,7 @@ def replay_here(
     culprits in the culprit's role here."""
     local_id = f"{run_id}-replay"[: folders.LABEL_MAX]
     job = [fl.option if fl.switch else f"{fl.option}={getattr(a, fl.dest)}" for fl in _job_flags(a)]
-    argv = [
-        sys.executable,
-        "-m",
-        "tuning.harness",
-        "fault",
-        *plan.flags(),
-        "--run-id",
-        local_id,
-        "--runs",
-        str(runs_root),
-        *job,
-    ]
+    argv = [*pool_list.fault_argv(plan.flags(), local_id, runs_root), *job]
     code = subprocess.run(argv, cwd=ROOT).returncode
     here = FaultRecord.from_json(folders.read_json(runs_root / local_id / "fault.json")).verdict
     nodes = 1 if plan.layout == "single" else plan.nproc

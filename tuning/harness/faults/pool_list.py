@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import random
 import shlex
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from tuning.harness.faults.kinds import TABLE
 from tuning.harness.faults.kinds.desync import last_at_step
@@ -147,3 +149,19 @@ def _last_step(trainer: str) -> int:
     """The latest AT_STEP `make fault` takes for a desync under DETAIL on this trainer's job."""
     saves = json.loads(FMS_JOB.read_text())["save_steps"] if trainer == "fms" else SCRIPT_SAVE_STEPS
     return last_at_step(saves)
+
+
+def fault_argv(flags: list[str], run_id: str, runs_root: Path) -> list[str]:
+    """A fault run as a user types it (`python -m tuning.harness fault ...`): how the pool and
+    make repro's RUN=1 run theirs."""
+    return [
+        sys.executable,
+        "-m",
+        "tuning.harness",
+        "fault",
+        *flags,
+        "--run-id",
+        run_id,
+        "--runs",
+        str(runs_root),
+    ]
